@@ -1,0 +1,41 @@
+# One entry point for people and CI. Every target (re)builds the virtual environment when the
+# lock file or pyproject.toml changed, so a bare machine with Python 3.11, pip and make is enough.
+PYTHON ?= python3
+VENV   ?= .venv
+CORES  ?= 2
+CONFIG ?= config/default.yaml
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.spica-installed
+
+.PHONY: venv run test lock dry-run clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements/lock.txt requirements/tools.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Spica needs Python 3.11, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/tools.txt
+	# --no-deps: the lock is complete; resolving again would chase ai-dynamo's broken aisimulate pin.
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -r requirements/lock.txt
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --editable .
+	touch $(STAMP)
+
+## Run the embedded default sweep (results under results/<run>/).
+run: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) --config spica=$(CONFIG)
+
+## Show what a run would do, without running it.
+dry-run: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) --config spica=$(CONFIG) -n
+
+## Run the test suite.
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## Re-resolve requirements/lock.txt from pyproject.toml (needs network to PyPI).
+lock: $(STAMP)
+	$(BIN)/uv pip compile pyproject.toml --python-version 3.11 --override requirements/overrides.txt \
+	    --no-header --no-annotate --output-file requirements/lock.txt
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,109 @@
+"""`spica`: command-line entry points around the library (the workflow itself runs in Snakemake).
+
+    spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
+    spica schema          JSON Schema of the config file, for editors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.knobs import branch_knob_choices, combinations
+from spica_lib.policies import apply_policy_filters
+from spica_lib.validate import ValidatedConfig, build_validated_config
+
+EXIT_OK, EXIT_CONFIG = 0, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spica", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("validate", help="check a config and summarise the search it describes")
+    check.add_argument("config", help="path to a SmartSearchConfig YAML file")
+    commands.add_parser("schema", help="print the JSON Schema of the config file")
+    args = parser.parse_args(argv)
+    if args.command == "schema":
+        print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
+        return EXIT_OK
+    return _validate(args.config)
+
+
+def _validate(path: str) -> int:
+    try:
+        validated = build_validated_config(path)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    print(summary(path, validated))
+    return EXIT_OK
+
+
+def summary(path: str, validated: ValidatedConfig) -> str:
+    """One screen: what will be searched, against what traffic, for which goal."""
+    config = validated.config
+    ss, goal, sweep = config.search_space, config.goal, config.sweep
+    policies = apply_policy_filters(config)
+    versions = validated.catalog.perf_db_versions
+    backends = ", ".join(f"{b} (perf DB {v})" if v else f"{b} (no perf DB: skipped)" for b, v in versions.items())
+    lines = [
+        f"{path}: valid — run id {validated.run}",
+        f"  model      {ss.model_name} on {ss.hardware_sku}, gpu_budget {ss.gpu_budget}"
+        + (f" (at least {ss.min_gpu_budget})" if ss.min_gpu_budget else ""),
+        f"  backends   {backends}",
+        f"  workload   {_workload_line(config)}",
+        f"  goal       {_goal_line(config)}",
+        f"  policies   kept {[_label(p) for p in policies.kept]}"
+        + (f", dropped {[d.label for d in policies.dropped]} ({policies.dropped[0].reason})" if policies.dropped else ""),
+        "  branches",
+    ]
+    for mode in dict.fromkeys(ss.deployment_mode):
+        choices = branch_knob_choices(ss, mode, policies.kept)
+        searched = {k: str(len(v)) for k, v in choices.items() if len(v) > 1}
+        if config.workload.kv_load_ratio_range:
+            searched["kv_load_ratio"] = "continuous {} to {}".format(*config.workload.kv_load_ratio_range)
+        pool = "pinned parallel configs" if ss.parallel_configs else "all legal parallel layouts"
+        lines.append(
+            f"    {mode:<7} {combinations(choices)} knob combinations x {pool}; searched: "
+            + (", ".join(f"{k} ({n})" for k, n in searched.items()) or "none")
+        )
+    lines.append(
+        f"  sweep      {sweep.max_rounds} rounds x {sweep.per_round} candidates per branch, "
+        f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments"
+    )
+    return "\n".join(lines)
+
+
+def _workload_line(config: SmartSearchConfig) -> str:
+    w = config.workload
+    if w.is_trace_based:
+        loop = f"closed loop at {w.replay_concurrency} in flight" if w.replay_concurrency else "open loop"
+        return f"trace {w.trace_path} ({loop}, speed-up x{w.arrival_speedup_ratio})"
+    if w.request_rate is not None:
+        load = f"{w.request_rate} req/s open loop, {w.resolved_request_count()} requests"
+    elif w.concurrency is not None:
+        load = f"{w.concurrency} in flight, {w.resolved_request_count()} requests"
+    else:
+        load = f"kv_load_ratio {w.kv_load_ratio} of each candidate's KV capacity"
+    return f"synthetic isl {w.isl} / osl {w.osl}, {load}"
+
+
+def _goal_line(config: SmartSearchConfig) -> str:
+    goal = config.goal
+    head = (
+        f"pareto over {[t.value for t in goal.resolved_pareto_objectives]}" if goal.is_pareto else goal.target.value
+    )
+    if goal.sla is None:
+        return head
+    bounds = {k: v for k, v in goal.sla.model_dump().items() if v is not None}
+    return f"{head}, SLA " + ", ".join(f"{k} {v}" for k, v in bounds.items())
+
+
+def _label(policy: object) -> str:
+    return policy if isinstance(policy, str) else "custom"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Shared pieces of the config models: the strict base model and errors written for people.
+
+Every problem in a config is reported as `field.path: what is wrong (got VALUE)`, so a user can find
+the line to change without reading a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+
+class StrictModel(BaseModel):
+    """Base of every config model: unknown keys are errors, values are checked on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be run. `problems` holds one `(field path, message)` per problem."""
+
+    def __init__(self, problems: list[tuple[str, str]], source: str | None = None):
+        self.problems = problems
+        self.source = source
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        head = f"invalid config {self.source}" if self.source else "invalid config"
+        lines = [f"{head}: {len(self.problems)} problem(s)"]
+        lines += [f"  - {path}: {message}" if path else f"  - {message}" for path, message in self.problems]
+        return "\n".join(lines)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _message(error: dict[str, Any], allowed_keys: list[str] | None) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        hint = f"; allowed keys here: {allowed_keys}" if allowed_keys else ""
+        return f"unknown key{hint}"
+    if kind == "missing":
+        return "required field is missing"
+    message = error["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            message = message[len(prefix) :]
+    if kind == "value_error":
+        return message  # our own validators already name the value
+    value = error.get("input")
+    if isinstance(value, dict | list) and len(repr(value)) > 80:
+        return message
+    return f"{message} (got {_short(value)})"
+
+
+def problems_from(exc: ValidationError, root: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """Turn pydantic's errors into `(field path, message)` pairs in the user's vocabulary."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = tuple(part for part in error["loc"] if not _is_union_tag(part))
+        allowed = _allowed_keys(root, loc[:-1]) if root is not None and error["type"] == "extra_forbidden" else None
+        problems.append((_path(loc), _message(error, allowed)))
+    return problems
+
+
+def first_error(exc: ValidationError) -> str:
+    """One-line summary of the first problem in a nested validation (used inside other validators)."""
+    path, message = problems_from(exc)[0]
+    return f"{path}: {message}" if path else message
+
+
+def _is_union_tag(part: Any) -> bool:
+    # pydantic adds the union member's type name to the location (e.g. 'int', 'dict[str,any]').
+    return isinstance(part, str) and (part in {"str", "int", "float", "bool"} or "[" in part)
+
+
+def _allowed_keys(root: type[BaseModel], loc: tuple[Any, ...]) -> list[str] | None:
+    model: Any = root
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = _model_in(field.annotation)
+        if model is None:
+            return None
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

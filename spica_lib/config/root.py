@@ -1,0 +1,102 @@
+"""`SmartSearchConfig`: the one YAML a user writes — search space, workload, goal and sweep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from spica_lib.config.base import ConfigError, StrictModel, problems_from
+from spica_lib.config.goal import OptimizationGoal, OptimizationTarget
+from spica_lib.config.search_space import SearchSpace
+from spica_lib.config.sweep import (
+    DEFAULT_ALGORITHM,
+    DEFAULT_PARETO_ALGORITHM,
+    MULTI_OBJECTIVE_ALGORITHMS,
+    SweepConfig,
+)
+from spica_lib.config.workload import LOAD_DRIVERS, Workload
+
+DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
+
+
+class SmartSearchConfig(StrictModel):
+    """A whole search request. Validation checks the schema and every cross-field rule."""
+
+    search_space: SearchSpace
+    workload: Workload
+    goal: OptimizationGoal = Field(default_factory=OptimizationGoal)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pareto_sweeps_kv_load_by_default(cls, data: Any) -> Any:
+        # A Pareto goal over a synthetic workload with no load driver sweeps the whole KV-load range.
+        if not isinstance(data, dict) or not _is_pareto(data.get("goal")):
+            return data
+        workload = data.get("workload")
+        if not isinstance(workload, dict) or workload.get("trace_path") is not None:
+            return data
+        if any(workload.get(name) is not None for name in LOAD_DRIVERS):
+            return data
+        return {**data, "workload": {**workload, "kv_load_ratio": list(DEFAULT_PARETO_KV_LOAD_RATIO)}}
+
+    @model_validator(mode="after")
+    def _goal_fits_workload_and_sweep(self) -> SmartSearchConfig:
+        if self.workload.kv_load_ratio_range is not None and not self.goal.is_pareto:
+            raise ValueError(
+                f"workload.kv_load_ratio is a range {self.workload.kv_load_ratio}, which only a 'pareto' goal "
+                f"can sweep (goal.target is {self.goal.target.value!r}); give one number instead"
+            )
+        if self.sweep.algorithm is None:
+            default = DEFAULT_PARETO_ALGORITHM if self.goal.is_pareto else DEFAULT_ALGORITHM
+            self.sweep.algorithm = default
+        elif self.goal.is_pareto and self.sweep.algorithm not in MULTI_OBJECTIVE_ALGORITHMS:
+            raise ValueError(
+                f"sweep.algorithm {self.sweep.algorithm!r} optimises a single metric, but goal.target is 'pareto'; "
+                f"use one of {list(MULTI_OBJECTIVE_ALGORITHMS)}"
+            )
+        return self
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> SmartSearchConfig:
+        """Read and validate a config file; a relative `trace_path` is resolved from the file's folder."""
+        path = Path(path)
+        data = read_yaml_mapping(path)
+        return cls.from_mapping(data, base_dir=path.resolve().parent, source=str(path))
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any], base_dir: Path | None = None, source: str | None = None) -> SmartSearchConfig:
+        context = {"base_dir": str(base_dir or Path.cwd())}
+        try:
+            return cls.model_validate(data, context=context)
+        except ValidationError as exc:
+            raise ConfigError(problems_from(exc, cls), source=source) from None
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError([("", f"config file {str(path)!r} does not exist")], source=str(path))
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        raise ConfigError([("", f"malformed YAML: {exc}")], source=str(path)) from None
+    if not isinstance(data, dict):
+        kind = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(
+            [("", f"malformed YAML: the top level must be a mapping with search_space, workload, goal, sweep; got {kind}")],
+            source=str(path),
+        )
+    return data
+
+
+def _is_pareto(goal: Any) -> bool:
+    if isinstance(goal, OptimizationGoal):
+        return goal.is_pareto
+    if isinstance(goal, dict):
+        target = goal.get("target", OptimizationTarget.THROUGHPUT.value)
+        return target in (OptimizationTarget.PARETO, OptimizationTarget.PARETO.value)
+    return False

@@ -1,0 +1,249 @@
+"""`search_space`: what may vary between candidates, and what is pinned.
+
+Four kinds of field: atomic list knobs (one entry pins, several are searched; every entry must be
+one of the allowed choices), pinned scalars, composite knobs (preset ids or self-contained dicts,
+see `spica_lib.presets`) and `parallel_configs` (empty means "enumerate every legal shape").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
+
+from spica_lib.config.base import StrictModel, first_error
+from spica_lib.presets import COMPOSITE_KNOBS, CompositeEntry
+
+Number = StrictInt | StrictFloat
+
+DEPLOYMENT_MODES = ("disagg", "agg")
+BACKENDS = ("vllm", "sglang", "trtllm")
+
+# Allowed choices for every atomic list knob. The default of each knob is this full list.
+ATOMIC_CHOICES: dict[str, tuple[Any, ...]] = {
+    "deployment_mode": DEPLOYMENT_MODES,
+    "backend": BACKENDS,
+    "prefill_max_num_batched_tokens": (8192, 16384, 32768),
+    "prefill_max_num_seqs": (1, 2, 4, 8, 16, 32, 64, 128, 256),
+    "decode_max_num_batched_tokens": (8192,),
+    "decode_max_num_seqs": (256, 512, 1024),
+    "agg_max_num_batched_tokens": (8192, 16384, 32768),
+    "agg_max_num_seqs": (256, 512, 1024),
+    "router_mode": ("kv_router", "round_robin"),
+    "overlap_score_credit": (0.0, 0.5, 1.0),
+    "prefill_load_scale": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+    "host_cache_hit_weight": (0.5, 0.75, 1.0),
+    "disk_cache_hit_weight": (0.0, 0.25, 0.5),
+    "router_temperature": (0.0, 0.2, 0.5, 1.0),
+}
+
+ROUTER_KV_KNOBS = (
+    "overlap_score_credit",
+    "prefill_load_scale",
+    "host_cache_hit_weight",
+    "disk_cache_hit_weight",
+    "router_temperature",
+)
+ADMISSION_PINS = (
+    "active_decode_blocks_threshold",
+    "active_prefill_tokens_threshold",
+    "active_prefill_tokens_threshold_frac",
+    "no_admission_control",
+)
+SHAPE_KEYS = ("tp", "attention_dp", "moe_tp", "moe_ep", "pp", "replicas")
+
+
+def _choices(name: str) -> Any:
+    return Field(default_factory=lambda: list(ATOMIC_CHOICES[name]))
+
+
+def _presets(name: str) -> Any:
+    return Field(default_factory=lambda: list(COMPOSITE_KNOBS[name].presets))
+
+
+def check_atomic_knob(name: str, values: list[Any]) -> list[Any]:
+    allowed = list(ATOMIC_CHOICES[name])
+    if not values:
+        raise ValueError(f"list at least one choice; allowed: {allowed}")
+    for value in values:
+        if isinstance(value, dict):
+            raise ValueError(f"takes plain values, not a dict entry ({value}); allowed: {allowed}")
+        # bool is an int in Python: refuse it explicitly so `true` never passes for 1.
+        if isinstance(value, bool) or value not in allowed:
+            raise ValueError(f"{value!r} is not a valid choice; allowed: {allowed}")
+    return values
+
+
+def check_composite_knob(name: str, entries: list[CompositeEntry]) -> list[CompositeEntry]:
+    knob = COMPOSITE_KNOBS[name]
+    presets = list(knob.presets)
+    if not entries:
+        raise ValueError(f"list at least one entry; presets: {presets}, or a dict with keys {list(knob.allowed_keys)}")
+    for index, entry in enumerate(entries):
+        if isinstance(entry, str):
+            if entry not in knob.presets:
+                raise ValueError(f"entry {index}: unknown preset {entry!r}; presets: {presets}")
+            continue
+        _check_composite_dict(knob, index, entry)
+    return entries
+
+
+def _check_composite_dict(knob: Any, index: int, entry: dict[str, Any]) -> None:
+    where = f"entry {index}"
+    if not entry:
+        raise ValueError(f"{where}: a dict entry must not be empty; give the keys {list(knob.required_keys)}")
+    unknown = sorted(set(entry) - set(knob.allowed_keys))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {list(knob.allowed_keys)}")
+    missing = [key for key in knob.required_keys if key not in entry]
+    if missing:
+        raise ValueError(
+            f"{where}: missing required keys {missing}; a dict entry replaces a preset as a whole, "
+            f"so it must give {list(knob.required_keys)}"
+        )
+    try:
+        knob.entry_model.model_validate(entry)
+    except ValidationError as exc:
+        raise ValueError(f"{where}: {first_error(exc)}") from None
+
+
+class SearchSpace(StrictModel):
+    """Every knob of a deployment, searched or pinned. Unknown keys are rejected."""
+
+    # deployment
+    deployment_mode: list[str] = _choices("deployment_mode")
+    backend: list[str] = _choices("backend")
+    parallel_configs: list[dict[str, Any]] = Field(default_factory=list)
+    model_name: str = Field(min_length=1)
+    hardware_sku: str = Field(min_length=1)
+    gpu_budget: StrictInt = Field(default=32, ge=1)
+    min_gpu_budget: StrictInt | None = None
+    min_endpoint: StrictInt | None = Field(default=None, ge=1)
+    context_length: StrictInt | None = Field(default=None, ge=1)
+    startup_time: Number | None = Field(default=None, ge=0)
+    aic_nextn: StrictInt | None = Field(default=None, ge=0, le=5)
+
+    # engines, per role
+    prefill_max_num_batched_tokens: list[StrictInt] = _choices("prefill_max_num_batched_tokens")
+    prefill_max_num_seqs: list[StrictInt] = _choices("prefill_max_num_seqs")
+    prefill_block_size: StrictInt = Field(default=64, ge=1)
+    prefill_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
+    prefill_enable_prefix_caching: StrictBool = True
+    decode_max_num_batched_tokens: list[StrictInt] = _choices("decode_max_num_batched_tokens")
+    decode_max_num_seqs: list[StrictInt] = _choices("decode_max_num_seqs")
+    decode_block_size: StrictInt = Field(default=64, ge=1)
+    decode_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
+    decode_enable_prefix_caching: StrictBool = False
+    agg_max_num_batched_tokens: list[StrictInt] = _choices("agg_max_num_batched_tokens")
+    agg_max_num_seqs: list[StrictInt] = _choices("agg_max_num_seqs")
+    agg_block_size: StrictInt = Field(default=64, ge=1)
+    agg_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
+    agg_enable_prefix_caching: StrictBool = True
+
+    # KV offload to host memory (G2)
+    num_g2_blocks: StrictInt = Field(default=0, ge=0)
+    kv_bytes_per_token: StrictInt | None = Field(default=None, gt=0)
+    bandwidth_g1_to_g2_gbps: Number | None = Field(default=None, gt=0)
+    bandwidth_g2_to_g1_gbps: Number | None = Field(default=None, gt=0)
+    offload_batch_size: StrictInt | None = Field(default=None, ge=1)
+
+    # router
+    router_mode: list[str] = _choices("router_mode")
+    overlap_score_credit: list[Number] = _choices("overlap_score_credit")
+    prefill_load_scale: list[Number] = _choices("prefill_load_scale")
+    host_cache_hit_weight: list[Number] = _choices("host_cache_hit_weight")
+    disk_cache_hit_weight: list[Number] = _choices("disk_cache_hit_weight")
+    router_temperature: list[Number] = _choices("router_temperature")
+    active_decode_blocks_threshold: StrictInt | None = None
+    active_prefill_tokens_threshold: StrictInt | None = None
+    active_prefill_tokens_threshold_frac: Number | None = None
+    no_admission_control: StrictBool = False
+
+    # planner composites and the load-predictor grid
+    planner_scaling_policy: list[str | dict[str, Any]] = _presets("planner_scaling_policy")
+    planner_fpm_sampling: list[str | dict[str, Any]] = _presets("planner_fpm_sampling")
+    planner_load_sensitivity: list[str | dict[str, Any]] = _presets("planner_load_sensitivity")
+    load_predictor_candidates: list[str | dict[str, Any]] = _presets("load_predictor_candidates")
+
+    @field_validator(*ATOMIC_CHOICES, mode="after")
+    @classmethod
+    def _atomic_in_choices(cls, values: list[Any], info: Any) -> list[Any]:
+        return check_atomic_knob(info.field_name, values)
+
+    @field_validator(*COMPOSITE_KNOBS, mode="after")
+    @classmethod
+    def _composite_entries(cls, entries: list[CompositeEntry], info: Any) -> list[CompositeEntry]:
+        return check_composite_knob(info.field_name, entries)
+
+    @field_validator("parallel_configs", mode="after")
+    @classmethod
+    def _parallel_entries(cls, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for index, entry in enumerate(entries):
+            if "prefill" in entry or "decode" in entry:
+                extra = sorted(set(entry) - {"prefill", "decode"})
+                if extra or "prefill" not in entry or "decode" not in entry:
+                    raise ValueError(
+                        f"entry {index}: a disagg entry has exactly the keys 'prefill' and 'decode', got {sorted(entry)}"
+                    )
+                for role in ("prefill", "decode"):
+                    _check_shape(f"entry {index}.{role}", entry[role])
+            else:
+                _check_shape(f"entry {index}", entry)
+        return entries
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> SearchSpace:
+        if self.min_gpu_budget is not None and not 0 < self.min_gpu_budget <= self.gpu_budget:
+            raise ValueError(
+                f"min_gpu_budget must satisfy 0 < min_gpu_budget <= gpu_budget "
+                f"(got min_gpu_budget={self.min_gpu_budget}, gpu_budget={self.gpu_budget})"
+            )
+        if self.num_g2_blocks > 0 and self.kv_bytes_per_token is None:
+            raise ValueError(
+                f"kv_bytes_per_token is required when num_g2_blocks > 0 (got num_g2_blocks={self.num_g2_blocks}); "
+                "the replay needs it to size host-memory KV offload"
+            )
+        self._check_admission_pins()
+        self._check_parallel_pins_mode()
+        return self
+
+    def _check_admission_pins(self) -> None:
+        if "kv_router" not in self.router_mode:
+            return  # round robin ignores admission control, so the pins are inert
+        used = [name for name in ADMISSION_PINS if getattr(self, name) not in (None, False)]
+        if used:
+            raise ValueError(
+                f"router admission-control knobs {used} are not supported by the Dynamo replay API "
+                "with router_mode kv_router; remove them so the replay matches the deployment files"
+            )
+
+    def _check_parallel_pins_mode(self) -> None:
+        if not self.parallel_configs:
+            return
+        if len(self.deployment_mode) != 1:
+            raise ValueError(
+                f"parallel_configs pins shapes for one deployment mode, so deployment_mode must list exactly "
+                f"one mode (got {self.deployment_mode})"
+            )
+        is_disagg = [("prefill" in entry) for entry in self.parallel_configs]
+        expected = self.deployment_mode[0] == "disagg"
+        for index, disagg in enumerate(is_disagg):
+            if disagg != expected:
+                kind = "disagg ({prefill:, decode:})" if expected else "agg (a flat shape with tp)"
+                raise ValueError(
+                    f"parallel_configs entry {index} does not match deployment_mode {self.deployment_mode}; "
+                    f"each entry must be an {kind} shape"
+                )
+
+
+def _check_shape(where: str, shape: Any) -> None:
+    if not isinstance(shape, dict):
+        raise ValueError(f"{where}: a parallel shape is a dict like {{tp: 2, replicas: 2}}, got {shape!r}")
+    if "tp" not in shape:
+        raise ValueError(f"{where}: a parallel shape needs 'tp', got {shape}")
+    unknown = sorted(set(shape) - set(SHAPE_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {list(SHAPE_KEYS)}")
+    for key, value in shape.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")

@@ -1,0 +1,29 @@
+"""Per-stage log files: each rule script logs to the file its rule declares."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def stage_log(path: str) -> Iterator[logging.Logger]:
+    """A logger writing to `path` (and stderr) for the duration of one rule script."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    logger = logging.getLogger("spica.stage")
+    logger.setLevel(logging.INFO)
+    handlers = [logging.FileHandler(path, mode="w", encoding="utf-8"), logging.StreamHandler()]
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    try:
+        yield logger
+    except Exception:
+        logger.exception("stage failed")
+        raise
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()

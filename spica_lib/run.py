@@ -1,0 +1,94 @@
+"""Where a run lives: its id, its folder under `results/`, and the path of every artifact in it.
+
+The Snakefile calls `prepare_run` while it is parsed, so a bad config stops the workflow before a
+single job starts or a single file is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.config import ConfigError
+from spica_lib.validate import build_validated_config
+
+RESULTS_ROOT = "results"
+DEFAULT_CONFIG = "config/default.yaml"
+
+
+class RunLayout(BaseModel):
+    """The results tree of one run. Every stage's output path is named here and nowhere else."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str
+    config_file: str
+    config_sha256: str
+    trace_file: str | None
+    root: str = RESULTS_ROOT
+
+    @property
+    def dir(self) -> str:
+        return f"{self.root}/{self.run}"
+
+    @property
+    def config_json(self) -> str:
+        return f"{self.dir}/config.json"
+
+    @property
+    def policies_json(self) -> str:
+        return f"{self.dir}/policies.json"
+
+    def log(self, stage: str) -> str:
+        return f"{self.dir}/logs/{stage}.log"
+
+
+def locate_config(snakemake_config: dict[str, Any], configfiles: list[str], default: str = DEFAULT_CONFIG) -> str:
+    """The Spica YAML for this invocation: `--config spica=FILE`, else the last `--configfile`, else the default."""
+    if snakemake_config.get("spica"):
+        chosen = str(snakemake_config["spica"])
+    elif configfiles:
+        chosen = str(configfiles[-1])
+    else:
+        chosen = default
+    return _stable_path(chosen)
+
+
+def _stable_path(path: str) -> str:
+    # Snakemake compares input paths as strings: spell one file one way, however it was given.
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd()))
+    except ValueError:
+        return str(resolved)
+
+
+def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_ROOT) -> RunLayout:
+    """Validate the config and name its run; refuse to mix a different config into an existing run."""
+    validated = build_validated_config(config_file, run)
+    layout = RunLayout(
+        run=validated.run,
+        config_file=config_file,
+        config_sha256=validated.config_sha256,
+        trace_file=validated.inputs.trace_file,
+        root=root,
+    )
+    existing = Path(layout.config_json)
+    if existing.is_file():
+        # Only the hash is needed; a full model read would also re-check the recorded trace path.
+        recorded = json.loads(existing.read_text(encoding="utf-8")).get("config_sha256", "")
+        if recorded != validated.config_sha256:
+            raise ConfigError(
+                [
+                    (
+                        "run",
+                        f"results/{layout.run} already holds a run of a different config (sha256 {recorded[:12]}); "
+                        "pick another run name, or drop `run=` to use the config's own id",
+                    )
+                ],
+                source=config_file,
+            )
+    return layout
