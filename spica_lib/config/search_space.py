@@ -71,7 +71,8 @@ def check_atomic_knob(name: str, values: list[Any]) -> list[Any]:
         # bool is an int in Python: refuse it explicitly so `true` never passes for 1.
         if isinstance(value, bool) or value not in allowed:
             raise ValueError(f"{value!r} is not a valid choice; allowed: {allowed}")
-    return values
+    # Return the canonical choice, so a YAML 8192.0 is stored as the int 8192.
+    return [allowed[allowed.index(value)] for value in values]
 
 
 def check_composite_knob(name: str, entries: list[CompositeEntry]) -> list[CompositeEntry]:
@@ -111,8 +112,8 @@ class SearchSpace(StrictModel):
     """Every knob of a deployment, searched or pinned. Unknown keys are rejected."""
 
     # deployment
-    deployment_mode: list[str] = _choices("deployment_mode")
-    backend: list[str] = _choices("backend")
+    deployment_mode: list[Any] = _choices("deployment_mode")
+    backend: list[Any] = Field(default_factory=lambda: ["vllm"])
     parallel_configs: list[dict[str, Any]] = Field(default_factory=list)
     model_name: str = Field(min_length=1)
     hardware_sku: str = Field(min_length=1)
@@ -124,18 +125,18 @@ class SearchSpace(StrictModel):
     aic_nextn: StrictInt | None = Field(default=None, ge=0, le=5)
 
     # engines, per role
-    prefill_max_num_batched_tokens: list[StrictInt] = _choices("prefill_max_num_batched_tokens")
-    prefill_max_num_seqs: list[StrictInt] = _choices("prefill_max_num_seqs")
+    prefill_max_num_batched_tokens: list[Any] = _choices("prefill_max_num_batched_tokens")
+    prefill_max_num_seqs: list[Any] = _choices("prefill_max_num_seqs")
     prefill_block_size: StrictInt = Field(default=64, ge=1)
     prefill_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
     prefill_enable_prefix_caching: StrictBool = True
-    decode_max_num_batched_tokens: list[StrictInt] = _choices("decode_max_num_batched_tokens")
-    decode_max_num_seqs: list[StrictInt] = _choices("decode_max_num_seqs")
+    decode_max_num_batched_tokens: list[Any] = _choices("decode_max_num_batched_tokens")
+    decode_max_num_seqs: list[Any] = _choices("decode_max_num_seqs")
     decode_block_size: StrictInt = Field(default=64, ge=1)
     decode_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
     decode_enable_prefix_caching: StrictBool = False
-    agg_max_num_batched_tokens: list[StrictInt] = _choices("agg_max_num_batched_tokens")
-    agg_max_num_seqs: list[StrictInt] = _choices("agg_max_num_seqs")
+    agg_max_num_batched_tokens: list[Any] = _choices("agg_max_num_batched_tokens")
+    agg_max_num_seqs: list[Any] = _choices("agg_max_num_seqs")
     agg_block_size: StrictInt = Field(default=64, ge=1)
     agg_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
     agg_enable_prefix_caching: StrictBool = True
@@ -148,12 +149,12 @@ class SearchSpace(StrictModel):
     offload_batch_size: StrictInt | None = Field(default=None, ge=1)
 
     # router
-    router_mode: list[str] = _choices("router_mode")
-    overlap_score_credit: list[Number] = _choices("overlap_score_credit")
-    prefill_load_scale: list[Number] = _choices("prefill_load_scale")
-    host_cache_hit_weight: list[Number] = _choices("host_cache_hit_weight")
-    disk_cache_hit_weight: list[Number] = _choices("disk_cache_hit_weight")
-    router_temperature: list[Number] = _choices("router_temperature")
+    router_mode: list[Any] = _choices("router_mode")
+    overlap_score_credit: list[Any] = _choices("overlap_score_credit")
+    prefill_load_scale: list[Any] = _choices("prefill_load_scale")
+    host_cache_hit_weight: list[Any] = _choices("host_cache_hit_weight")
+    disk_cache_hit_weight: list[Any] = _choices("disk_cache_hit_weight")
+    router_temperature: list[Any] = _choices("router_temperature")
     active_decode_blocks_threshold: StrictInt | None = None
     active_prefill_tokens_threshold: StrictInt | None = None
     active_prefill_tokens_threshold_frac: Number | None = None

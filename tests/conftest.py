@@ -1,0 +1,53 @@
+"""Shared helpers: a minimal valid config to vary, and assertions on config problems."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from spica_lib.config import ConfigError, SmartSearchConfig
+
+REPO = Path(__file__).resolve().parents[1]
+TRACE = REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
+
+BASE: dict[str, Any] = {
+    "search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm"},
+    "workload": {"isl": 1024, "osl": 128, "request_rate": 4.0, "num_request_ratio": 10},
+}
+
+
+def config_data(**sections: dict[str, Any]) -> dict[str, Any]:
+    """A valid config dict with each given section's keys merged over the base (None deletes a key)."""
+    data = copy.deepcopy(BASE)
+    for name, values in sections.items():
+        section = data.setdefault(name, {})
+        for key, value in values.items():
+            if value is None:
+                section.pop(key, None)
+            else:
+                section[key] = value
+    return data
+
+
+def build(data: dict[str, Any], base_dir: Path | None = None) -> SmartSearchConfig:
+    return SmartSearchConfig.from_mapping(data, base_dir=base_dir)
+
+
+def rejected(data: dict[str, Any], path: str, *fragments: str) -> str:
+    """Assert the config is rejected with a problem at `path` whose message holds every fragment."""
+    with pytest.raises(ConfigError) as caught:
+        build(data)
+    for where, message in caught.value.problems:
+        if where == path and all(f in message for f in fragments):
+            return message
+    raise AssertionError(f"no problem at {path!r} containing {fragments}; got {caught.value.problems}")
+
+
+def write_yaml(folder: Path, data: Any, name: str = "spica.yaml") -> Path:
+    path = folder / name
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path

@@ -1,0 +1,60 @@
+"""`spica validate` and `spica schema`: output and exit codes."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, config_data, write_yaml
+from spica_lib.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def test_validate_prints_a_summary_and_exits_0(capsys):
+    assert main(["validate", str(REPO / "config" / "default.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "valid — run id" in out
+    assert "Qwen/Qwen3-32B on h200_sxm, gpu_budget 8" in out
+    assert "vllm (perf DB" in out and "sglang (perf DB" in out
+    assert "agg" in out and "disagg" in out and "knob combinations" in out
+
+
+def test_validate_shows_the_kv_load_range_of_a_pareto_study(capsys):
+    assert main(["validate", str(REPO / "config" / "examples" / "pareto_kv_load.yaml")]) == 0
+    assert "kv_load_ratio (continuous 0.1 to 1.0)" in capsys.readouterr().out
+
+
+def test_invalid_config_exits_2_with_the_field(tmp_path, capsys):
+    path = write_yaml(tmp_path, config_data(search_space={"backend": ["tgi"]}))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "invalid config" in err and "search_space.backend" in err and "'tgi'" in err
+
+
+def test_malformed_yaml_exits_2(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("goal: {target: [\n")
+    assert main(["validate", str(path)]) == 2
+    assert "malformed YAML" in capsys.readouterr().err
+
+
+def test_missing_file_exits_2(capsys):
+    assert main(["validate", "/nonexistent.yaml"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_schema_is_json_schema(capsys):
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert "search_space" in schema["properties"] and "$defs" in schema
+
+
+def test_console_script_is_installed():
+    spica = shutil.which("spica") or str(REPO / ".venv" / "bin" / "spica")
+    done = subprocess.run([spica, "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "validate" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "spica_lib.cli", "validate", "/nonexistent.yaml"], capture_output=True, text=True, check=False)
+    assert done.returncode == 2

@@ -1,0 +1,121 @@
+"""goal and sweep: targets, SLA requirements, Pareto objectives, and the sweep's bounds."""
+
+import pytest
+
+from conftest import build, config_data, rejected
+from spica_lib.config import OptimizationTarget as T
+
+SLA = {"ttft_ms": 2000, "itl_ms": 50}
+
+
+def test_goal_defaults_to_throughput_without_sla():
+    goal = build(config_data()).goal
+    assert goal.target is T.THROUGHPUT and goal.sla is None and not goal.is_pareto
+
+
+@pytest.mark.parametrize(
+    "target, maximize, planner",
+    [
+        (T.THROUGHPUT, True, "throughput"),
+        (T.THROUGHPUT_PER_GPU, True, "throughput"),
+        (T.THROUGHPUT_PER_USER, True, "throughput"),
+        (T.E2E_LATENCY, False, "latency"),
+        (T.GOODPUT, True, "sla"),
+        (T.GOODPUT_PER_GPU, True, "sla"),
+    ],
+)
+def test_direction_and_planner_target(target, maximize, planner):
+    assert target.maximize is maximize
+    assert target.planner_optimization_target == planner
+
+
+def test_pareto_has_no_scalar_direction_but_a_planner_target():
+    with pytest.raises(ValueError, match="no single direction"):
+        T.PARETO.maximize
+    assert T.PARETO.planner_optimization_target == "throughput"
+
+
+@pytest.mark.parametrize("target", ["goodput", "goodput_per_gpu"])
+def test_goodput_needs_an_sla(target):
+    rejected(config_data(goal={"target": target}), "goal", "SLA", "ttft_ms and itl_ms")
+    rejected(config_data(goal={"target": target, "sla": {"ttft_ms": 500}}), "goal", target)
+    assert build(config_data(goal={"target": target, "sla": SLA})).goal.sla.seeds_planner
+    assert build(config_data(goal={"target": target, "sla": {"e2e_ms": 9000}})).goal.sla.defines_goodput
+
+
+def test_throughput_per_gpu_needs_no_sla():
+    assert build(config_data(goal={"target": "throughput_per_gpu"})).goal.sla is None
+
+
+@pytest.mark.parametrize("field", ["ttft_ms", "itl_ms", "e2e_ms"])
+def test_sla_bounds_must_be_positive(field):
+    rejected(config_data(goal={"target": "goodput", "sla": {**SLA, field: 0}}), f"goal.sla.{field}")
+
+
+def test_unknown_target_is_rejected():
+    rejected(config_data(goal={"target": "cheapest"}), "goal.target", "'cheapest'")
+
+
+def test_pareto_defaults_and_custom_objectives():
+    data = config_data(workload={"request_rate": None}, goal={"target": "pareto"})
+    config = build(data)
+    assert config.goal.resolved_pareto_objectives == [T.THROUGHPUT_PER_GPU, T.THROUGHPUT_PER_USER]
+    assert config.workload.kv_load_ratio == [0.0, 1.0]  # injected for a Pareto sweep with no load driver
+    custom = build(
+        config_data(goal={"target": "pareto", "pareto_objectives": ["goodput_per_gpu", "e2e_latency"], "sla": SLA})
+    ).goal
+    assert custom.objectives == [T.GOODPUT_PER_GPU, T.E2E_LATENCY]
+
+
+def test_pareto_default_load_is_not_injected_when_a_driver_or_trace_is_given():
+    config = build(config_data(goal={"target": "pareto"}))
+    assert config.workload.kv_load_ratio is None and config.workload.request_rate == 4.0
+
+
+def test_pareto_objective_rules():
+    rejected(config_data(goal={"pareto_objectives": ["throughput", "e2e_latency"]}), "goal", "only applies when target is 'pareto'")
+    rejected(config_data(goal={"target": "pareto", "pareto_objectives": []}), "goal", "at least 2")
+    rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput"]}), "goal", "at least 2")
+    rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "throughput"]}), "goal", "distinct")
+    rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "pareto"]}), "goal", "cannot contain 'pareto'")
+    rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "goodput"]}), "goal", "['goodput']", "SLA")
+
+
+def test_sweep_defaults():
+    sweep = build(config_data()).sweep
+    assert (sweep.max_rounds, sweep.parallel_evals, sweep.candidates_per_round) == (20, 16, None)
+    assert sweep.max_eval_seconds == 600.0 and sweep.seed == 0 and sweep.top_k == 3
+    assert sweep.per_round == 16
+    assert build(config_data(sweep={"candidates_per_round": 4})).sweep.per_round == 4
+
+
+@pytest.mark.parametrize("field", ["max_rounds", "parallel_evals", "candidates_per_round", "max_eval_seconds", "top_k"])
+def test_sweep_sizes_must_be_positive(field):
+    rejected(config_data(sweep={field: 0}), f"sweep.{field}")
+
+
+def test_sweep_seed_is_a_non_negative_int():
+    assert build(config_data(sweep={"seed": 42})).sweep.seed == 42
+    rejected(config_data(sweep={"seed": -1}), "sweep.seed")
+    rejected(config_data(sweep={"seed": 1.5}), "sweep.seed")
+
+
+def test_time_limit_can_be_disabled():
+    data = config_data()
+    data["sweep"] = {"max_eval_seconds": None}
+    assert build(data).sweep.max_eval_seconds is None
+
+
+def test_algorithm_default_depends_on_the_goal_and_is_filled_in():
+    assert build(config_data()).sweep.algorithm == "eagle"
+    pareto = build(config_data(goal={"target": "pareto"}))
+    assert pareto.sweep.algorithm == "nsga2"
+    assert build(config_data(sweep={"algorithm": "gp_ucb_pe"})).sweep.algorithm == "gp_ucb_pe"
+
+
+def test_unknown_algorithm_lists_the_offered_ones():
+    rejected(config_data(sweep={"algorithm": "simulated_annealing"}), "sweep.algorithm", "'eagle'", "'nsga2'")
+
+
+def test_single_metric_algorithm_cannot_drive_a_pareto_goal():
+    rejected(config_data(goal={"target": "pareto"}, sweep={"algorithm": "eagle"}), "", "single metric", "nsga2")

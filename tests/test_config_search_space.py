@@ -1,0 +1,161 @@
+"""search_space: choices, composites, pinned scalars, cross-field rules, parallel pins."""
+
+import pytest
+
+from conftest import build, config_data, rejected
+from spica_lib.config.search_space import ATOMIC_CHOICES
+
+SCALING_DICT = {
+    "enable_throughput_scaling": True,
+    "enable_load_scaling": False,
+    "throughput_adjustment_interval_seconds": 240,
+    "load_adjustment_interval_seconds": 5,
+}
+
+
+def test_defaults_fill_in():
+    ss = build(config_data()).search_space
+    assert ss.gpu_budget == 32
+    assert ss.deployment_mode == ["disagg", "agg"] and ss.backend == ["vllm"]
+    assert ss.prefill_block_size == 64 and ss.decode_enable_prefix_caching is False
+    assert ss.prefill_max_num_seqs == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert len(ss.load_predictor_candidates) == 11
+    assert "disabled" in ss.planner_scaling_policy and len(ss.planner_scaling_policy) == 7
+    assert ss.router_mode == ["kv_router", "round_robin"]
+
+
+@pytest.mark.parametrize("knob", sorted(ATOMIC_CHOICES))
+def test_every_atomic_knob_takes_a_subset_and_rejects_others(knob):
+    subset = list(ATOMIC_CHOICES[knob])[-1:]
+    assert getattr(build(config_data(search_space={knob: subset})).search_space, knob) == subset
+    rejected(config_data(search_space={knob: [*subset, 999]}), f"search_space.{knob}", "999", "allowed")
+    rejected(config_data(search_space={knob: []}), f"search_space.{knob}", "at least one")
+
+
+def test_out_of_choice_values_named_in_the_error():
+    rejected(config_data(search_space={"router_mode": ["bogus"]}), "search_space.router_mode", "'bogus'", "kv_router")
+    rejected(config_data(search_space={"prefill_max_num_seqs": [999]}), "search_space.prefill_max_num_seqs", "999")
+    rejected(
+        config_data(search_space={"planner_scaling_policy": ["sometimes"]}),
+        "search_space.planner_scaling_policy",
+        "unknown preset 'sometimes'",
+    )
+
+
+def test_dict_entry_on_a_plain_knob_is_rejected():
+    rejected(config_data(search_space={"router_mode": [{"mode": "kv_router"}]}), "search_space.router_mode")
+
+
+def test_booleans_do_not_pass_for_numbers():
+    rejected(config_data(search_space={"overlap_score_credit": [True]}), "search_space.overlap_score_credit")
+    rejected(config_data(search_space={"gpu_budget": True}), "search_space.gpu_budget")
+
+
+def test_strings_do_not_pass_for_numbers():
+    rejected(config_data(search_space={"agg_max_num_seqs": ["256"]}), "search_space.agg_max_num_seqs")
+
+
+def test_composite_dicts_accepted():
+    data = config_data(
+        search_space={
+            "planner_scaling_policy": ["disabled", SCALING_DICT],
+            "planner_fpm_sampling": [{"max_num_fpm_samples": 96, "fpm_sample_bucket_size": 16}],
+            "load_predictor_candidates": [{"load_predictor": "prophet", "prophet_window_size": 20}],
+        }
+    )
+    ss = build(data).search_space
+    assert ss.planner_scaling_policy[1] == SCALING_DICT
+    assert ss.load_predictor_candidates == [{"load_predictor": "prophet", "prophet_window_size": 20}]
+
+
+def test_composite_dict_problems():
+    knob = "search_space.planner_scaling_policy"
+    rejected(config_data(search_space={"planner_scaling_policy": [{**SCALING_DICT, "x": 1}]}), knob, "unknown keys ['x']")
+    partial = {"enable_throughput_scaling": True}
+    rejected(config_data(search_space={"planner_scaling_policy": [partial]}), knob, "missing required keys")
+    rejected(config_data(search_space={"planner_scaling_policy": [{}]}), knob, "must not be empty")
+    rejected(
+        config_data(search_space={"load_predictor_candidates": [{"prophet_window_size": 20}]}),
+        "search_space.load_predictor_candidates",
+        "missing required keys ['load_predictor']",
+    )
+    rejected(
+        config_data(search_space={"planner_fpm_sampling": [{"max_num_fpm_samples": 64, "fpm_sample_bucket_size": 10}]}),
+        "search_space.planner_fpm_sampling",
+        "perfect square",
+    )
+    rejected(config_data(search_space={"planner_load_sensitivity": []}), "search_space.planner_load_sensitivity", "at least one")
+
+
+def test_gpu_budget_bounds():
+    rejected(config_data(search_space={"gpu_budget": 0}), "search_space.gpu_budget", "greater than or equal to 1")
+    ss = build(config_data(search_space={"gpu_budget": 32, "min_gpu_budget": 8})).search_space
+    assert (ss.min_gpu_budget, ss.gpu_budget) == (8, 32)
+    rejected(config_data(search_space={"gpu_budget": 8, "min_gpu_budget": 16}), "search_space", "min_gpu_budget=16", "gpu_budget=8")
+    rejected(config_data(search_space={"min_gpu_budget": 0}), "search_space", "0 < min_gpu_budget")
+
+
+def test_aic_nextn_is_an_mtp_depth_0_to_5():
+    assert build(config_data(search_space={"aic_nextn": 2})).search_space.aic_nextn == 2
+    rejected(config_data(search_space={"aic_nextn": 6}), "search_space.aic_nextn", "less than or equal to 5")
+    rejected(config_data(search_space={"aic_nextn": -1}), "search_space.aic_nextn")
+
+
+def test_pinned_scalars_are_checked():
+    rejected(config_data(search_space={"agg_gpu_memory_utilization": 1.5}), "search_space.agg_gpu_memory_utilization")
+    rejected(config_data(search_space={"decode_block_size": 0}), "search_space.decode_block_size")
+    rejected(config_data(search_space={"context_length": 0}), "search_space.context_length")
+    rejected(config_data(search_space={"model_name": ""}), "search_space.model_name")
+
+
+def test_host_offload_needs_kv_bytes_per_token():
+    rejected(config_data(search_space={"num_g2_blocks": 128}), "search_space", "kv_bytes_per_token is required")
+    ok = build(config_data(search_space={"num_g2_blocks": 128, "kv_bytes_per_token": 4096})).search_space
+    assert ok.num_g2_blocks == 128
+    rejected(config_data(search_space={"kv_bytes_per_token": 0}), "search_space.kv_bytes_per_token")
+    rejected(config_data(search_space={"kv_bytes_per_token": -1}), "search_space.kv_bytes_per_token")
+    rejected(config_data(search_space={"num_g2_blocks": -1}), "search_space.num_g2_blocks")
+
+
+@pytest.mark.parametrize(
+    "pin",
+    [
+        {"active_decode_blocks_threshold": 10},
+        {"active_prefill_tokens_threshold": 1000},
+        {"active_prefill_tokens_threshold_frac": 0.5},
+        {"no_admission_control": True},
+    ],
+)
+def test_admission_pins_rejected_under_kv_router_and_inert_under_round_robin(pin):
+    rejected(config_data(search_space={"router_mode": ["kv_router"], **pin}), "search_space", "not supported by the Dynamo replay")
+    build(config_data(search_space={"router_mode": ["round_robin"], **pin}))
+
+
+def test_parallel_pins_need_exactly_one_mode():
+    rejected(config_data(search_space={"parallel_configs": [{"tp": 1, "replicas": 2}]}), "search_space", "exactly one mode")
+    ss = build(
+        config_data(search_space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 1, "replicas": 2}]})
+    ).search_space
+    assert ss.parallel_configs == [{"tp": 1, "replicas": 2}]
+
+
+def test_parallel_pin_shapes():
+    agg = {"deployment_mode": ["agg"]}
+    disagg = {"deployment_mode": ["disagg"]}
+    path = "search_space.parallel_configs"
+    rejected(config_data(search_space={**agg, "parallel_configs": [{"replicas": 2}]}), path, "needs 'tp'")
+    rejected(config_data(search_space={**agg, "parallel_configs": [{"tp": 2, "width": 2}]}), path, "unknown keys ['width']")
+    rejected(config_data(search_space={**agg, "parallel_configs": [{"tp": 0}]}), path, "positive integer")
+    rejected(config_data(search_space={**disagg, "parallel_configs": [{"prefill": {"tp": 1}}]}), path, "'prefill' and 'decode'")
+    rejected(config_data(search_space={**disagg, "parallel_configs": [{"prefill": 1, "decode": {"tp": 1}}]}), path, "entry 0.prefill")
+    rejected(config_data(search_space={**disagg, "parallel_configs": [{"prefill": {"tp": 1}, "decode": {"replicas": 1}}]}), path, "entry 0.decode", "needs 'tp'")
+    rejected(config_data(search_space={**disagg, "parallel_configs": [{"tp": 1}]}), "search_space", "disagg")
+    rejected(config_data(search_space={**agg, "parallel_configs": [{"prefill": {"tp": 1}, "decode": {"tp": 1}}]}), "search_space", "agg")
+    rejected(config_data(search_space={**agg, "parallel_configs": [3]}), "search_space.parallel_configs[0]")
+    good = [{"prefill": {"tp": 2, "replicas": 2}, "decode": {"tp": 4}}]
+    assert build(config_data(search_space={**disagg, "parallel_configs": good})).search_space.parallel_configs == good
+
+
+def test_whole_floats_are_stored_as_the_canonical_choice():
+    ss = build(config_data(search_space={"agg_max_num_batched_tokens": [8192.0]})).search_space
+    assert ss.agg_max_num_batched_tokens == [8192] and isinstance(ss.agg_max_num_batched_tokens[0], int)

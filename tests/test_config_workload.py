@@ -1,0 +1,145 @@
+"""workload: the four load shapes, their rules, trace files, and request counts."""
+
+import json
+
+import pytest
+
+from conftest import TRACE, build, config_data, rejected
+
+SYNTH = {"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None}
+
+
+def test_request_count_scales_with_the_load_driver():
+    rate = build(config_data(workload={"request_rate": 25, "num_request_ratio": 4})).workload
+    assert rate.resolved_request_count() == 100
+    closed = build(config_data(workload={"request_rate": None, "concurrency": 256, "num_request_ratio": 10})).workload
+    assert closed.resolved_request_count() == 2560
+    assert closed.resolved_request_count(override=8) == 80
+    assert closed.effective_in_flight_cap() == 256 and closed.effective_in_flight_cap(override=8) == 8
+    assert rate.effective_in_flight_cap() is None
+    assert rate.synthetic_arrival_interval_ms == 40.0
+
+
+def test_kv_load_request_count_needs_the_candidates_concurrency():
+    ratio = build(config_data(workload={"request_rate": None, "kv_load_ratio": 0.5})).workload
+    with pytest.raises(ValueError, match="concurrency"):
+        ratio.resolved_request_count()
+    assert ratio.resolved_request_count(override=12) == 120
+
+
+def test_concurrency_must_be_a_positive_whole_number():
+    base = {"request_rate": None}
+    rejected(config_data(workload={**base, "concurrency": 1.9}), "workload.concurrency")
+    assert build(config_data(workload={**base, "concurrency": 4.0})).workload.concurrency == 4
+    assert isinstance(build(config_data(workload={**base, "concurrency": 4})).workload.concurrency, int)
+    rejected(config_data(workload={**base, "concurrency": 0}), "workload", "concurrency must be a positive integer")
+    rejected(config_data(workload={**base, "concurrency": [4, 8]}), "workload.concurrency")
+    rejected(config_data(workload={**base, "concurrency": True}), "workload.concurrency")
+
+
+def test_synthetic_needs_exactly_one_load_driver():
+    rejected(config_data(workload={"request_rate": None}), "workload", "exactly one of request_rate, concurrency or kv_load_ratio")
+    rejected(config_data(workload={"concurrency": 8}), "workload", "exactly one", "request_rate", "concurrency")
+
+
+def test_synthetic_needs_lengths_and_request_ratio():
+    rejected(config_data(workload={"num_request_ratio": None}), "workload", "requires ['num_request_ratio']")
+    rejected(config_data(workload={"isl": None, "osl": None}), "workload", "requires ['isl', 'osl']")
+
+
+@pytest.mark.parametrize("field", ["request_rate", "isl", "osl", "num_request_ratio"])
+def test_synthetic_sizes_must_be_positive(field):
+    rejected(config_data(workload={field: 0}), "workload", f"{field} must be positive")
+
+
+def test_replay_concurrency_is_for_traces_only():
+    rejected(config_data(workload={"replay_concurrency": 8}), "workload", "replay_concurrency is for trace workloads")
+
+
+def test_scalar_kv_load_ratio_for_any_goal_and_ranges_only_for_pareto():
+    scalar = build(config_data(workload={"request_rate": None, "kv_load_ratio": 0.6})).workload
+    assert scalar.kv_load_ratio == 0.6 and scalar.kv_load_ratio_range is None
+    rejected(config_data(workload={"request_rate": None, "kv_load_ratio": [0.2, 0.8]}), "", "only a 'pareto' goal")
+    pareto = build(config_data(workload={"request_rate": None, "kv_load_ratio": [0.2, 0.8]}, goal={"target": "pareto"}))
+    assert pareto.workload.kv_load_ratio_range == (0.2, 0.8)
+
+
+def test_kv_load_ratio_above_one_oversubscribes_and_is_allowed():
+    assert build(config_data(workload={"request_rate": None, "kv_load_ratio": 1.5})).workload.kv_load_ratio == 1.5
+
+
+@pytest.mark.parametrize(
+    "ratio, fragment",
+    [
+        ([], "exactly [min, max]"),
+        ([0.0], "exactly [min, max]"),
+        ([0.0, 0.5, 1.0], "exactly [min, max]"),
+        ([-0.1, 1.0], "finite and >= 0"),
+        ([1.0, 1.0], "min < max"),
+        (float("inf"), "finite"),
+        (-0.5, "finite and >= 0"),
+    ],
+)
+def test_bad_kv_load_ratios(ratio, fragment):
+    data = config_data(workload={"request_rate": None, "kv_load_ratio": ratio}, goal={"target": "pareto"})
+    rejected(data, "workload", fragment)
+
+
+def trace_workload(path):
+    return {**SYNTH, "trace_path": str(path)}
+
+
+def test_trace_workload_resolves_relative_to_the_config_folder(tmp_path):
+    (tmp_path / "traces").mkdir()
+    copy = tmp_path / "traces" / "t.jsonl"
+    copy.write_text(TRACE.read_text().splitlines()[0] + "\n")
+    config = build(config_data(workload=trace_workload("traces/t.jsonl")), base_dir=tmp_path)
+    assert config.workload.trace_path == str(copy.resolve())
+    assert config.workload.is_trace_based and not config.workload.is_synthetic
+
+
+def test_trace_must_exist(tmp_path):
+    rejected(config_data(workload=trace_workload(tmp_path / "missing.jsonl")), "workload.trace_path", "does not exist")
+
+
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        ("not json", "line 1 is not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        (json.dumps({"timestamp": 0, "output_length": 3}), "input_length"),
+        (json.dumps({"timestamp": -5, "input_length": 10, "output_length": 3}), "timestamp"),
+        (json.dumps({"timestamp": 0, "input_length": "10", "output_length": 3}), "input_length"),
+    ],
+)
+def test_trace_lines_must_be_mooncake_records(tmp_path, line, fragment):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n")
+    rejected(config_data(workload=trace_workload(path)), "workload.trace_path", "not a Mooncake JSONL trace", fragment)
+
+
+def test_empty_trace_is_rejected(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n\n")
+    rejected(config_data(workload=trace_workload(path)), "workload.trace_path", "no records")
+
+
+def test_trace_workload_rejects_synthetic_fields():
+    data = config_data(workload={"trace_path": str(TRACE)})
+    rejected(data, "workload", "trace workload", "isl", "request_rate")
+
+
+def test_trace_replay_concurrency_is_the_closed_loop_cap():
+    w = build(config_data(workload={**trace_workload(TRACE), "replay_concurrency": 32})).workload
+    assert w.effective_in_flight_cap() == 32 and w.effective_in_flight_cap(override=4) == 32
+    rejected(config_data(workload={**trace_workload(TRACE), "replay_concurrency": 0}), "workload", "positive integer")
+
+
+def test_arrival_speedup_must_be_positive():
+    rejected(config_data(workload={**trace_workload(TRACE), "arrival_speedup_ratio": 0}), "workload.arrival_speedup_ratio")
+    w = build(config_data(workload={**trace_workload(TRACE), "arrival_speedup_ratio": 2.5})).workload
+    assert w.arrival_speedup_ratio == 2.5
+
+
+def test_only_the_mooncake_format_is_known():
+    rejected(config_data(workload={**trace_workload(TRACE), "trace_format": "sharegpt"}), "workload.trace_format")

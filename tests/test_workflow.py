@@ -1,0 +1,59 @@
+"""The real Snakemake workflow: stages run, reruns do nothing, bad configs write nothing."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, config_data, write_yaml
+from spica_lib.artifacts import read_model
+from spica_lib.policies import PolicyFilter
+from spica_lib.validate import ValidatedConfig
+
+pytestmark = pytest.mark.slow
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "workflow" / "Snakefile"), "--cores", "2"]
+
+
+def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKEMAKE, "--directory", str(workdir), *args], capture_output=True, text=True, check=False)
+
+
+def test_default_config_runs_the_first_stages_and_a_rerun_does_nothing(tmp_path):
+    config = REPO / "config" / "default.yaml"
+    first = snakemake(tmp_path, "--config", f"spica={config}")
+    assert first.returncode == 0, first.stderr
+    runs = list((tmp_path / "results").iterdir())
+    assert len(runs) == 1
+    validated = read_model(runs[0] / "config.json", ValidatedConfig)
+    assert validated.run == runs[0].name == validated.config_sha256[:12]
+    policies = read_model(runs[0] / "policies.json", PolicyFilter)
+    assert policies.kept == validated.config.search_space.planner_scaling_policy
+    assert (runs[0] / "logs" / "validate.log").read_text()
+
+    again = snakemake(tmp_path, "--config", f"spica={config}")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_configfile_form_and_run_name(tmp_path):
+    path = write_yaml(tmp_path, config_data(goal={"target": "throughput"}, search_space={"planner_scaling_policy": ["disabled", "throughput_180_5"]}))
+    done = snakemake(tmp_path, "--configfile", str(path), "--config", "run=mine")
+    assert done.returncode == 0, done.stderr
+    policies = json.loads((tmp_path / "results" / "mine" / "policies.json").read_text())
+    assert policies["kept"] == ["disabled"] and policies["dropped"][0]["label"] == "throughput_180_5"
+
+
+def test_bad_config_stops_before_any_job_and_writes_nothing(tmp_path):
+    path = write_yaml(tmp_path, config_data(search_space={"gpu_budget": 0}))
+    done = snakemake(tmp_path, "--config", f"spica={path}")
+    assert done.returncode != 0
+    assert "search_space.gpu_budget" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_dry_run_lists_the_stages(tmp_path):
+    done = snakemake(tmp_path, "--config", f"spica={REPO / 'config' / 'default.yaml'}", "-n")
+    assert done.returncode == 0, done.stderr
+    assert "validate" in done.stdout and "policies" in done.stdout
+    assert not (tmp_path / "results").exists()
