@@ -76,7 +76,12 @@ def check_catalog(sku: str, model_name: str, backends: list[str]) -> tuple[Catal
     databases = supported_databases()
     versions = {backend: resolve_backend_version(sku, backend) for backend in backends}
     if sku not in databases:
-        problems.append(("search_space.hardware_sku", f"{sku!r} has no aiconfigurator perf data; known systems: {sorted(databases)}"))
+        problems.append(
+            (
+                "search_space.hardware_sku",
+                f"{sku!r} has no aiconfigurator perf data; known systems: {sorted(databases)}",
+            )
+        )
     elif not any(versions.values()):
         offered = {backend: resolve_backend_version(sku, backend) for backend in sorted(databases[sku])}
         usable = sorted(b for b, v in offered.items() if v)

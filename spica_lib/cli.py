@@ -1,7 +1,7 @@
 """`spica`: command-line entry points around the library (the workflow itself runs in Snakemake).
 
-    spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
-    spica schema          JSON Schema of the config file, for editors
+spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
+spica schema          JSON Schema of the config file, for editors
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _validate(path: str) -> int:
 def summary(path: str, validated: ValidatedConfig) -> str:
     """One screen: what will be searched, against what traffic, for which goal."""
     config = validated.config
-    ss, goal, sweep = config.search_space, config.goal, config.sweep
+    ss, sweep = config.search_space, config.sweep
     policies = apply_policy_filters(config)
     versions = validated.catalog.perf_db_versions
     backends = ", ".join(f"{b} (perf DB {v})" if v else f"{b} (no perf DB: skipped)" for b, v in versions.items())
@@ -56,7 +56,11 @@ def summary(path: str, validated: ValidatedConfig) -> str:
         f"  workload   {_workload_line(config)}",
         f"  goal       {_goal_line(config)}",
         f"  policies   kept {[_label(p) for p in policies.kept]}"
-        + (f", dropped {[d.label for d in policies.dropped]} ({policies.dropped[0].reason})" if policies.dropped else ""),
+        + (
+            f", dropped {[d.label for d in policies.dropped]} ({policies.dropped[0].reason})"
+            if policies.dropped
+            else ""
+        ),
         "  branches",
     ]
     for mode in dict.fromkeys(ss.deployment_mode):
@@ -92,9 +96,7 @@ def _workload_line(config: SmartSearchConfig) -> str:
 
 def _goal_line(config: SmartSearchConfig) -> str:
     goal = config.goal
-    head = (
-        f"pareto over {[t.value for t in goal.resolved_pareto_objectives]}" if goal.is_pareto else goal.target.value
-    )
+    head = f"pareto over {[t.value for t in goal.resolved_pareto_objectives]}" if goal.is_pareto else goal.target.value
     if goal.sla is None:
         return head
     bounds = {k: v for k, v in goal.sla.model_dump().items() if v is not None}

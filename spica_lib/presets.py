@@ -33,7 +33,7 @@ class ScalingPolicy(_Frozen):
         return self.enable_throughput_scaling or self.enable_load_scaling
 
     @model_validator(mode="after")
-    def _interval_for_each_enabled_mode(self) -> "ScalingPolicy":
+    def _interval_for_each_enabled_mode(self) -> ScalingPolicy:
         # An enabled scaling mode without its interval would only fail inside the planner, mid-sweep.
         for mode in ("throughput", "load"):
             interval = f"{mode}_adjustment_interval_seconds"
@@ -146,13 +146,9 @@ LOAD_PREDICTOR_PRESETS: dict[str, LoadPredictorSpec] = {
     "arima_raw": LoadPredictorSpec(load_predictor="arima"),
     "arima_log1p": LoadPredictorSpec(load_predictor="arima", load_predictor_log1p=True),
     "prophet_w20_raw": LoadPredictorSpec(load_predictor="prophet", prophet_window_size=20),
-    "prophet_w20_log1p": LoadPredictorSpec(
-        load_predictor="prophet", load_predictor_log1p=True, prophet_window_size=20
-    ),
+    "prophet_w20_log1p": LoadPredictorSpec(load_predictor="prophet", load_predictor_log1p=True, prophet_window_size=20),
     "prophet_w50_raw": LoadPredictorSpec(load_predictor="prophet", prophet_window_size=50),
-    "prophet_w50_log1p": LoadPredictorSpec(
-        load_predictor="prophet", load_predictor_log1p=True, prophet_window_size=50
-    ),
+    "prophet_w50_log1p": LoadPredictorSpec(load_predictor="prophet", load_predictor_log1p=True, prophet_window_size=50),
     "kalman_default_raw": _kalman(False, 1.0, 0.1, 10.0, 5),
     "kalman_default_log1p": _kalman(True, 1.0, 0.1, 10.0, 5),
     "kalman_reactive_raw": _kalman(False, 10.0, 1.0, 5.0, 3),

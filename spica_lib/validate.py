@@ -75,7 +75,9 @@ def config_sha256(config: SmartSearchConfig) -> str:
 
 def check_run_name(run: str) -> str:
     if not RUN_NAME.match(run):
-        raise ConfigError([("run", f"{run!r} is not a usable run name; use letters, digits, '.', '_' or '-' (at most 64)")])
+        raise ConfigError(
+            [("run", f"{run!r} is not a usable run name; use letters, digits, '.', '_' or '-' (at most 64)")]
+        )
     return run
 
 

@@ -56,5 +56,10 @@ def test_console_script_is_installed():
     spica = shutil.which("spica") or str(REPO / ".venv" / "bin" / "spica")
     done = subprocess.run([spica, "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "validate" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "spica_lib.cli", "validate", "/nonexistent.yaml"], capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "spica_lib.cli", "validate", "/nonexistent.yaml"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2

@@ -31,7 +31,7 @@ def test_direction_and_planner_target(target, maximize, planner):
 
 def test_pareto_has_no_scalar_direction_but_a_planner_target():
     with pytest.raises(ValueError, match="no single direction"):
-        T.PARETO.maximize
+        _ = T.PARETO.maximize
     assert T.PARETO.planner_optimization_target == "throughput"
 
 
@@ -73,12 +73,27 @@ def test_pareto_default_load_is_not_injected_when_a_driver_or_trace_is_given():
 
 
 def test_pareto_objective_rules():
-    rejected(config_data(goal={"pareto_objectives": ["throughput", "e2e_latency"]}), "goal", "only applies when target is 'pareto'")
+    rejected(
+        config_data(goal={"pareto_objectives": ["throughput", "e2e_latency"]}),
+        "goal",
+        "only applies when target is 'pareto'",
+    )
     rejected(config_data(goal={"target": "pareto", "pareto_objectives": []}), "goal", "at least 2")
     rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput"]}), "goal", "at least 2")
-    rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "throughput"]}), "goal", "distinct")
-    rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "pareto"]}), "goal", "cannot contain 'pareto'")
-    rejected(config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "goodput"]}), "goal", "['goodput']", "SLA")
+    rejected(
+        config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "throughput"]}), "goal", "distinct"
+    )
+    rejected(
+        config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "pareto"]}),
+        "goal",
+        "cannot contain 'pareto'",
+    )
+    rejected(
+        config_data(goal={"target": "pareto", "pareto_objectives": ["throughput", "goodput"]}),
+        "goal",
+        "['goodput']",
+        "SLA",
+    )
 
 
 def test_sweep_defaults():

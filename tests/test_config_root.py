@@ -24,12 +24,20 @@ def test_unknown_keys_rejected_at_every_level(section, path):
 
 
 def test_unknown_key_inside_the_sla():
-    rejected(config_data(goal={"target": "goodput", "sla": {"ttft_ms": 1, "itl_ms": 1, "tpot_ms": 1}}), "goal.sla.tpot_ms", "ttft_ms")
+    rejected(
+        config_data(goal={"target": "goodput", "sla": {"ttft_ms": 1, "itl_ms": 1, "tpot_ms": 1}}),
+        "goal.sla.tpot_ms",
+        "ttft_ms",
+    )
 
 
 def test_missing_required_sections_and_fields():
     rejected({"workload": config_data()["workload"]}, "search_space", "required")
-    rejected({"search_space": {"model_name": "x"}, "workload": config_data()["workload"]}, "search_space.hardware_sku", "required")
+    rejected(
+        {"search_space": {"model_name": "x"}, "workload": config_data()["workload"]},
+        "search_space.hardware_sku",
+        "required",
+    )
 
 
 def test_every_problem_is_reported_at_once():
@@ -79,7 +87,16 @@ def test_normalised_dump_round_trips():
     assert again == config
 
 
-@pytest.mark.parametrize("name", ["default.yaml", "examples/trace.yaml", "examples/pareto_kv_load.yaml", "examples/moe.yaml", "examples/pinned_parallel.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "default.yaml",
+        "examples/trace.yaml",
+        "examples/pareto_kv_load.yaml",
+        "examples/moe.yaml",
+        "examples/pinned_parallel.yaml",
+    ],
+)
 def test_shipped_configs_are_valid(name):
     config = SmartSearchConfig.from_yaml(REPO / "config" / name)
     assert config.search_space.model_name
@@ -94,3 +111,40 @@ def test_json_schema_describes_every_section():
     schema = SmartSearchConfig.model_json_schema()
     assert set(schema["properties"]) == {"search_space", "workload", "goal", "sweep"}
     assert schema["additionalProperties"] is False
+
+
+def test_a_large_moe_trace_study_loads(tmp_path):
+    # The shape of a typical production study: a big MoE model, both modes, a trace, goodput per GPU.
+    data = {
+        "search_space": {
+            "model_name": "deepseek-ai/DeepSeek-V3",
+            "hardware_sku": "gb200",
+            "deployment_mode": ["disagg", "agg"],
+            "backend": ["trtllm", "sglang"],
+            "gpu_budget": 64,
+            "planner_scaling_policy": ["disabled", "hybrid_180_5", "load_180_5"],
+        },
+        "workload": {"trace_path": str(REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl")},
+        "goal": {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 30}},
+        "sweep": {"max_rounds": 40},
+    }
+    config = SmartSearchConfig.from_yaml(write_yaml(tmp_path, data))
+    assert config.search_space.deployment_mode == ["disagg", "agg"]
+    assert "disabled" in config.search_space.planner_scaling_policy
+    assert config.workload.is_trace_based and config.sweep.max_rounds == 40
+
+
+def test_native_feature_study_loads():
+    data = config_data(
+        search_space={
+            "num_g2_blocks": 128,
+            "kv_bytes_per_token": 2048,
+            "router_mode": ["kv_router"],
+            "deployment_mode": ["agg"],
+            "parallel_configs": [{"tp": 1, "replicas": 2}],
+        },
+        workload={"request_rate": 1},
+        sweep={"candidates_per_round": 1},
+    )
+    config = build(data)
+    assert config.search_space.num_g2_blocks == 128 and config.sweep.per_round == 1

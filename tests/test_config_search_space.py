@@ -70,7 +70,9 @@ def test_composite_dicts_accepted():
 
 def test_composite_dict_problems():
     knob = "search_space.planner_scaling_policy"
-    rejected(config_data(search_space={"planner_scaling_policy": [{**SCALING_DICT, "x": 1}]}), knob, "unknown keys ['x']")
+    rejected(
+        config_data(search_space={"planner_scaling_policy": [{**SCALING_DICT, "x": 1}]}), knob, "unknown keys ['x']"
+    )
     partial = {"enable_throughput_scaling": True}
     rejected(config_data(search_space={"planner_scaling_policy": [partial]}), knob, "missing required keys")
     rejected(config_data(search_space={"planner_scaling_policy": [{}]}), knob, "must not be empty")
@@ -84,14 +86,23 @@ def test_composite_dict_problems():
         "search_space.planner_fpm_sampling",
         "perfect square",
     )
-    rejected(config_data(search_space={"planner_load_sensitivity": []}), "search_space.planner_load_sensitivity", "at least one")
+    rejected(
+        config_data(search_space={"planner_load_sensitivity": []}),
+        "search_space.planner_load_sensitivity",
+        "at least one",
+    )
 
 
 def test_gpu_budget_bounds():
     rejected(config_data(search_space={"gpu_budget": 0}), "search_space.gpu_budget", "greater than or equal to 1")
     ss = build(config_data(search_space={"gpu_budget": 32, "min_gpu_budget": 8})).search_space
     assert (ss.min_gpu_budget, ss.gpu_budget) == (8, 32)
-    rejected(config_data(search_space={"gpu_budget": 8, "min_gpu_budget": 16}), "search_space", "min_gpu_budget=16", "gpu_budget=8")
+    rejected(
+        config_data(search_space={"gpu_budget": 8, "min_gpu_budget": 16}),
+        "search_space",
+        "min_gpu_budget=16",
+        "gpu_budget=8",
+    )
     rejected(config_data(search_space={"min_gpu_budget": 0}), "search_space", "0 < min_gpu_budget")
 
 
@@ -127,12 +138,18 @@ def test_host_offload_needs_kv_bytes_per_token():
     ],
 )
 def test_admission_pins_rejected_under_kv_router_and_inert_under_round_robin(pin):
-    rejected(config_data(search_space={"router_mode": ["kv_router"], **pin}), "search_space", "not supported by the Dynamo replay")
+    rejected(
+        config_data(search_space={"router_mode": ["kv_router"], **pin}),
+        "search_space",
+        "not supported by the Dynamo replay",
+    )
     build(config_data(search_space={"router_mode": ["round_robin"], **pin}))
 
 
 def test_parallel_pins_need_exactly_one_mode():
-    rejected(config_data(search_space={"parallel_configs": [{"tp": 1, "replicas": 2}]}), "search_space", "exactly one mode")
+    rejected(
+        config_data(search_space={"parallel_configs": [{"tp": 1, "replicas": 2}]}), "search_space", "exactly one mode"
+    )
     ss = build(
         config_data(search_space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 1, "replicas": 2}]})
     ).search_space
@@ -144,13 +161,32 @@ def test_parallel_pin_shapes():
     disagg = {"deployment_mode": ["disagg"]}
     path = "search_space.parallel_configs"
     rejected(config_data(search_space={**agg, "parallel_configs": [{"replicas": 2}]}), path, "needs 'tp'")
-    rejected(config_data(search_space={**agg, "parallel_configs": [{"tp": 2, "width": 2}]}), path, "unknown keys ['width']")
+    rejected(
+        config_data(search_space={**agg, "parallel_configs": [{"tp": 2, "width": 2}]}), path, "unknown keys ['width']"
+    )
     rejected(config_data(search_space={**agg, "parallel_configs": [{"tp": 0}]}), path, "positive integer")
-    rejected(config_data(search_space={**disagg, "parallel_configs": [{"prefill": {"tp": 1}}]}), path, "'prefill' and 'decode'")
-    rejected(config_data(search_space={**disagg, "parallel_configs": [{"prefill": 1, "decode": {"tp": 1}}]}), path, "entry 0.prefill")
-    rejected(config_data(search_space={**disagg, "parallel_configs": [{"prefill": {"tp": 1}, "decode": {"replicas": 1}}]}), path, "entry 0.decode", "needs 'tp'")
+    rejected(
+        config_data(search_space={**disagg, "parallel_configs": [{"prefill": {"tp": 1}}]}),
+        path,
+        "'prefill' and 'decode'",
+    )
+    rejected(
+        config_data(search_space={**disagg, "parallel_configs": [{"prefill": 1, "decode": {"tp": 1}}]}),
+        path,
+        "entry 0.prefill",
+    )
+    rejected(
+        config_data(search_space={**disagg, "parallel_configs": [{"prefill": {"tp": 1}, "decode": {"replicas": 1}}]}),
+        path,
+        "entry 0.decode",
+        "needs 'tp'",
+    )
     rejected(config_data(search_space={**disagg, "parallel_configs": [{"tp": 1}]}), "search_space", "disagg")
-    rejected(config_data(search_space={**agg, "parallel_configs": [{"prefill": {"tp": 1}, "decode": {"tp": 1}}]}), "search_space", "agg")
+    rejected(
+        config_data(search_space={**agg, "parallel_configs": [{"prefill": {"tp": 1}, "decode": {"tp": 1}}]}),
+        "search_space",
+        "agg",
+    )
     rejected(config_data(search_space={**agg, "parallel_configs": [3]}), "search_space.parallel_configs[0]")
     good = [{"prefill": {"tp": 2, "replicas": 2}, "decode": {"tp": 4}}]
     assert build(config_data(search_space={**disagg, "parallel_configs": good})).search_space.parallel_configs == good
@@ -159,3 +195,21 @@ def test_parallel_pin_shapes():
 def test_whole_floats_are_stored_as_the_canonical_choice():
     ss = build(config_data(search_space={"agg_max_num_batched_tokens": [8192.0]})).search_space
     assert ss.agg_max_num_batched_tokens == [8192] and isinstance(ss.agg_max_num_batched_tokens[0], int)
+
+
+@pytest.mark.parametrize(
+    "field, good, bad",
+    [
+        ("min_endpoint", 2, 0),
+        ("startup_time", 300.0, -1),
+        ("bandwidth_g1_to_g2_gbps", 25.0, 0),
+        ("bandwidth_g2_to_g1_gbps", 25, -3.0),
+        ("offload_batch_size", 16, 0),
+        ("prefill_gpu_memory_utilization", 1, 0),
+        ("agg_block_size", 32, -64),
+        ("agg_enable_prefix_caching", False, "no"),
+    ],
+)
+def test_pinned_scalar_bounds(field, good, bad):
+    assert getattr(build(config_data(search_space={field: good})).search_space, field) == good
+    rejected(config_data(search_space={field: bad}), f"search_space.{field}")

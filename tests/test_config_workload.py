@@ -38,7 +38,11 @@ def test_concurrency_must_be_a_positive_whole_number():
 
 
 def test_synthetic_needs_exactly_one_load_driver():
-    rejected(config_data(workload={"request_rate": None}), "workload", "exactly one of request_rate, concurrency or kv_load_ratio")
+    rejected(
+        config_data(workload={"request_rate": None}),
+        "workload",
+        "exactly one of request_rate, concurrency or kv_load_ratio",
+    )
     rejected(config_data(workload={"concurrency": 8}), "workload", "exactly one", "request_rate", "concurrency")
 
 
@@ -136,10 +140,26 @@ def test_trace_replay_concurrency_is_the_closed_loop_cap():
 
 
 def test_arrival_speedup_must_be_positive():
-    rejected(config_data(workload={**trace_workload(TRACE), "arrival_speedup_ratio": 0}), "workload.arrival_speedup_ratio")
+    rejected(
+        config_data(workload={**trace_workload(TRACE), "arrival_speedup_ratio": 0}), "workload.arrival_speedup_ratio"
+    )
     w = build(config_data(workload={**trace_workload(TRACE), "arrival_speedup_ratio": 2.5})).workload
     assert w.arrival_speedup_ratio == 2.5
 
 
 def test_only_the_mooncake_format_is_known():
     rejected(config_data(workload={**trace_workload(TRACE), "trace_format": "sharegpt"}), "workload.trace_format")
+
+
+@pytest.mark.parametrize(
+    "field, good, bad",
+    [
+        ("shared_prefix_ratio", 0.5, 1.5),
+        ("num_prefix_groups", 4, -1),
+        ("turns_per_session", 3, 0),
+        ("inter_turn_delay_ms", 250.0, -1),
+    ],
+)
+def test_synthetic_shape_bounds(field, good, bad):
+    assert getattr(build(config_data(workload={field: good})).workload, field) == good
+    rejected(config_data(workload={field: bad}), f"workload.{field}")

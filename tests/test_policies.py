@@ -59,9 +59,14 @@ def test_non_sla_goal_with_only_throughput_policies_cannot_run():
 
 
 def test_e2e_only_sla_keeps_only_non_scaling_policies():
-    result = policies_for({"target": "goodput", "sla": {"e2e_ms": 8000}}, ["disabled", "load_180_5", "throughput_180_5"])
+    result = policies_for(
+        {"target": "goodput", "sla": {"e2e_ms": 8000}}, ["disabled", "load_180_5", "throughput_180_5"]
+    )
     assert result.kept == ["disabled"]
-    assert {d.label: d.rule for d in result.dropped} == {"load_180_5": "needs_ttft_and_itl", "throughput_180_5": "needs_ttft_and_itl"}
+    assert {d.label: d.rule for d in result.dropped} == {
+        "load_180_5": "needs_ttft_and_itl",
+        "throughput_180_5": "needs_ttft_and_itl",
+    }
 
 
 def test_e2e_only_sla_with_only_scaling_policies_cannot_run():

@@ -81,7 +81,10 @@ def test_fpm_and_sensitivity_presets_and_dicts():
     assert fpm_sampling("large").model_dump() == {"max_num_fpm_samples": 128, "fpm_sample_bucket_size": 16}
     assert fpm_sampling("fine").fpm_sample_bucket_size == 64
     assert fpm_sampling({"max_num_fpm_samples": 96, "fpm_sample_bucket_size": 16}).max_num_fpm_samples == 96
-    assert load_sensitivity("aggressive").model_dump() == {"load_scaling_down_sensitivity": 70, "load_min_observations": 3}
+    assert load_sensitivity("aggressive").model_dump() == {
+        "load_scaling_down_sensitivity": 70,
+        "load_min_observations": 3,
+    }
     custom = load_sensitivity({"load_scaling_down_sensitivity": 75, "load_min_observations": 4})
     assert (custom.load_scaling_down_sensitivity, custom.load_min_observations) == (75, 4)
 

@@ -37,7 +37,12 @@ def test_default_config_runs_the_first_stages_and_a_rerun_does_nothing(tmp_path)
 
 
 def test_configfile_form_and_run_name(tmp_path):
-    path = write_yaml(tmp_path, config_data(goal={"target": "throughput"}, search_space={"planner_scaling_policy": ["disabled", "throughput_180_5"]}))
+    path = write_yaml(
+        tmp_path,
+        config_data(
+            goal={"target": "throughput"}, search_space={"planner_scaling_policy": ["disabled", "throughput_180_5"]}
+        ),
+    )
     done = snakemake(tmp_path, "--configfile", str(path), "--config", "run=mine")
     assert done.returncode == 0, done.stderr
     policies = json.loads((tmp_path / "results" / "mine" / "policies.json").read_text())

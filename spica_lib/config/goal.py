@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from pydantic import Field, StrictFloat, StrictInt, model_validator
 
@@ -11,7 +11,7 @@ from spica_lib.config.base import StrictModel
 Number = StrictInt | StrictFloat
 
 
-class OptimizationTarget(str, Enum):
+class OptimizationTarget(StrEnum):
     THROUGHPUT = "throughput"
     THROUGHPUT_PER_GPU = "throughput_per_gpu"
     THROUGHPUT_PER_USER = "throughput_per_user"
@@ -90,7 +90,9 @@ class OptimizationGoal(StrictModel):
     @model_validator(mode="after")
     def _consistent(self) -> OptimizationGoal:
         if not self.is_pareto and self.pareto_objectives is not None:
-            raise ValueError(f"pareto_objectives only applies when target is 'pareto' (target is {self.target.value!r})")
+            raise ValueError(
+                f"pareto_objectives only applies when target is 'pareto' (target is {self.target.value!r})"
+            )
         if self.is_pareto:
             self._check_pareto_objectives()
         needing_sla = sorted(t.value for t in self.objectives if t.needs_sla)

@@ -68,7 +68,9 @@ class SmartSearchConfig(StrictModel):
         return cls.from_mapping(data, base_dir=path.resolve().parent, source=str(path))
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any], base_dir: Path | None = None, source: str | None = None) -> SmartSearchConfig:
+    def from_mapping(
+        cls, data: dict[str, Any], base_dir: Path | None = None, source: str | None = None
+    ) -> SmartSearchConfig:
         context = {"base_dir": str(base_dir or Path.cwd())}
         try:
             return cls.model_validate(data, context=context)
@@ -87,7 +89,12 @@ def read_yaml_mapping(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         kind = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(
-            [("", f"malformed YAML: the top level must be a mapping with search_space, workload, goal, sweep; got {kind}")],
+            [
+                (
+                    "",
+                    f"malformed YAML: the top level must be a mapping with search_space, workload, goal, sweep; got {kind}",
+                )
+            ],
             source=str(path),
         )
     return data

@@ -112,7 +112,9 @@ class Workload(StrictModel):
     def _check_trace_shape(self) -> None:
         stray = [name for name in SYNTHETIC_ONLY if getattr(self, name) is not None]
         if stray:
-            raise ValueError(f"a trace workload (trace_path set) takes its lengths and timing from the trace; remove {stray}")
+            raise ValueError(
+                f"a trace workload (trace_path set) takes its lengths and timing from the trace; remove {stray}"
+            )
         if self.replay_concurrency is not None and self.replay_concurrency <= 0:
             raise ValueError(f"replay_concurrency must be a positive integer, got {self.replay_concurrency}")
 
