@@ -175,33 +175,19 @@ class CompositeKnob(_Frozen):
         return self.entry_model.model_validate(entry)
 
 
+def _knob(name: str, presets: dict[str, Any], model: type[BaseModel], required: tuple[str, ...] = ()) -> CompositeKnob:
+    # Most composites need every field in a dict entry; a predictor dict needs only its family.
+    required = required or tuple(model.model_fields)
+    return CompositeKnob(name=name, presets=presets, entry_model=model, required_keys=required)
+
+
 COMPOSITE_KNOBS: dict[str, CompositeKnob] = {
     knob.name: knob
     for knob in (
-        CompositeKnob(
-            name="planner_scaling_policy",
-            presets=SCALING_POLICY_PRESETS,
-            entry_model=ScalingPolicy,
-            required_keys=tuple(ScalingPolicy.model_fields),
-        ),
-        CompositeKnob(
-            name="planner_fpm_sampling",
-            presets=FPM_SAMPLING_PRESETS,
-            entry_model=FpmSampling,
-            required_keys=tuple(FpmSampling.model_fields),
-        ),
-        CompositeKnob(
-            name="planner_load_sensitivity",
-            presets=LOAD_SENSITIVITY_PRESETS,
-            entry_model=LoadSensitivity,
-            required_keys=tuple(LoadSensitivity.model_fields),
-        ),
-        CompositeKnob(
-            name="load_predictor_candidates",
-            presets=LOAD_PREDICTOR_PRESETS,
-            entry_model=LoadPredictorSpec,
-            required_keys=("load_predictor",),
-        ),
+        _knob("planner_scaling_policy", SCALING_POLICY_PRESETS, ScalingPolicy),
+        _knob("planner_fpm_sampling", FPM_SAMPLING_PRESETS, FpmSampling),
+        _knob("planner_load_sensitivity", LOAD_SENSITIVITY_PRESETS, LoadSensitivity),
+        _knob("load_predictor_candidates", LOAD_PREDICTOR_PRESETS, LoadPredictorSpec, ("load_predictor",)),
     )
 }
 
