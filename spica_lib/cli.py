@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from spica_lib.branches import Branch, NoViableParallelConfig, enumerate_branches
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.knobs import branch_knob_choices, combinations
 from spica_lib.policies import apply_policy_filters
@@ -23,12 +24,47 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("validate", help="check a config and summarise the search it describes")
     check.add_argument("config", help="path to a SmartSearchConfig YAML file")
+    pools = commands.add_parser("pools", help="build the candidate pools and say what was dropped")
+    pools.add_argument("config", help="path to a SmartSearchConfig YAML file")
     commands.add_parser("schema", help="print the JSON Schema of the config file")
     args = parser.parse_args(argv)
     if args.command == "schema":
         print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
         return EXIT_OK
+    if args.command == "pools":
+        return _pools(args.config)
     return _validate(args.config)
+
+
+def _pools(path: str) -> int:
+    try:
+        validated = build_validated_config(path)
+        policies = apply_policy_filters(validated.config)
+        branches = enumerate_branches(validated.config, policies.kept)
+    except (ConfigError, NoViableParallelConfig) as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    print(pools_report(validated, branches))
+    return EXIT_OK
+
+
+def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
+    ss = validated.config.search_space
+    spec0 = branches[0].spec
+    lines = [
+        f"{ss.model_name} on {ss.hardware_sku}, gpu_budget {ss.gpu_budget}, sequences of {spec0.max_seq_len} tokens"
+    ]
+    for branch in branches:
+        spec = branch.spec
+        sizes = ", ".join(f"{b} {n}" for b, n in spec.pool_size_by_backend.items())
+        lines.append(
+            f"  {spec.deployment_mode:<7} {spec.status}: {spec.pool_size} layouts" + (f" ({sizes})" if sizes else "")
+        )
+        for skipped in spec.skipped_backends:
+            lines.append(f"          backend {skipped.backend} left out: {skipped.reason}")
+        for dropped in spec.dropped_shapes:
+            lines.append(f"          {dropped.backend} {dropped.role} {dropped.shape} dropped: {dropped.reason}")
+    return "\n".join(lines)
 
 
 def _validate(path: str) -> int:

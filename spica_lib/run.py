@@ -28,6 +28,7 @@ class RunLayout(BaseModel):
     config_file: str
     config_sha256: str
     trace_file: str | None
+    modes: list[str]
     root: str = RESULTS_ROOT
 
     @property
@@ -41,6 +42,12 @@ class RunLayout(BaseModel):
     @property
     def policies_json(self) -> str:
         return f"{self.dir}/policies.json"
+
+    def pool_parquet(self, mode: str) -> str:
+        return f"{self.dir}/branches/{mode}/pool.parquet"
+
+    def branch_json(self, mode: str) -> str:
+        return f"{self.dir}/branches/{mode}/branch.json"
 
     def log(self, stage: str) -> str:
         return f"{self.dir}/logs/{stage}.log"
@@ -74,6 +81,7 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
         config_file=config_file,
         config_sha256=validated.config_sha256,
         trace_file=validated.inputs.trace_file,
+        modes=list(dict.fromkeys(validated.config.search_space.deployment_mode)),
         root=root,
     )
     existing = Path(layout.config_json)

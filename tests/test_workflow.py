@@ -9,6 +9,8 @@ import pytest
 
 from conftest import REPO, config_data, write_yaml
 from spica_lib.artifacts import read_model
+from spica_lib.branches import BranchSpec
+from spica_lib.pool_table import read_pool
 from spica_lib.policies import PolicyFilter
 from spica_lib.validate import ValidatedConfig
 
@@ -31,6 +33,11 @@ def test_default_config_runs_the_first_stages_and_a_rerun_does_nothing(tmp_path)
     policies = read_model(runs[0] / "policies.json", PolicyFilter)
     assert policies.kept == validated.config.search_space.planner_scaling_policy
     assert (runs[0] / "logs" / "validate.log").read_text()
+    for mode in ("agg", "disagg"):
+        spec = read_model(runs[0] / "branches" / mode / "branch.json", BranchSpec)
+        pool = read_pool(runs[0] / "branches" / mode / "pool.parquet", mode)
+        assert spec.status == "ready" and len(pool) == spec.pool_size > 0
+        assert all(record.config.total_gpus <= validated.config.search_space.gpu_budget for record in pool)
 
     again = snakemake(tmp_path, "--config", f"spica={config}")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
@@ -60,5 +67,15 @@ def test_bad_config_stops_before_any_job_and_writes_nothing(tmp_path):
 def test_dry_run_lists_the_stages(tmp_path):
     done = snakemake(tmp_path, "--config", f"spica={REPO / 'config' / 'default.yaml'}", "-n")
     assert done.returncode == 0, done.stderr
-    assert "validate" in done.stdout and "policies" in done.stdout
+    assert "validate" in done.stdout and "policies" in done.stdout and "branches" in done.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_pool_stage_failure_is_reported_with_the_reason(tmp_path):
+    too_small = {"model_name": "deepseek-ai/DeepSeek-V3", "backend": ["sglang"], "gpu_budget": 2}
+    path = write_yaml(tmp_path, config_data(search_space=too_small))
+    done = snakemake(tmp_path, "--config", f"spica={path}")
+    assert done.returncode != 0
+    assert "no deployment_mode has a viable parallel config" in done.stdout + done.stderr
+    run = next((tmp_path / "results").iterdir())
+    assert (run / "config.json").is_file() and not (run / "branches" / "agg" / "pool.parquet").exists()

@@ -1,0 +1,170 @@
+"""Stage `branches`: pools per mode with the real perf DB, pins, skips and errors."""
+
+import logging
+
+import pytest
+
+from conftest import REPO, build, config_data
+from spica_lib.branches import NoViableParallelConfig, enumerate_branches
+from spica_lib.config import SmartSearchConfig
+from spica_lib.parallel import ParallelShape, ReplicaConfig
+from spica_lib.pool_table import pool_frame, read_pool, write_pool
+
+pytestmark = pytest.mark.slow
+
+
+def branches_for(**search_space):
+    return {b.spec.deployment_mode: b for b in enumerate_branches(build(config_data(search_space=search_space)))}
+
+
+def test_default_config_has_both_branches_with_both_backends():
+    branches = {
+        b.spec.deployment_mode: b
+        for b in enumerate_branches(SmartSearchConfig.from_yaml(REPO / "config" / "default.yaml"))
+    }
+    agg, disagg = branches["agg"], branches["disagg"]
+    assert agg.spec.status == disagg.spec.status == "ready"
+    assert agg.spec.pool_size == 15 and agg.spec.pool_size_by_backend == {"vllm": 15, "sglang": 15}
+    assert all(r.config.total_gpus <= 8 for r in disagg.pool) and disagg.spec.pool_size > 0
+    assert agg.spec.knob_choices["backend"] == ["vllm", "sglang"]
+    assert agg.spec.backend_versions["vllm"] and agg.spec.max_seq_len == 40_960
+
+
+def test_pool_kv_tokens_are_the_estimators_per_rank_numbers():
+    agg = branches_for(deployment_mode=["agg"], gpu_budget=4)["agg"]
+    tokens = {r.config.shape.tp: r.kv_tokens["vllm"]["agg"] for r in agg.pool if r.config.replicas == 1}
+    assert tokens == {1: 249_864, 2: 751_550, 4: 1_755_323}
+
+
+def test_disagg_records_kv_tokens_for_both_roles():
+    disagg = branches_for(deployment_mode=["disagg"], gpu_budget=4)["disagg"]
+    assert all(set(r.kv_tokens["vllm"]) == {"prefill", "decode"} for r in disagg.pool)
+
+
+def test_moe_on_sglang_enumerates_only_pure_patterns():
+    agg = branches_for(model_name="Qwen/Qwen3-30B-A3B", backend=["sglang"], deployment_mode=["agg"], gpu_budget=8)[
+        "agg"
+    ]
+    assert {r.config.shape.strategy for r in agg.pool} == {"tep", "dep", "tp", "dtp"}
+    assert all(r.config.shape.gpus >= 2 for r in agg.pool)
+    assert agg.spec.pool_size == 28
+
+
+def test_trtllm_disagg_is_left_out_with_its_reason(caplog):
+    branches = branches_for(backend=["trtllm"], gpu_budget=8)
+    disagg = branches["disagg"]
+    assert disagg.spec.status == "skipped" and disagg.pool == []
+    assert "TRT-LLM disaggregation" in disagg.spec.skipped_backends[0].reason
+    assert branches["agg"].spec.status == "ready" and branches["agg"].spec.knob_choices["backend"] == ["trtllm"]
+
+
+def test_large_moe_on_gb200_only_uses_wide_workers():
+    config = build(
+        config_data(
+            search_space={
+                "model_name": "deepseek-ai/DeepSeek-V3",
+                "hardware_sku": "gb200",
+                "backend": ["trtllm"],
+                "deployment_mode": ["agg", "disagg"],
+                "gpu_budget": 16,
+            }
+        )
+    )
+    agg = next(b for b in enumerate_branches(config) if b.spec.deployment_mode == "agg")
+    assert agg.pool and all(r.config.shape.gpus >= 4 and r.config.total_gpus <= 16 for r in agg.pool)
+    assert any("GiB" in d.reason for d in agg.spec.dropped_shapes)
+
+
+def test_model_too_big_for_the_budget_says_what_to_change():
+    with pytest.raises(NoViableParallelConfig) as caught:
+        branches_for(model_name="deepseek-ai/DeepSeek-V3", backend=["sglang"], gpu_budget=2)
+    message = str(caught.value)
+    assert "raise search_space.gpu_budget" in message and "agg/sglang" in message and "disagg/sglang" in message
+
+
+def test_one_infeasible_mode_is_skipped_with_a_warning(caplog):
+    # At 1 GPU a MoE model has no agg layout and no disagg pair; at 4 GPUs agg works but disagg roles get 2 GPUs.
+    with caplog.at_level(logging.WARNING):
+        branches = branches_for(model_name="Qwen/Qwen3-30B-A3B", gpu_budget=2, backend=["vllm"], context_length=4096)
+    assert branches["agg"].spec.status == "ready"
+    assert branches["disagg"].spec.status == "skipped" and "gpu_budget=2" in branches["disagg"].spec.skip_reason
+    assert "skipped" in caplog.text
+
+
+def test_pinned_configs_replace_the_menu_exactly():
+    pins = [{"tp": 4, "replicas": 2}, {"tp": 2, "replicas": 1}]
+    agg = branches_for(deployment_mode=["agg"], gpu_budget=8, parallel_configs=pins)["agg"]
+    assert [r.config for r in agg.pool] == [
+        ReplicaConfig(shape=ParallelShape(tp=4), replicas=2),
+        ReplicaConfig(shape=ParallelShape(tp=2), replicas=1),
+    ]
+    assert agg.spec.pinned and agg.spec.pool_size == 2
+
+
+def test_illegal_pin_is_an_error():
+    with pytest.raises(NoViableParallelConfig, match="1xtp3"):
+        branches_for(deployment_mode=["agg"], parallel_configs=[{"tp": 3}])
+
+
+def test_partially_illegal_pins_are_an_error():
+    with pytest.raises(NoViableParallelConfig, match="not legal and KV-feasible"):
+        branches_for(deployment_mode=["agg"], gpu_budget=8, parallel_configs=[{"tp": 2}, {"tp": 8, "replicas": 2}])
+
+
+def test_pins_no_backend_can_run():
+    with pytest.raises(NoViableParallelConfig, match="no configured backend can run the pinned"):
+        branches_for(
+            deployment_mode=["disagg"],
+            backend=["trtllm"],
+            parallel_configs=[{"prefill": {"tp": 1}, "decode": {"tp": 1}}],
+        )
+
+
+def test_backend_without_perf_db_is_dropped_and_order_kept():
+    agg = branches_for(
+        hardware_sku="b60", backend=["trtllm", "vllm"], deployment_mode=["agg"], gpu_budget=8, context_length=8192
+    )["agg"]
+    assert agg.spec.knob_choices["backend"] == ["vllm"]
+    assert agg.spec.skipped_backends[0].backend == "trtllm" and "perf database" in agg.spec.skipped_backends[0].reason
+    both = branches_for(backend=["trtllm", "vllm"], deployment_mode=["agg"], gpu_budget=4)["agg"]
+    assert both.spec.knob_choices["backend"] == ["trtllm", "vllm"]
+
+
+def test_kv_load_ratio_range_and_scalar():
+    ranged = build(
+        config_data(
+            search_space={"deployment_mode": ["agg"], "gpu_budget": 4},
+            workload={"request_rate": None, "kv_load_ratio": [0.2, 0.9]},
+            goal={"target": "pareto"},
+        )
+    )
+    spec = enumerate_branches(ranged)[0].spec
+    assert spec.float_ranges == {"kv_load_ratio": (0.2, 0.9)} and "kv_load_ratio" not in spec.knob_choices
+    scalar = build(
+        config_data(
+            search_space={"deployment_mode": ["agg"], "gpu_budget": 4},
+            workload={"request_rate": None, "kv_load_ratio": 0.6},
+        )
+    )
+    assert enumerate_branches(scalar)[0].spec.knob_choices["kv_load_ratio"] == [0.6]
+
+
+def test_filtered_policies_reach_the_knobs():
+    config = build(config_data(search_space={"deployment_mode": ["agg"], "gpu_budget": 2}))
+    spec = enumerate_branches(config, policies=["disabled"])[0].spec
+    assert (
+        spec.knob_choices["planner_scaling_policy"] == ["disabled"] and "planner_fpm_sampling" not in spec.knob_choices
+    )
+
+
+def test_pool_table_round_trips(tmp_path):
+    branches = branches_for(model_name="Qwen/Qwen3-30B-A3B", backend=["vllm", "sglang"], gpu_budget=4)
+    for mode, branch in branches.items():
+        path = tmp_path / mode / "pool.parquet"
+        write_pool(path, branch.pool, mode, branch.spec.backends)
+        assert read_pool(path, mode) == branch.pool
+    frame = pool_frame(branches["disagg"].pool, "disagg", ["vllm", "sglang"])
+    assert {"prefill_tp", "decode_moe_ep", "decode_strategy", "prefill_kv_tokens_vllm", "used_gpus"} <= set(
+        frame.columns
+    )
+    assert (frame["used_gpus"] <= 4).all()

@@ -1,0 +1,16 @@
+rule branches:
+    message:
+        "Building candidate pools for {params.modes} from the aiconfigurator perf DB"
+    input:
+        config=rules.validate.output.config,
+        policies=rules.policies.output.policies,
+    output:
+        pools=[RUN.pool_parquet(mode) for mode in RUN.modes],
+        specs=[RUN.branch_json(mode) for mode in RUN.modes],
+    log:
+        RUN.log("branches"),
+    params:
+        modes=RUN.modes,
+    localrule: True
+    script:
+        "../../scripts/branches.py"
