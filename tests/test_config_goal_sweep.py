@@ -134,3 +134,8 @@ def test_unknown_algorithm_lists_the_offered_ones():
 
 def test_single_metric_algorithm_cannot_drive_a_pareto_goal():
     rejected(config_data(goal={"target": "pareto"}, sweep={"algorithm": "eagle"}), "", "single metric", "nsga2")
+
+
+def test_sla_is_per_token_or_end_to_end_not_both():
+    rejected(config_data(goal={"target": "goodput", "sla": {**SLA, "e2e_ms": 9000}}), "goal.sla", "e2e_ms alone")
+    rejected(config_data(goal={"target": "goodput", "sla": {"ttft_ms": 100, "e2e_ms": 9000}}), "goal.sla")

@@ -56,6 +56,16 @@ class SLATarget(StrictModel):
     itl_ms: Number | None = Field(default=None, gt=0)
     e2e_ms: Number | None = Field(default=None, gt=0)
 
+    @model_validator(mode="after")
+    def _one_kind_of_bound(self) -> SLATarget:
+        # The replay counts goodput against either per-token bounds or an end-to-end bound, never both.
+        if self.e2e_ms is not None and (self.ttft_ms is not None or self.itl_ms is not None):
+            raise ValueError(
+                "give either ttft_ms and itl_ms, or e2e_ms alone: the Dynamo replay counts goodput against "
+                f"one kind of bound (got ttft_ms={self.ttft_ms}, itl_ms={self.itl_ms}, e2e_ms={self.e2e_ms})"
+            )
+        return self
+
     @property
     def seeds_planner(self) -> bool:
         """The planner's SLA scaling needs both a TTFT and an ITL bound."""
