@@ -26,8 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("config", help="path to a SmartSearchConfig YAML file")
     pools = commands.add_parser("pools", help="build the candidate pools and say what was dropped")
     pools.add_argument("config", help="path to a SmartSearchConfig YAML file")
+    evaluate = commands.add_parser("evaluate", help="replay and score one hand-written candidate")
+    evaluate.add_argument("config", help="path to a SmartSearchConfig YAML file")
+    evaluate.add_argument("--candidate", required=True, help="candidate as a JSON/YAML file or inline JSON")
+    evaluate.add_argument("--json", action="store_true", help="print the whole trial record as JSON")
+    evaluate.add_argument("--per-request", metavar="PARQUET", help="also write one row per request to this file")
     commands.add_parser("schema", help="print the JSON Schema of the config file")
     args = parser.parse_args(argv)
+    if args.command == "evaluate":
+        return _evaluate(args.config, args.candidate, args.json, args.per_request)
     if args.command == "schema":
         print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
         return EXIT_OK
@@ -145,3 +152,62 @@ def _label(policy: object) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _evaluate(path: str, candidate: str, as_json: bool, per_request: str | None) -> int:
+    from spica_lib.candidate_input import candidate_selection, read_candidate
+    from spica_lib.catalog import resolve_backend_version
+    from spica_lib.kv_capacity import KvEstimator
+    from spica_lib.trial import TrialRecord, evaluate_trial, prepare_failure, prepare_trial
+
+    try:
+        validated = build_validated_config(path)
+        config = validated.config
+        selection, parallel = candidate_selection(config, read_candidate(candidate))
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    ss = config.search_space
+    version = resolve_backend_version(ss.hardware_sku, selection["backend"])
+    if version is None:
+        print(f"no perf database for backend {selection['backend']} on {ss.hardware_sku}", file=sys.stderr)
+        return EXIT_CONFIG
+    estimator = KvEstimator(ss.model_name, ss.hardware_sku, {selection["backend"]: version})
+    try:
+        spec = prepare_trial(config, selection, parallel, backend_version=version, estimator=estimator)
+    except Exception as exc:  # a candidate that cannot be built is reported like the search reports it
+        result = prepare_failure(exc, parallel.total_gpus)
+        print(f"{result.status}: {result.reason}")
+        return 1
+    result = evaluate_trial(spec, max_eval_seconds=config.sweep.max_eval_seconds, per_request_path=per_request)
+    if as_json:
+        print(TrialRecord(key=spec.key(), spec=spec, result=result).model_dump_json(indent=2))
+    else:
+        print(trial_report(spec, result))
+    return EXIT_OK if result.status == "feasible" else 1
+
+
+def trial_report(spec, result) -> str:
+    lines = [f"{spec.parallel_config.label()} on {spec.sample['backend']} ({spec.deployment_mode}): {result.status}"]
+    if result.reason:
+        lines.append(f"  reason     {result.reason}")
+    lines += [f"  note       {note}" for note in spec.notes]
+    if result.score is not None:
+        head = f"  score      {result.score:.4g} ({spec.goal.target.value})"
+        if result.objectives:
+            head += "  objectives " + ", ".join(f"{k} {v:.4g}" for k, v in result.objectives.items())
+        lines.append(head)
+    shown = (
+        "completed_requests", "output_throughput_tok_s", "goodput_output_throughput_tok_s", "mean_ttft_ms",
+        "p99_ttft_ms", "mean_itl_ms", "mean_e2e_latency_ms", "mean_output_token_throughput_per_user",
+        "prefix_cache_reused_ratio", "gpu_hours", "duration_ms",
+    )
+    for key in shown:
+        if key in result.metrics:
+            lines.append(f"  {key:<38} {result.metrics[key]:.4g}")
+    if result.average_gpus is not None:
+        lines.append(f"  {'average_gpus':<38} {result.average_gpus:.3g} (provisioned {result.used_gpus})")
+    for event in result.scaling_events:
+        lines.append(f"  planner    t={event.at_s:.0f}s {event.component} {event.from_count} -> {event.to_count}")
+    lines.append(f"  replay     {result.replay_seconds:.2f} s in the simulator, {result.wall_seconds:.2f} s wall")
+    return "\n".join(lines)

@@ -20,13 +20,14 @@ class StrictModel(BaseModel):
 class ConfigError(ValueError):
     """A config that cannot be run. `problems` holds one `(field path, message)` per problem."""
 
-    def __init__(self, problems: list[tuple[str, str]], source: str | None = None):
+    def __init__(self, problems: list[tuple[str, str]], source: str | None = None, subject: str = "config"):
         self.problems = problems
         self.source = source
+        self.subject = subject
         super().__init__(self._render())
 
     def _render(self) -> str:
-        head = f"invalid config {self.source}" if self.source else "invalid config"
+        head = f"invalid {self.subject} {self.source}" if self.source else f"invalid {self.subject}"
         lines = [f"{head}: {len(self.problems)} problem(s)"]
         lines += [f"  - {path}: {message}" if path else f"  - {message}" for path, message in self.problems]
         return "\n".join(lines)

@@ -1,0 +1,172 @@
+"""Trials through the real Dynamo replay on small workloads (a few hundred requests each)."""
+
+import json
+import random
+
+import pandas as pd
+import psutil
+import pytest
+
+from conftest import TRACE, build, config_data
+from spica_lib.kv_capacity import KvEstimator
+from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.trial import evaluate_trial, prepare_failure, prepare_trial, read_trial, write_trial
+
+pytestmark = pytest.mark.slow
+VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
+SLA = {"ttft_ms": 2000, "itl_ms": 50}
+AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
+DISAGG_KNOBS = {"prefill_max_num_batched_tokens": 8192, "prefill_max_num_seqs": 8, "decode_max_num_batched_tokens": 8192, "decode_max_num_seqs": 256}
+
+
+def agg(tp, replicas):
+    return ReplicaConfig(shape=ParallelShape(tp=tp), replicas=replicas)
+
+
+def config(goal=None, **workload):
+    data = config_data(workload={"isl": 1024, "osl": 64, "request_rate": 8.0, "num_request_ratio": 25, **workload})
+    data["goal"] = goal or {"target": "goodput_per_gpu", "sla": SLA}
+    return build(data)
+
+
+def spec_for(cfg, layout, mode="agg", **selection):
+    knobs = AGG_KNOBS if mode == "agg" else DISAGG_KNOBS
+    sel = {"deployment_mode": mode, "backend": "vllm", "router_mode": "round_robin", "planner_scaling_policy": "disabled", **knobs, **selection}
+    estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"vllm": VERSION})
+    return prepare_trial(cfg, sel, layout, backend_version=VERSION, estimator=estimator)
+
+
+def test_agg_trial_gives_plausible_metrics_and_a_goodput_score():
+    result = evaluate_trial(spec_for(config(), agg(2, 2)), max_eval_seconds=120)
+    m = result.metrics
+    assert result.status == "feasible", result.reason
+    assert m["completed_requests"] == 200 and m["output_throughput_tok_s"] > 0 and 0 < m["mean_ttft_ms"] < 60_000
+    assert result.average_gpus == pytest.approx(4.0, rel=1e-6)
+    assert result.score == pytest.approx(m["goodput_output_throughput_tok_s"] / 4.0)
+    assert result.versions["ai-dynamo"] == "1.5.1" and result.replay_seconds > 0 and result.cpu_seconds > 0
+
+
+def test_disagg_trial_runs_both_roles():
+    pair = DisaggConfig(prefill=agg(1, 2), decode=agg(2, 1))
+    result = evaluate_trial(spec_for(config(), pair, mode="disagg"), max_eval_seconds=120)
+    assert result.status == "feasible", result.reason
+    assert result.metrics["completed_requests"] == 200
+    assert result.metrics["prefill_gpus_per_worker"] == 1 and result.metrics["decode_gpus_per_worker"] == 2
+    assert result.average_gpus == pytest.approx(4.0, rel=1e-6)
+
+
+def test_kv_router_reuses_more_prefix_cache_than_round_robin():
+    # Many prefix groups: round robin spreads every group over every worker, the KV router keeps them together.
+    shared = config(shared_prefix_ratio=0.9, num_prefix_groups=64, isl=8192, num_request_ratio=40, request_rate=4.0)
+    weights = {"overlap_score_credit": 1.0, "prefill_load_scale": 1.0, "router_temperature": 0.0}
+    rr = evaluate_trial(spec_for(shared, agg(1, 4)), max_eval_seconds=120)
+    kv = evaluate_trial(spec_for(shared, agg(1, 4), router_mode="kv_router", **weights), max_eval_seconds=120)
+    assert rr.status == kv.status == "feasible"
+    assert kv.metrics["prefix_cache_reused_ratio"] > rr.metrics["prefix_cache_reused_ratio"] + 0.05
+
+
+def bursty_trace(path, seed=0):
+    rng, t, nid = random.Random(seed), 0.0, 0
+    with open(path, "w") as out:
+        for seconds, rate in ((30, 1.0), (60, 10.0), (60, 1.0)):
+            end = t + seconds * 1000
+            while (t := t + rng.expovariate(rate) * 1000) < end:
+                isl = rng.randint(1024, 3072)
+                blocks = -(-isl // 512)
+                out.write(json.dumps({"timestamp": int(t), "input_length": isl, "output_length": rng.randint(64, 256), "hash_ids": list(range(nid, nid + blocks))}) + "\n")
+                nid += blocks
+            t = end
+    return path
+
+
+def test_load_scaling_policy_scales_on_a_bursty_trace(tmp_path):
+    trace = bursty_trace(tmp_path / "bursty.jsonl")
+    data = config_data(search_space={"gpu_budget": 8}, workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)})
+    data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
+    cfg = build(data)
+    spec = spec_for(cfg, agg(1, 1), planner_scaling_policy="load_180_5", planner_fpm_sampling="default", planner_load_sensitivity="default")
+    assert spec.replay.plan.planner_config["optimization_target"] == "sla"
+    result = evaluate_trial(spec, max_eval_seconds=180)
+    assert result.status == "feasible", result.reason
+    ups = [e for e in result.scaling_events if e.to_count > e.from_count]
+    downs = [e for e in result.scaling_events if e.to_count < e.from_count]
+    assert ups and downs and max(e.to_count for e in ups) <= 8
+    assert result.metrics["planner_total_ticks"] > 0
+    assert result.average_gpus < max(e.to_count for e in ups)  # charged for what it held on average
+
+
+def test_goodput_absent_without_sla_and_present_with_it():
+    without = evaluate_trial(spec_for(config(goal={"target": "throughput"}), agg(1, 2)), max_eval_seconds=120)
+    assert without.status == "feasible" and "goodput_output_throughput_tok_s" not in without.metrics
+    with_sla = evaluate_trial(spec_for(config(), agg(1, 2)), max_eval_seconds=120)
+    assert with_sla.metrics["goodput_output_throughput_tok_s"] <= with_sla.metrics["output_throughput_tok_s"]
+
+
+def replay_children():
+    return [p for p in psutil.process_iter(["cmdline"]) if "spica_lib.replay_child" in " ".join(p.info["cmdline"] or [])]
+
+
+def test_time_limit_kills_the_replay_and_leaves_no_process():
+    result = evaluate_trial(spec_for(config(num_request_ratio=500), agg(1, 1)), max_eval_seconds=0.5)
+    assert result.status == "timed_out" and "max_eval_seconds=0.5" in result.reason
+    assert result.wall_seconds < 5
+    assert replay_children() == []
+
+
+def test_impossible_engine_fails_with_the_simulators_message():
+    result = evaluate_trial(spec_for(config(), agg(3, 1)), max_eval_seconds=60)
+    assert result.status == "failed" and "replay failed" in result.reason and "tp_size 3" in result.reason
+
+
+def test_over_budget_is_gated_before_any_replay():
+    cfg = build(config_data(search_space={"gpu_budget": 2}))
+    result = evaluate_trial(spec_for(cfg, agg(2, 2)))
+    assert result.status == "infeasible" and result.reason == "over gpu_budget: used_gpus=4 > gpu_budget=2"
+    assert result.wall_seconds == 0 and result.metrics == {}
+
+
+def test_single_target_kv_router_is_replayed_as_round_robin():
+    spec = spec_for(config(), agg(2, 1), router_mode="kv_router", overlap_score_credit=0.5, prefill_load_scale=1.0, router_temperature=0.0)
+    assert spec.replay.plan.router_mode == "round_robin" and "single worker" in spec.notes[0]
+    assert evaluate_trial(spec, max_eval_seconds=60).status == "feasible"
+
+
+def test_kv_load_ratio_sizes_concurrency_from_the_candidates_capacity():
+    cfg = config(request_rate=None, kv_load_ratio=0.05, num_request_ratio=2)
+    spec = spec_for(cfg, agg(2, 1), kv_load_ratio=0.05)
+    capacity = spec.sample["kv_load_concurrency_capacity"]
+    assert spec.sample["agg_kv_capacity_tokens"] == 751_550 // 64 * 64
+    assert capacity == spec.sample["agg_kv_capacity_tokens"] // (1024 + 32)
+    assert spec.replay.concurrency == spec.sample["concurrency"] == int(0.05 * capacity)
+    result = evaluate_trial(spec, max_eval_seconds=120)
+    assert result.status == "feasible" and result.metrics["completed_requests"] == 2 * spec.sample["concurrency"]
+
+
+def test_kv_infeasible_candidate_is_reported_not_raised():
+    cfg = config(request_rate=None, kv_load_ratio=0.5, isl=300_000)  # more than tp1 holds (249,864)
+    with pytest.raises(Exception) as caught:
+        spec_for(cfg, agg(1, 1), kv_load_ratio=0.5)
+    result = prepare_failure(caught.value, 1)
+    assert result.status == "infeasible" and "cannot hold" in result.reason
+
+
+def test_trace_workload_trial(tmp_path):
+    data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(TRACE), "replay_concurrency": 16})
+    data["goal"] = {"target": "throughput"}
+    result = evaluate_trial(spec_for(build(data), agg(4, 2)), max_eval_seconds=180)
+    assert result.status == "feasible", result.reason
+    assert result.metrics["completed_requests"] == sum(1 for _ in open(TRACE))
+
+
+def test_trial_files_round_trip_and_keys_follow_content(tmp_path):
+    spec = spec_for(config(), agg(2, 2))
+    same = spec_for(config(), agg(2, 2))
+    other = spec_for(config(), agg(2, 2), agg_max_num_seqs=512)
+    assert spec.key() == same.key() != other.key()
+    result = evaluate_trial(spec, max_eval_seconds=120, per_request_path=str(tmp_path / "requests.parquet"))
+    path = write_trial(tmp_path / "trials", spec, result)
+    assert path.name == f"{spec.key()}.json"
+    record = read_trial(path)
+    assert record.spec == spec and record.result == result
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert len(requests) == 200 and {"ttft_ms", "e2e_latency_ms", "input_length"} <= set(requests.columns)
