@@ -47,13 +47,17 @@ print(json.dumps({
 
 
 def main() -> None:
-    print("| model | budget | process wall (s) | imports (s) | pools (s) | estimator calls | in estimator (s) | agg / disagg layouts |")
+    print(
+        "| model | budget | process wall (s) | imports (s) | pools (s) | estimator calls | in estimator (s) | agg / disagg layouts |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for model, budget in CASES:
         start = time.perf_counter()
         out = subprocess.run(
             [sys.executable, "-c", CHILD, model, str(budget), json.dumps(BACKENDS)],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
         wall = time.perf_counter() - start
         r = json.loads(out.strip().splitlines()[-1])

@@ -34,7 +34,9 @@ def read_candidate(text_or_path: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         raise ConfigError([("candidate", f"not JSON or YAML: {exc}")], subject="candidate") from None
     if not isinstance(data, dict):
-        raise ConfigError([("candidate", f"must be a mapping or a path to one, got {text_or_path!r}")], subject="candidate")
+        raise ConfigError(
+            [("candidate", f"must be a mapping or a path to one, got {text_or_path!r}")], subject="candidate"
+        )
     return data
 
 
@@ -52,7 +54,9 @@ def candidate_selection(config: SmartSearchConfig, data: dict[str, Any]) -> tupl
     unknown = sorted(set(data) - set(choices) - set(STRUCTURAL_KEYS))
     if unknown:
         allowed = sorted({*STRUCTURAL_KEYS, *choices})
-        raise ConfigError([("candidate", f"unknown keys {unknown}; a {mode} candidate takes {allowed}")], subject="candidate")
+        raise ConfigError(
+            [("candidate", f"unknown keys {unknown}; a {mode} candidate takes {allowed}")], subject="candidate"
+        )
     selection: dict[str, Any] = {"deployment_mode": mode, "backend": data.get("backend", ss.backend[0])}
     problems = []
     for knob, values in choices.items():
@@ -67,7 +71,9 @@ def candidate_selection(config: SmartSearchConfig, data: dict[str, Any]) -> tupl
             problems.append((f"candidate.{knob}", str(exc)))
     ratio = data.get("kv_load_ratio", config.workload.kv_load_ratio)
     if isinstance(ratio, list):
-        problems.append(("candidate.kv_load_ratio", f"the workload sweeps a range {ratio}; give one value for this candidate"))
+        problems.append(
+            ("candidate.kv_load_ratio", f"the workload sweeps a range {ratio}; give one value for this candidate")
+        )
     elif ratio is not None:
         selection["kv_load_ratio"] = float(ratio)
     try:
@@ -78,4 +84,3 @@ def candidate_selection(config: SmartSearchConfig, data: dict[str, Any]) -> tupl
     if problems:
         raise ConfigError(problems, subject="candidate")
     return selection, parallel
-

@@ -198,9 +198,17 @@ def trial_report(spec, result) -> str:
             head += "  objectives " + ", ".join(f"{k} {v:.4g}" for k, v in result.objectives.items())
         lines.append(head)
     shown = (
-        "completed_requests", "output_throughput_tok_s", "goodput_output_throughput_tok_s", "mean_ttft_ms",
-        "p99_ttft_ms", "mean_itl_ms", "mean_e2e_latency_ms", "mean_output_token_throughput_per_user",
-        "prefix_cache_reused_ratio", "gpu_hours", "duration_ms",
+        "completed_requests",
+        "output_throughput_tok_s",
+        "goodput_output_throughput_tok_s",
+        "mean_ttft_ms",
+        "p99_ttft_ms",
+        "mean_itl_ms",
+        "mean_e2e_latency_ms",
+        "mean_output_token_throughput_per_user",
+        "prefix_cache_reused_ratio",
+        "gpu_hours",
+        "duration_ms",
     )
     for key in shown:
         if key in result.metrics:

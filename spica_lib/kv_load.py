@@ -69,7 +69,9 @@ def resolve_kv_load(
     load_role = "decode" if isinstance(parallel_config, DisaggConfig) else "agg"
     per_request = workload.isl + workload.osl // 2
     if per_request <= 0:
-        raise InfeasibleKVCapacity(f"kv_load_ratio needs positive average tokens per request, got isl+osl/2={per_request}")
+        raise InfeasibleKVCapacity(
+            f"kv_load_ratio needs positive average tokens per request, got isl+osl/2={per_request}"
+        )
     slots = capacity[load_role] // per_request
     if slots < 1:
         raise InfeasibleKVCapacity(

@@ -8,9 +8,6 @@ kill). Dynamo is imported only here, and only when a replay runs.
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,47 +51,28 @@ class ReplayOutcome(BaseModel):
     replay_seconds: float
 
 
-def _engine(args: dict[str, Any] | None) -> Any:
-    from dynamo.mocker import MockEngineArgs
-
-    return None if args is None else MockEngineArgs(**args)
-
-
-def _common_kwargs(request: ReplayRequest) -> dict[str, Any]:
-    from dynamo.llm import KvRouterConfig
-
-    plan = request.plan
+def _router_and_engines(plan: DeploymentPlan) -> tuple[dict[str, Any], dict[str, Any]]:
     kwargs: dict[str, Any] = {
         "router_mode": plan.router_mode,
-        "router_config": KvRouterConfig(**plan.router_config) if plan.router_config is not None else None,
         "planner_config": plan.planner_config,
-        "benchmark_granularity": request.benchmark_granularity,
-        "capture_per_request": False,
     }
     if plan.deployment_mode == "agg":
-        kwargs.update(extra_engine_args=_engine(plan.agg_engine_args), num_workers=plan.num_workers)
-    else:
-        kwargs.update(
-            prefill_engine_args=_engine(plan.prefill_engine_args),
-            decode_engine_args=_engine(plan.decode_engine_args),
-            num_prefill_workers=plan.num_prefill_workers,
-            num_decode_workers=plan.num_decode_workers,
-        )
-    if request.sla is not None:
-        kwargs.update(sla_ttft_ms=request.sla.ttft_ms, sla_itl_ms=request.sla.itl_ms, sla_e2e_ms=request.sla.e2e_ms)
-    return kwargs
+        kwargs["num_workers"] = plan.num_workers
+        return kwargs, {"extra_engine_args": plan.agg_engine_args}
+    kwargs.update(num_prefill_workers=plan.num_prefill_workers, num_decode_workers=plan.num_decode_workers)
+    return kwargs, {"prefill_engine_args": plan.prefill_engine_args, "decode_engine_args": plan.decode_engine_args}
 
 
-def _load_kwargs(request: ReplayRequest) -> dict[str, Any]:
+def _load(request: ReplayRequest) -> tuple[str, list[Any], dict[str, Any]]:
     w = request.workload
     if w.is_trace_based:
-        return {
+        kwargs = {
             "arrival_speedup_ratio": w.arrival_speedup_ratio,
             "trace_block_size": request.trace_block_size,
             "replay_concurrency": w.replay_concurrency,
         }
-    kwargs: dict[str, Any] = {
-        "request_count": w.resolved_request_count(request.concurrency),
+        return "trace", [w.trace_path], kwargs
+    kwargs = {
         "turns_per_session": w.turns_per_session,
         "shared_prefix_ratio": w.shared_prefix_ratio,
         "num_prefix_groups": w.num_prefix_groups,
@@ -106,7 +84,23 @@ def _load_kwargs(request: ReplayRequest) -> dict[str, Any]:
         kwargs["replay_concurrency"] = cap
     else:
         kwargs["request_rate"] = w.request_rate
-    return kwargs
+    return "synthetic", [w.isl, w.osl, w.resolved_request_count(request.concurrency)], kwargs
+
+
+def replay_call(request: ReplayRequest) -> dict[str, Any]:
+    """The request as one plain-data Dynamo call (see `spica_lib.replay_exec`)."""
+    function, args, load = _load(request)
+    common, engines = _router_and_engines(request.plan)
+    kwargs = {**common, **load, "benchmark_granularity": request.benchmark_granularity}
+    if request.sla is not None:
+        kwargs.update(sla_ttft_ms=request.sla.ttft_ms, sla_itl_ms=request.sla.itl_ms, sla_e2e_ms=request.sla.e2e_ms)
+    return {
+        "function": function,
+        "args": args,
+        "kwargs": kwargs,
+        "engines": engines,
+        "router_config": request.plan.router_config,
+    }
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:
@@ -114,42 +108,6 @@ def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> R
 
     Raises whatever Dynamo raises.
     """
-    os.environ.setdefault("DYN_LOG", "error")
-    from dynamo.replay import run_synthetic_trace_replay, run_trace_replay
+    from spica_lib.replay_exec import execute_call
 
-    kwargs = {**_common_kwargs(request), **_load_kwargs(request)}
-    kwargs["capture_per_request"] = per_request_path is not None
-    started = time.perf_counter()
-    if request.workload.is_trace_based:
-        report = run_trace_replay(request.workload.trace_path, **kwargs)
-    else:
-        w = request.workload
-        report = run_synthetic_trace_replay(w.isl, w.osl, kwargs.pop("request_count"), **kwargs)
-    seconds = time.perf_counter() - started
-    if per_request_path is not None:
-        _write_per_request(report, per_request_path)
-    return _outcome(report, seconds)
-
-
-def _write_per_request(report: Any, path: str) -> None:
-    import pandas as pd
-
-    # Nested per-request histories (routing, admissions) become JSON text columns.
-    rows = [{k: (v if not isinstance(v, list | dict) else json.dumps(v)) for k, v in r.items()} for r in report.per_request]
-    temp = f"{path}.tmp"
-    pd.DataFrame(rows).to_parquet(temp, index=False)
-    os.replace(temp, path)
-
-
-def _outcome(report: Any, seconds: float) -> ReplayOutcome:
-    summary = dict(report.summary) if hasattr(report, "summary") else dict(report)
-    metrics = {k: float(v) for k, v in summary.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    planner = getattr(report, "planner", None)
-    events: list[ScalingEvent] = []
-    if planner is not None:
-        metrics["planner_total_ticks"] = float(getattr(planner, "total_ticks", 0) or 0)
-        events = [
-            ScalingEvent(at_s=e.at_s, component=str(e.component), from_count=e.from_count, to_count=e.to_count)
-            for e in getattr(planner, "scaling_events", []) or []
-        ]
-    return ReplayOutcome(metrics=metrics, scaling_events=events, replay_seconds=seconds)
+    return ReplayOutcome.model_validate(execute_call(replay_call(request), per_request_path))

@@ -1,42 +1,37 @@
-"""Child-process entry point for one replay: `python -m spica_lib.replay_child REQUEST RESULT [PER_REQUEST]`.
+"""Child-process entry point for one replay: `python -m spica_lib.replay_child CALL RESULT [PER_REQUEST]`.
 
-Reads a `ReplayRequest` JSON file, runs it, and writes a `ChildReport` JSON file. A Dynamo error
-is reported, not raised, so the parent can tell a failed replay from a crashed or killed child
-(no result file at all).
+Reads a replay call (`spica_lib.replay.replay_call`, plain JSON), runs it and writes
+`{"ok", "outcome" | "error", "cpu_seconds"}` as JSON. A Dynamo error is reported, not raised, so the
+parent can tell a failed replay from a crashed or killed child (no result file at all). Imports
+stay minimal: this process starts once per trial.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import time
 import traceback
 
-from pydantic import BaseModel, ConfigDict
-
-from spica_lib.artifacts import atomic_write_text
-from spica_lib.replay import ReplayOutcome, ReplayRequest, run_replay
-
-
-class ChildReport(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    ok: bool
-    outcome: ReplayOutcome | None = None
-    error: str | None = None
-    cpu_seconds: float
+from spica_lib.replay_exec import execute_call
 
 
 def main(argv: list[str]) -> int:
-    request_path, result_path = argv[0], argv[1]
+    call_path, result_path = argv[0], argv[1]
     per_request = argv[2] if len(argv) > 2 else None
-    request = ReplayRequest.model_validate_json(open(request_path, encoding="utf-8").read())
+    with open(call_path, encoding="utf-8") as handle:
+        call = json.load(handle)
     try:
-        report = ChildReport(ok=True, outcome=run_replay(request, per_request), cpu_seconds=time.process_time())
+        report = {"ok": True, "outcome": execute_call(call, per_request)}
     except Exception as exc:  # any replay failure becomes a recorded trial failure
-        detail = f"{type(exc).__name__}: {exc}".strip()
         traceback.print_exc()
-        report = ChildReport(ok=False, error=detail, cpu_seconds=time.process_time())
-    atomic_write_text(result_path, report.model_dump_json())
+        report = {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}
+    report["cpu_seconds"] = time.process_time()
+    temp = f"{result_path}.tmp"
+    with open(temp, "w", encoding="utf-8") as handle:
+        json.dump(report, handle)
+    os.replace(temp, result_path)
     return 0
 
 

@@ -69,7 +69,11 @@ def _parallel_fields(mode: str, config: ParallelConfig) -> dict[str, Any]:
         return {**_role_shape("", config), "used_gpus": config.total_gpus}
     if not isinstance(config, DisaggConfig):
         raise TypeError(f"a disagg candidate needs a prefill/decode config, got {type(config).__name__}")
-    return {**_role_shape("prefill_", config.prefill), **_role_shape("decode_", config.decode), "used_gpus": config.total_gpus}
+    return {
+        **_role_shape("prefill_", config.prefill),
+        **_role_shape("decode_", config.decode),
+        "used_gpus": config.total_gpus,
+    }
 
 
 def _role_shape(prefix: str, replica: ReplicaConfig) -> dict[str, Any]:

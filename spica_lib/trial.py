@@ -10,6 +10,7 @@ unsupported — is a `TrialResult` with its reason; nothing is raised for a bad 
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -29,8 +30,7 @@ from spica_lib.kv_capacity import KvEstimator
 from spica_lib.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.parallel import DisaggConfig, ParallelConfig, ReplicaConfig
 from spica_lib.presets import CompositeEntry
-from spica_lib.replay import ReplayRequest, ScalingEvent
-from spica_lib.replay_child import ChildReport
+from spica_lib.replay import ReplayOutcome, ReplayRequest, ScalingEvent, replay_call
 from spica_lib.sample import unroll_sample
 from spica_lib.score import average_gpus, make_candidate
 from spica_lib.trace import file_sha256
@@ -143,7 +143,9 @@ def prepare_trial(
         selection=selection,
         parallel_config=parallel_config,
         sample=sample,
-        replay=ReplayRequest(plan=plan, workload=workload, concurrency=concurrency, sla=sla, arrival_seed=config.sweep.seed),
+        replay=ReplayRequest(
+            plan=plan, workload=workload, concurrency=concurrency, sla=sla, arrival_seed=config.sweep.seed
+        ),
         goal=goal,
         gpu_budget=config.search_space.gpu_budget,
         trace_sha256=file_sha256(trace) if trace else None,
@@ -168,9 +170,16 @@ def evaluate_trial(
     """Replay and score one trial. Never raises for a bad candidate: the result says what happened."""
     used = spec.used_gpus
     if used > spec.gpu_budget:
-        return rejected_before_replay("infeasible", f"over gpu_budget: used_gpus={used} > gpu_budget={spec.gpu_budget}", used)
+        return rejected_before_replay(
+            "infeasible", f"over gpu_budget: used_gpus={used} > gpu_budget={spec.gpu_budget}", used
+        )
     run = run_in_child(spec.replay, max_eval_seconds, per_request_path)
-    base = {"used_gpus": used, "wall_seconds": run.wall_seconds, "cpu_seconds": run.cpu_seconds, "versions": package_versions()}
+    base = {
+        "used_gpus": used,
+        "wall_seconds": run.wall_seconds,
+        "cpu_seconds": run.cpu_seconds,
+        "versions": package_versions(),
+    }
     if run.status != "ok":
         return TrialResult(status=run.status, reason=run.reason, **base)
     outcome = run.report.outcome
@@ -194,6 +203,17 @@ def evaluate_trial(
     )
 
 
+class ChildReport(BaseModel):
+    """What `spica_lib.replay_child` writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ok: bool
+    outcome: ReplayOutcome | None = None
+    error: str | None = None
+    cpu_seconds: float
+
+
 class ChildRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -207,8 +227,8 @@ class ChildRun(BaseModel):
 def run_in_child(request: ReplayRequest, timeout: float | None, per_request_path: str | None = None) -> ChildRun:
     """Run the replay in a fresh process (its own session, so a kill takes everything it started)."""
     with tempfile.TemporaryDirectory(prefix="spica-trial-") as folder:
-        request_file, result_file, stderr_file = (Path(folder) / n for n in ("request.json", "result.json", "stderr.txt"))
-        request_file.write_text(request.model_dump_json(), encoding="utf-8")
+        request_file, result_file, stderr_file = (Path(folder) / n for n in ("call.json", "result.json", "stderr.txt"))
+        request_file.write_text(json.dumps(replay_call(request)), encoding="utf-8")
         command = [sys.executable, "-m", "spica_lib.replay_child", str(request_file), str(result_file)]
         if per_request_path:
             command.append(str(Path(per_request_path).resolve()))
@@ -236,7 +256,13 @@ def run_in_child(request: ReplayRequest, timeout: float | None, per_request_path
             return ChildRun(status="failed", reason=reason, wall_seconds=wall, cpu_seconds=cpu)
         report = ChildReport.model_validate_json(result_file.read_text(encoding="utf-8"))
         if not report.ok:
-            return ChildRun(status="failed", reason=f"replay failed: {report.error}", report=report, wall_seconds=wall, cpu_seconds=cpu)
+            return ChildRun(
+                status="failed",
+                reason=f"replay failed: {report.error}",
+                report=report,
+                wall_seconds=wall,
+                cpu_seconds=cpu,
+            )
         return ChildRun(status="ok", report=report, wall_seconds=wall, cpu_seconds=cpu)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 from importlib import metadata
 
@@ -17,11 +18,17 @@ PACKAGES = (
 )
 
 
-def package_versions() -> dict[str, str]:
+@functools.cache
+def _versions() -> tuple[tuple[str, str], ...]:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
-    return out
+    return tuple(out.items())
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions, read once per process."""
+    return dict(_versions())

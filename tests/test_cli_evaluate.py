@@ -20,7 +20,9 @@ def test_evaluate_prints_metrics(capsys):
 
 def test_evaluate_from_a_yaml_file_as_json(tmp_path, capsys):
     path = tmp_path / "cand.yaml"
-    path.write_text("deployment_mode: disagg\nbackend: vllm\nparallel:\n  prefill: {tp: 1, replicas: 2}\n  decode: {tp: 4}\n")
+    path.write_text(
+        "deployment_mode: disagg\nbackend: vllm\nparallel:\n  prefill: {tp: 1, replicas: 2}\n  decode: {tp: 4}\n"
+    )
     assert main(["evaluate", DEFAULT, "--candidate", str(path), "--json"]) == 0
     record = json.loads(capsys.readouterr().out)
     assert record["result"]["status"] == "feasible" and record["spec"]["sample"]["used_gpus"] == 6

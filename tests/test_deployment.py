@@ -10,13 +10,24 @@ from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.sample import unroll_sample
 
 AGG = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-DISAGG = {"prefill_max_num_batched_tokens": 8192, "prefill_max_num_seqs": 8, "decode_max_num_batched_tokens": 8192, "decode_max_num_seqs": 256}
+DISAGG = {
+    "prefill_max_num_batched_tokens": 8192,
+    "prefill_max_num_seqs": 8,
+    "decode_max_num_batched_tokens": 8192,
+    "decode_max_num_seqs": 256,
+}
 SCALING = {"planner_fpm_sampling": "default", "planner_load_sensitivity": "default"}
 
 
 def sample_for(config, mode="agg", backend="vllm", policy="disabled", router="round_robin", **space):
     ss = build(config_data(search_space=space)).search_space
-    sel = {"deployment_mode": mode, "backend": backend, "router_mode": router, "planner_scaling_policy": policy, **SCALING}
+    sel = {
+        "deployment_mode": mode,
+        "backend": backend,
+        "router_mode": router,
+        "planner_scaling_policy": policy,
+        **SCALING,
+    }
     sel.update(AGG if mode == "agg" else DISAGG)
     if router == "kv_router":
         sel.update(overlap_score_credit=0.5, prefill_load_scale=1.0, router_temperature=0.0)
@@ -25,7 +36,10 @@ def sample_for(config, mode="agg", backend="vllm", policy="disabled", router="ro
 
 TEP = ReplicaConfig(shape=ParallelShape(tp=4, moe_ep=4), replicas=2)
 DENSE = ReplicaConfig(shape=ParallelShape(tp=2), replicas=3)
-PAIR = DisaggConfig(prefill=ReplicaConfig(shape=ParallelShape(tp=8), replicas=1), decode=ReplicaConfig(shape=ParallelShape(tp=8), replicas=2))
+PAIR = DisaggConfig(
+    prefill=ReplicaConfig(shape=ParallelShape(tp=8), replicas=1),
+    decode=ReplicaConfig(shape=ParallelShape(tp=8), replicas=2),
+)
 
 
 def test_static_agg_plan():
@@ -44,7 +58,10 @@ def test_dense_omits_moe_sizes():
     assert "aic_moe_tp_size" not in args and "aic_moe_ep_size" not in args
 
 
-@pytest.mark.parametrize("backend, field", [("vllm", "gpu_memory_utilization"), ("sglang", "mem_fraction_static"), ("trtllm", "free_gpu_memory_fraction")])
+@pytest.mark.parametrize(
+    "backend, field",
+    [("vllm", "gpu_memory_utilization"), ("sglang", "mem_fraction_static"), ("trtllm", "free_gpu_memory_fraction")],
+)
 def test_engine_type_and_memory_field_track_the_backend(backend, field):
     plan = build_deployment(sample_for(PAIR, mode="disagg", backend=backend), backend_version="x")
     for args in (plan.prefill_engine_args, plan.decode_engine_args):
@@ -53,7 +70,9 @@ def test_engine_type_and_memory_field_track_the_backend(backend, field):
 
 def test_throughput_policy_plan():
     sample = sample_for(DENSE, policy="throughput_180_5")
-    plan = build_deployment(sample, backend_version="0.24.0", optimization_target="sla", sla_ttft_ms=2000, sla_itl_ms=50)
+    plan = build_deployment(
+        sample, backend_version="0.24.0", optimization_target="sla", sla_ttft_ms=2000, sla_itl_ms=50
+    )
     pc = plan.planner_config
     assert not plan.is_static and pc["mode"] == "agg" and pc["optimization_target"] == "sla"
     assert pc["throughput_adjustment_interval_seconds"] == 180 and pc["decode_engine_num_gpu"] == 2
@@ -71,7 +90,9 @@ def test_runtime_limits_reach_the_planner_and_engines():
 
 
 def test_disagg_plan_has_both_roles():
-    plan = build_deployment(sample_for(PAIR, mode="disagg", policy="load_180_5"), backend_version="0.24.0", optimization_target="throughput")
+    plan = build_deployment(
+        sample_for(PAIR, mode="disagg", policy="load_180_5"), backend_version="0.24.0", optimization_target="throughput"
+    )
     assert plan.prefill_engine_args["worker_type"] == "prefill" and plan.decode_engine_args["worker_type"] == "decode"
     assert (plan.num_prefill_workers, plan.num_decode_workers, plan.num_workers) == (1, 2, 0)
     assert plan.planner_config["prefill_engine_num_gpu"] == 8 and plan.planner_config["decode_engine_num_gpu"] == 8
@@ -80,7 +101,11 @@ def test_disagg_plan_has_both_roles():
 
 def test_router_config_only_for_the_kv_router():
     kv = build_deployment(sample_for(DENSE, router="kv_router"), backend_version="x")
-    assert kv.router_mode == "kv_router" and kv.router_config == {"overlap_score_credit": 0.5, "prefill_load_scale": 1.0, "router_temperature": 0.0}
+    assert kv.router_mode == "kv_router" and kv.router_config == {
+        "overlap_score_credit": 0.5,
+        "prefill_load_scale": 1.0,
+        "router_temperature": 0.0,
+    }
     assert build_deployment(sample_for(DENSE), backend_version="x").router_config is None
 
 
@@ -88,7 +113,9 @@ def test_e2e_only_sla_cannot_drive_sla_scaling():
     sample = sample_for(DENSE, policy="load_180_5")
     with pytest.raises(ValueError, match="ttft_ms"):
         build_deployment(sample, backend_version="x", optimization_target="sla", sla_ttft_ms=None, sla_itl_ms=None)
-    assert build_deployment(sample, backend_version="x", optimization_target="sla", sla_ttft_ms=1, sla_itl_ms=1).planner_config
+    assert build_deployment(
+        sample, backend_version="x", optimization_target="sla", sla_ttft_ms=1, sla_itl_ms=1
+    ).planner_config
 
 
 @pytest.mark.slow
@@ -99,6 +126,8 @@ def test_planner_payload_is_a_valid_dynamo_planner_config(monkeypatch):
 
     for mode, config in (("agg", DENSE), ("disagg", PAIR)):
         sample = sample_for(config, mode=mode, policy="hybrid_180_5")
-        payload = build_deployment(sample, backend_version="0.24.0", optimization_target="sla", sla_ttft_ms=500, sla_itl_ms=30).planner_config
+        payload = build_deployment(
+            sample, backend_version="0.24.0", optimization_target="sla", sla_ttft_ms=500, sla_itl_ms=30
+        ).planner_config
         parsed = PlannerConfig.model_validate(payload)
         assert parsed.mode == mode and parsed.enable_throughput_scaling and parsed.max_gpu_budget == 32

@@ -27,7 +27,14 @@ def sample(mode="agg", block=64):
     roles = ("agg",) if mode == "agg" else ("prefill", "decode")
     out = {"backend": "vllm", "aic_nextn": None}
     for role in roles:
-        out.update({f"{role}_block_size": block, f"{role}_max_num_batched_tokens": 8192, f"{role}_max_num_seqs": 256, f"{role}_gpu_memory_utilization": 0.9})
+        out.update(
+            {
+                f"{role}_block_size": block,
+                f"{role}_max_num_batched_tokens": 8192,
+                f"{role}_max_num_seqs": 256,
+                f"{role}_gpu_memory_utilization": 0.9,
+            }
+        )
     return out
 
 
@@ -41,7 +48,9 @@ def test_agg_capacity_uses_whole_blocks_dp_ranks_and_replicas():
 
 
 def test_disagg_estimates_both_roles_and_loads_decode():
-    pair = DisaggConfig(prefill=ReplicaConfig(shape=ParallelShape(tp=1)), decode=ReplicaConfig(shape=ParallelShape(tp=2)))
+    pair = DisaggConfig(
+        prefill=ReplicaConfig(shape=ParallelShape(tp=1)), decode=ReplicaConfig(shape=ParallelShape(tp=2))
+    )
     fake = FixedKvEstimator({1: 1_000_000, 2: 300_000})
     load = resolve_kv_load(sample("disagg", block=1), workload(1000, 1000), pair, 1.0, fake)
     assert fake.asked == [1, 2] and load.load_role == "decode"
@@ -54,7 +63,9 @@ def test_ratio_zero_still_runs_one_request():
 
 def test_capacity_below_one_request():
     with pytest.raises(InfeasibleKVCapacity, match="cannot hold"):
-        resolve_kv_load(sample(), workload(100_000, 10), ReplicaConfig(shape=ParallelShape(tp=2)), 0.5, FixedKvEstimator({2: 1000}))
+        resolve_kv_load(
+            sample(), workload(100_000, 10), ReplicaConfig(shape=ParallelShape(tp=2)), 0.5, FixedKvEstimator({2: 1000})
+        )
 
 
 def test_no_kv_budget_is_infeasible():
@@ -70,6 +81,8 @@ def test_block_size_must_be_positive():
 @pytest.mark.slow
 def test_real_estimator_gives_the_tp2_capacity():
     estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"vllm": "0.24.0"})
-    load = resolve_kv_load(sample(), workload(1024, 256), ReplicaConfig(shape=ParallelShape(tp=2), replicas=2), 1.0, estimator)
+    load = resolve_kv_load(
+        sample(), workload(1024, 256), ReplicaConfig(shape=ParallelShape(tp=2), replicas=2), 1.0, estimator
+    )
     assert load.role_capacity_tokens["agg"] == (751_550 // 64 * 64) * 2
     assert load.concurrency == load.role_capacity_tokens["agg"] // (1024 + 128)

@@ -21,7 +21,12 @@ def space(**overrides):
 
 
 def selection(mode="agg", **knobs):
-    base = {"deployment_mode": mode, "backend": "vllm", "router_mode": "round_robin", "planner_scaling_policy": "disabled"}
+    base = {
+        "deployment_mode": mode,
+        "backend": "vllm",
+        "router_mode": "round_robin",
+        "planner_scaling_policy": "disabled",
+    }
     return {**base, **(AGG_KNOBS if mode == "agg" else DISAGG_KNOBS), **knobs}
 
 
@@ -52,7 +57,9 @@ def test_wrong_layout_kind_is_a_type_error():
 
 def test_missing_searched_knob_is_a_key_error():
     with pytest.raises(KeyError):
-        unroll_sample(space(), {"deployment_mode": "agg", "backend": "vllm", "planner_scaling_policy": "disabled"}, TEP4x2)
+        unroll_sample(
+            space(), {"deployment_mode": "agg", "backend": "vllm", "planner_scaling_policy": "disabled"}, TEP4x2
+        )
 
 
 def test_disabled_policy_emits_only_the_flags():
@@ -62,7 +69,9 @@ def test_disabled_policy_emits_only_the_flags():
 
 
 def test_scaling_policy_with_sampling_and_sensitivity():
-    sel = selection(planner_scaling_policy="hybrid_180_5", planner_fpm_sampling="large", planner_load_sensitivity="aggressive")
+    sel = selection(
+        planner_scaling_policy="hybrid_180_5", planner_fpm_sampling="large", planner_load_sensitivity="aggressive"
+    )
     sample = unroll_sample(space(), sel, TEP4x2)
     assert sample["throughput_adjustment_interval_seconds"] == 180 and sample["load_adjustment_interval_seconds"] == 5
     assert (sample["max_num_fpm_samples"], sample["fpm_sample_bucket_size"]) == (128, 16)
@@ -70,7 +79,9 @@ def test_scaling_policy_with_sampling_and_sensitivity():
 
 
 def test_load_predictor_winner_for_the_policy_interval():
-    sel = selection(planner_scaling_policy="throughput_180_5", planner_fpm_sampling="default", planner_load_sensitivity="default")
+    sel = selection(
+        planner_scaling_policy="throughput_180_5", planner_fpm_sampling="default", planner_load_sensitivity="default"
+    )
     sample = unroll_sample(space(), sel, TEP4x2, {180.0: "prophet_w20_log1p", 600.0: "arima_raw"})
     assert sample["load_predictor"] == "prophet" and sample["load_predictor_log1p"] is True
     assert sample["prophet_window_size"] == 20 and "kalman_q_level" not in sample
@@ -79,14 +90,20 @@ def test_load_predictor_winner_for_the_policy_interval():
 
 
 def test_load_only_policy_gets_no_predictor():
-    sel = selection(planner_scaling_policy="load_180_5", planner_fpm_sampling="default", planner_load_sensitivity="default")
+    sel = selection(
+        planner_scaling_policy="load_180_5", planner_fpm_sampling="default", planner_load_sensitivity="default"
+    )
     assert "load_predictor" not in unroll_sample(space(), sel, TEP4x2, {180.0: "arima_raw"})
 
 
 def test_router_fields_follow_the_mode():
-    rr = unroll_sample(space(router_mode=["round_robin"], no_admission_control=True), selection(overlap_score_credit=0.5), TEP4x2)
+    rr = unroll_sample(
+        space(router_mode=["round_robin"], no_admission_control=True), selection(overlap_score_credit=0.5), TEP4x2
+    )
     assert rr["router_mode"] == "round_robin" and "overlap_score_credit" not in rr and "no_admission_control" not in rr
-    kv_sel = selection(router_mode="kv_router", overlap_score_credit=0.5, prefill_load_scale=2.0, router_temperature=0.0)
+    kv_sel = selection(
+        router_mode="kv_router", overlap_score_credit=0.5, prefill_load_scale=2.0, router_temperature=0.0
+    )
     kv = unroll_sample(space(), kv_sel, TEP4x2)
     assert kv["overlap_score_credit"] == 0.5 and kv["prefill_load_scale"] == 2.0 and kv["no_admission_control"] is False
     assert "host_cache_hit_weight" not in kv
@@ -106,7 +123,11 @@ def test_raw_dict_composites():
     )
     sample = unroll_sample(space(), sel, TEP4x2)
     assert sample["planner_scaling_policy"] == policy and sample["throughput_adjustment_interval_seconds"] == 240
-    assert (sample["max_num_fpm_samples"], sample["load_scaling_down_sensitivity"], sample["load_min_observations"]) == (96, 75, 4)
+    assert (
+        sample["max_num_fpm_samples"],
+        sample["load_scaling_down_sensitivity"],
+        sample["load_min_observations"],
+    ) == (96, 75, 4)
     off = {**policy, "enable_throughput_scaling": False, "enable_load_scaling": False}
     assert "max_num_fpm_samples" not in unroll_sample(space(), selection(planner_scaling_policy=off), TEP4x2)
 

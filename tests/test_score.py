@@ -38,7 +38,9 @@ def test_objectives_per_target():
     assert objective_value(REPORT, T.THROUGHPUT_PER_USER) == 50
 
 
-@pytest.mark.parametrize("missing", [{"gpu_hours": 0.0}, {"duration_ms": None}, {"gpu_hours": None, "duration_ms": None}])
+@pytest.mark.parametrize(
+    "missing", [{"gpu_hours": 0.0}, {"duration_ms": None}, {"gpu_hours": None, "duration_ms": None}]
+)
 def test_per_gpu_is_zero_without_gpu_time(missing):
     report = {**REPORT, **missing}
     report = {k: v for k, v in report.items() if v is not None}
@@ -65,12 +67,20 @@ def test_budget():
 
 
 def test_objective_vector_is_raw():
-    assert objective_vector(REPORT, [T.THROUGHPUT_PER_GPU, T.E2E_LATENCY]) == {"throughput_per_gpu": 1250, "e2e_latency": 1200}
+    assert objective_vector(REPORT, [T.THROUGHPUT_PER_GPU, T.E2E_LATENCY]) == {
+        "throughput_per_gpu": 1250,
+        "e2e_latency": 1200,
+    }
 
 
 def test_make_candidate_scalar_and_pareto():
     scalar = make_candidate({"used_gpus": 8}, REPORT, T.GOODPUT_PER_GPU)
-    assert scalar.score == 1000 and scalar.used_gpus == 8 and scalar.metrics["gpu_hours"] == 2.0 and scalar.objectives is None
+    assert (
+        scalar.score == 1000
+        and scalar.used_gpus == 8
+        and scalar.metrics["gpu_hours"] == 2.0
+        and scalar.objectives is None
+    )
     pareto = make_candidate({"used_gpus": 4}, REPORT, T.PARETO, [T.THROUGHPUT_PER_GPU, T.THROUGHPUT_PER_USER])
     assert pareto.objectives == {"throughput_per_gpu": 1250, "throughput_per_user": 50} and pareto.score == 1250
     with pytest.raises(ValueError, match="pareto_objectives"):
@@ -85,22 +95,36 @@ def test_rank_best_first_ties_to_fewer_gpus():
 
 
 def point(per_gpu, per_user):
-    return Candidate(config={}, used_gpus=1, score=per_gpu, metrics={}, objectives={"throughput_per_gpu": per_gpu, "throughput_per_user": per_user})
+    return Candidate(
+        config={},
+        used_gpus=1,
+        score=per_gpu,
+        metrics={},
+        objectives={"throughput_per_gpu": per_gpu, "throughput_per_user": per_user},
+    )
 
 
 OBJ = [T.THROUGHPUT_PER_GPU, T.THROUGHPUT_PER_USER]
 
 
 def test_dominance_respects_direction():
-    assert dominates({"throughput_per_gpu": 2, "throughput_per_user": 2}, {"throughput_per_gpu": 1, "throughput_per_user": 2}, OBJ)
-    assert not dominates({"throughput_per_gpu": 2, "throughput_per_user": 1}, {"throughput_per_gpu": 1, "throughput_per_user": 2}, OBJ)
+    assert dominates(
+        {"throughput_per_gpu": 2, "throughput_per_user": 2}, {"throughput_per_gpu": 1, "throughput_per_user": 2}, OBJ
+    )
+    assert not dominates(
+        {"throughput_per_gpu": 2, "throughput_per_user": 1}, {"throughput_per_gpu": 1, "throughput_per_user": 2}, OBJ
+    )
     latency = [T.E2E_LATENCY]
     assert dominates({"e2e_latency": 100}, {"e2e_latency": 200}, latency)
 
 
 def test_front_drops_dominated_and_sorts_along_the_last_objective():
     front = pareto_front([point(100, 40), point(150, 25), point(180, 12), point(120, 20), point(90, 10)], OBJ)
-    assert [(c.objectives["throughput_per_gpu"], c.objectives["throughput_per_user"]) for c in front] == [(180, 12), (150, 25), (100, 40)]
+    assert [(c.objectives["throughput_per_gpu"], c.objectives["throughput_per_user"]) for c in front] == [
+        (180, 12),
+        (150, 25),
+        (100, 40),
+    ]
 
 
 def test_front_ignores_candidates_without_objectives_and_keeps_ties():

@@ -16,7 +16,12 @@ pytestmark = pytest.mark.slow
 VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
 SLA = {"ttft_ms": 2000, "itl_ms": 50}
 AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-DISAGG_KNOBS = {"prefill_max_num_batched_tokens": 8192, "prefill_max_num_seqs": 8, "decode_max_num_batched_tokens": 8192, "decode_max_num_seqs": 256}
+DISAGG_KNOBS = {
+    "prefill_max_num_batched_tokens": 8192,
+    "prefill_max_num_seqs": 8,
+    "decode_max_num_batched_tokens": 8192,
+    "decode_max_num_seqs": 256,
+}
 
 
 def agg(tp, replicas):
@@ -31,7 +36,14 @@ def config(goal=None, **workload):
 
 def spec_for(cfg, layout, mode="agg", **selection):
     knobs = AGG_KNOBS if mode == "agg" else DISAGG_KNOBS
-    sel = {"deployment_mode": mode, "backend": "vllm", "router_mode": "round_robin", "planner_scaling_policy": "disabled", **knobs, **selection}
+    sel = {
+        "deployment_mode": mode,
+        "backend": "vllm",
+        "router_mode": "round_robin",
+        "planner_scaling_policy": "disabled",
+        **knobs,
+        **selection,
+    }
     estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"vllm": VERSION})
     return prepare_trial(cfg, sel, layout, backend_version=VERSION, estimator=estimator)
 
@@ -73,7 +85,17 @@ def bursty_trace(path, seed=0):
             while (t := t + rng.expovariate(rate) * 1000) < end:
                 isl = rng.randint(1024, 3072)
                 blocks = -(-isl // 512)
-                out.write(json.dumps({"timestamp": int(t), "input_length": isl, "output_length": rng.randint(64, 256), "hash_ids": list(range(nid, nid + blocks))}) + "\n")
+                out.write(
+                    json.dumps(
+                        {
+                            "timestamp": int(t),
+                            "input_length": isl,
+                            "output_length": rng.randint(64, 256),
+                            "hash_ids": list(range(nid, nid + blocks)),
+                        }
+                    )
+                    + "\n"
+                )
                 nid += blocks
             t = end
     return path
@@ -81,10 +103,19 @@ def bursty_trace(path, seed=0):
 
 def test_load_scaling_policy_scales_on_a_bursty_trace(tmp_path):
     trace = bursty_trace(tmp_path / "bursty.jsonl")
-    data = config_data(search_space={"gpu_budget": 8}, workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)})
+    data = config_data(
+        search_space={"gpu_budget": 8},
+        workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)},
+    )
     data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
     cfg = build(data)
-    spec = spec_for(cfg, agg(1, 1), planner_scaling_policy="load_180_5", planner_fpm_sampling="default", planner_load_sensitivity="default")
+    spec = spec_for(
+        cfg,
+        agg(1, 1),
+        planner_scaling_policy="load_180_5",
+        planner_fpm_sampling="default",
+        planner_load_sensitivity="default",
+    )
     assert spec.replay.plan.planner_config["optimization_target"] == "sla"
     result = evaluate_trial(spec, max_eval_seconds=180)
     assert result.status == "feasible", result.reason
@@ -103,7 +134,9 @@ def test_goodput_absent_without_sla_and_present_with_it():
 
 
 def replay_children():
-    return [p for p in psutil.process_iter(["cmdline"]) if "spica_lib.replay_child" in " ".join(p.info["cmdline"] or [])]
+    return [
+        p for p in psutil.process_iter(["cmdline"]) if "spica_lib.replay_child" in " ".join(p.info["cmdline"] or [])
+    ]
 
 
 def test_time_limit_kills_the_replay_and_leaves_no_process():
@@ -126,7 +159,14 @@ def test_over_budget_is_gated_before_any_replay():
 
 
 def test_single_target_kv_router_is_replayed_as_round_robin():
-    spec = spec_for(config(), agg(2, 1), router_mode="kv_router", overlap_score_credit=0.5, prefill_load_scale=1.0, router_temperature=0.0)
+    spec = spec_for(
+        config(),
+        agg(2, 1),
+        router_mode="kv_router",
+        overlap_score_credit=0.5,
+        prefill_load_scale=1.0,
+        router_temperature=0.0,
+    )
     assert spec.replay.plan.router_mode == "round_robin" and "single worker" in spec.notes[0]
     assert evaluate_trial(spec, max_eval_seconds=60).status == "feasible"
 
@@ -151,7 +191,16 @@ def test_kv_infeasible_candidate_is_reported_not_raised():
 
 
 def test_trace_workload_trial(tmp_path):
-    data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(TRACE), "replay_concurrency": 16})
+    data = config_data(
+        workload={
+            "isl": None,
+            "osl": None,
+            "request_rate": None,
+            "num_request_ratio": None,
+            "trace_path": str(TRACE),
+            "replay_concurrency": 16,
+        }
+    )
     data["goal"] = {"target": "throughput"}
     result = evaluate_trial(spec_for(build(data), agg(4, 2)), max_eval_seconds=180)
     assert result.status == "feasible", result.reason
