@@ -124,7 +124,8 @@ def planner_config(
         "metric_pulling_prometheus_extra_query_params": None,
         "max_gpu_budget": sample["gpu_budget"],
     }
-    config.update({key: sample[key] for key in PLANNER_PASSTHROUGH if key in sample})
+    # An unset interval (the mode is off) is left to the planner's default: it takes no None there.
+    config.update({key: sample[key] for key in PLANNER_PASSTHROUGH if sample.get(key) is not None})
     for key in ("min_gpu_budget", "min_endpoint"):
         if sample.get(key) is not None:
             config[key] = sample[key]

@@ -25,8 +25,9 @@ class ScalingPolicy(_Frozen):
 
     enable_throughput_scaling: bool = False
     enable_load_scaling: bool = False
-    throughput_adjustment_interval_seconds: float | None = Field(default=None, gt=0)
-    load_adjustment_interval_seconds: float | None = Field(default=None, gt=0)
+    # Whole seconds: the Dynamo planner's intervals are integers.
+    throughput_adjustment_interval_seconds: int | None = Field(default=None, gt=0)
+    load_adjustment_interval_seconds: int | None = Field(default=None, gt=0)
 
     @property
     def scales(self) -> bool:
@@ -97,7 +98,7 @@ class LoadPredictorSpec(_Frozen):
         return out
 
 
-def _policy(tput: bool, load: bool, tput_s: float | None, load_s: float | None) -> ScalingPolicy:
+def _policy(tput: bool, load: bool, tput_s: int | None, load_s: int | None) -> ScalingPolicy:
     return ScalingPolicy(
         enable_throughput_scaling=tput,
         enable_load_scaling=load,

@@ -123,3 +123,10 @@ def test_unknown_predictor_family_is_rejected():
 def test_predictor_labels():
     assert predictor_label("arima_raw", 0) == "arima_raw"
     assert predictor_label({"load_predictor": "constant"}, 3) == "custom_3"
+
+
+def test_intervals_are_whole_seconds():
+    entry = {"enable_throughput_scaling": True, "enable_load_scaling": False, "load_adjustment_interval_seconds": None}
+    assert scaling_policy({**entry, "throughput_adjustment_interval_seconds": 240.0}).throughput_adjustment_interval_seconds == 240
+    with pytest.raises(ValidationError):
+        scaling_policy({**entry, "throughput_adjustment_interval_seconds": 2.5})

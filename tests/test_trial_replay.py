@@ -219,3 +219,20 @@ def test_trial_files_round_trip_and_keys_follow_content(tmp_path):
     assert record.spec == spec and record.result == result
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert len(requests) == 200 and {"ttft_ms", "e2e_latency_ms", "input_length"} <= set(requests.columns)
+
+
+def test_throughput_scaling_with_an_sla_target_runs_through_the_planner(tmp_path):
+    trace = bursty_trace(tmp_path / "bursty.jsonl", seed=1)
+    data = config_data(search_space={"gpu_budget": 8}, workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)})
+    data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
+    policy = {
+        "enable_throughput_scaling": True,
+        "enable_load_scaling": False,
+        "throughput_adjustment_interval_seconds": 30,
+        "load_adjustment_interval_seconds": None,
+    }
+    spec = spec_for(build(data), agg(1, 1), planner_scaling_policy=policy, planner_fpm_sampling="default", planner_load_sensitivity="default")
+    result = evaluate_trial(spec, max_eval_seconds=180)
+    assert result.status == "feasible", result.reason
+    assert result.metrics["planner_total_ticks"] >= 4  # one tick per 30 s over ~150 s of traffic
+    assert any(e.to_count > e.from_count for e in result.scaling_events)
