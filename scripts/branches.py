@@ -17,6 +17,8 @@ with stage_log(smk.log[0]) as log:
         branch = branches[mode]
         write_pool(pool_path, branch.pool, mode, branch.spec.backends)
         write_model(spec_path, branch.spec)
-        log.info("%s: %s, %d layouts %s", mode, branch.spec.status, branch.spec.pool_size, branch.spec.pool_size_by_backend)
+        log.info(
+            "%s: %s, %d layouts %s", mode, branch.spec.status, branch.spec.pool_size, branch.spec.pool_size_by_backend
+        )
         for skipped in branch.spec.skipped_backends:
             log.info("%s: backend %s skipped: %s", mode, skipped.backend, skipped.reason)

@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spica_lib.config import ConfigError
+from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.load_predictor import PredictorPlan, plan_predictor_jobs
+from spica_lib.policies import apply_policy_filters
 from spica_lib.validate import build_validated_config
 
 RESULTS_ROOT = "results"
@@ -29,6 +31,7 @@ class RunLayout(BaseModel):
     config_sha256: str
     trace_file: str | None
     modes: list[str]
+    predictor_jobs: list[tuple[int, str]]  # (throughput interval, candidate label) to score
     root: str = RESULTS_ROOT
 
     @property
@@ -48,6 +51,17 @@ class RunLayout(BaseModel):
 
     def branch_json(self, mode: str) -> str:
         return f"{self.dir}/branches/{mode}/branch.json"
+
+    @property
+    def load_predictor_parquet(self) -> str:
+        return f"{self.dir}/load_predictor.parquet"
+
+    @property
+    def load_predictor_json(self) -> str:
+        return f"{self.dir}/load_predictor.json"
+
+    def predictor_score(self, interval: int | str, label: str) -> str:
+        return f"{self.dir}/load_predictor/scores/{interval}/{label}.json"
 
     def log(self, stage: str) -> str:
         return f"{self.dir}/logs/{stage}.log"
@@ -82,6 +96,7 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
         config_sha256=validated.config_sha256,
         trace_file=validated.inputs.trace_file,
         modes=list(dict.fromkeys(validated.config.search_space.deployment_mode)),
+        predictor_jobs=[(job.interval, job.label) for job in predictor_plan(validated.config).jobs],
         root=root,
     )
     existing = Path(layout.config_json)
@@ -100,3 +115,8 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
                 source=config_file,
             )
     return layout
+
+
+def predictor_plan(config: SmartSearchConfig) -> PredictorPlan:
+    """The load-predictor jobs of a run (the same plan the stage's merge rule recomputes)."""
+    return plan_predictor_jobs(config, apply_policy_filters(config).kept)

@@ -134,7 +134,14 @@ def test_planner_payload_is_a_valid_dynamo_planner_config(monkeypatch):
 
 
 def test_an_unset_interval_is_left_out_of_the_planner_payload():
-    policy = {"enable_throughput_scaling": True, "enable_load_scaling": False, "throughput_adjustment_interval_seconds": 30, "load_adjustment_interval_seconds": None}
+    policy = {
+        "enable_throughput_scaling": True,
+        "enable_load_scaling": False,
+        "throughput_adjustment_interval_seconds": 30,
+        "load_adjustment_interval_seconds": None,
+    }
     sample = sample_for(DENSE, policy=policy)
-    payload = build_deployment(sample, backend_version="x", optimization_target="sla", sla_ttft_ms=1, sla_itl_ms=1).planner_config
+    payload = build_deployment(
+        sample, backend_version="x", optimization_target="sla", sla_ttft_ms=1, sla_itl_ms=1
+    ).planner_config
     assert payload["throughput_adjustment_interval_seconds"] == 30 and "load_adjustment_interval_seconds" not in payload

@@ -127,6 +127,11 @@ def test_predictor_labels():
 
 def test_intervals_are_whole_seconds():
     entry = {"enable_throughput_scaling": True, "enable_load_scaling": False, "load_adjustment_interval_seconds": None}
-    assert scaling_policy({**entry, "throughput_adjustment_interval_seconds": 240.0}).throughput_adjustment_interval_seconds == 240
+    assert (
+        scaling_policy(
+            {**entry, "throughput_adjustment_interval_seconds": 240.0}
+        ).throughput_adjustment_interval_seconds
+        == 240
+    )
     with pytest.raises(ValidationError):
         scaling_policy({**entry, "throughput_adjustment_interval_seconds": 2.5})

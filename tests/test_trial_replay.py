@@ -223,7 +223,10 @@ def test_trial_files_round_trip_and_keys_follow_content(tmp_path):
 
 def test_throughput_scaling_with_an_sla_target_runs_through_the_planner(tmp_path):
     trace = bursty_trace(tmp_path / "bursty.jsonl", seed=1)
-    data = config_data(search_space={"gpu_budget": 8}, workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)})
+    data = config_data(
+        search_space={"gpu_budget": 8},
+        workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)},
+    )
     data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
     policy = {
         "enable_throughput_scaling": True,
@@ -231,7 +234,13 @@ def test_throughput_scaling_with_an_sla_target_runs_through_the_planner(tmp_path
         "throughput_adjustment_interval_seconds": 30,
         "load_adjustment_interval_seconds": None,
     }
-    spec = spec_for(build(data), agg(1, 1), planner_scaling_policy=policy, planner_fpm_sampling="default", planner_load_sensitivity="default")
+    spec = spec_for(
+        build(data),
+        agg(1, 1),
+        planner_scaling_policy=policy,
+        planner_fpm_sampling="default",
+        planner_load_sensitivity="default",
+    )
     result = evaluate_trial(spec, max_eval_seconds=180)
     assert result.status == "feasible", result.reason
     assert result.metrics["planner_total_ticks"] >= 4  # one tick per 30 s over ~150 s of traffic

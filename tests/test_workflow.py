@@ -1,13 +1,15 @@
 """The real Snakemake workflow: stages run, reruns do nothing, bad configs write nothing."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from conftest import REPO, config_data, write_yaml
+from conftest import REPO, TRACE, config_data, write_yaml
 from spica_lib.artifacts import read_model
 from spica_lib.branches import BranchSpec
 from spica_lib.pool_table import read_pool
@@ -79,3 +81,49 @@ def test_pool_stage_failure_is_reported_with_the_reason(tmp_path):
     assert "no deployment_mode has a viable parallel config" in done.stdout + done.stderr
     run = next((tmp_path / "results").iterdir())
     assert (run / "config.json").is_file() and not (run / "branches" / "agg" / "pool.parquet").exists()
+
+
+def test_load_predictor_stage_scores_each_candidate_as_its_own_job_and_resumes(tmp_path):
+    candidates = ["constant_last", "kalman_reactive_raw", "arima_raw", "prophet_w20_raw"]
+    policy = {
+        "enable_throughput_scaling": True,
+        "enable_load_scaling": False,
+        "throughput_adjustment_interval_seconds": 60,
+        "load_adjustment_interval_seconds": None,
+    }
+    data = config_data(
+        search_space={
+            "deployment_mode": ["agg"],
+            "gpu_budget": 2,
+            "planner_scaling_policy": ["disabled", policy],
+            "load_predictor_candidates": candidates,
+        },
+        workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(TRACE)},
+    )
+    data["goal"] = {"target": "goodput", "sla": {"ttft_ms": 2000, "itl_ms": 50}}
+    path = write_yaml(tmp_path, data)
+    done = snakemake(tmp_path, "--config", f"spica={path}", "run=lp")
+    assert done.returncode == 0, done.stderr
+    run = tmp_path / "results" / "lp"
+    result = json.loads((run / "load_predictor.json").read_text())
+    assert result["reason"] == "swept" and result["best_by_interval"]["60"] in candidates
+    table = pd.read_parquet(run / "load_predictor.parquet")
+    assert sorted(table["preset"]) == sorted(candidates) and table["winner"].sum() == 1
+    assert table["loss"].map(math.isfinite).all() and (table["windows_scored"] > 0).all()
+    scores = sorted((run / "load_predictor" / "scores" / "60").glob("*.json"))
+    assert len(scores) == 4
+    kept = {p.name: p.stat().st_mtime_ns for p in scores if p.name != "arima_raw.json"}
+    # As if the run was killed after three candidates were scored: one score and the merge are missing.
+    for lost in (
+        run / "load_predictor" / "scores" / "60" / "arima_raw.json",
+        run / "load_predictor.json",
+        run / "load_predictor.parquet",
+    ):
+        lost.unlink()
+    again = snakemake(tmp_path, "--config", f"spica={path}", "run=lp")
+    assert again.returncode == 0, again.stderr
+    assert "load_predictor_score" in again.stdout + again.stderr
+    assert {
+        p.name: p.stat().st_mtime_ns for p in scores if p.name != "arima_raw.json"
+    } == kept  # only the lost one rescored
+    assert json.loads((run / "load_predictor.json").read_text()) == result

@@ -1,0 +1,44 @@
+# One job per (throughput interval, predictor candidate), so slow ARIMA / Prophet candidates run in
+# parallel and a resumed run rescores only what is missing; a small rule merges them.
+
+
+wildcard_constraints:
+    interval=r"\d+",
+    label=r"[A-Za-z0-9_]+",
+
+
+rule load_predictor_score:
+    message:
+        "Scoring load predictor {wildcards.label} at a {wildcards.interval} s interval"
+    input:
+        config=rules.validate.output.config,
+        policies=rules.policies.output.policies,
+    output:
+        score=RUN.predictor_score("{interval}", "{label}"),
+    log:
+        RUN.log("load_predictor/{interval}/{label}"),
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../../scripts/load_predictor_score.py"
+
+
+rule load_predictor:
+    message:
+        "Choosing a load predictor per scaling interval for run {params.run}"
+    input:
+        config=rules.validate.output.config,
+        policies=rules.policies.output.policies,
+        scores=[RUN.predictor_score(interval, label) for interval, label in RUN.predictor_jobs],
+    output:
+        table=RUN.load_predictor_parquet,
+        result=RUN.load_predictor_json,
+    log:
+        RUN.log("load_predictor"),
+    params:
+        run=RUN.run,
+    localrule: True
+    script:
+        "../../scripts/load_predictor.py"
