@@ -14,6 +14,7 @@ def stage_log(path: str) -> Iterator[logging.Logger]:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     logger = logging.getLogger("spica.stage")
     logger.setLevel(logging.INFO)
+    logger.propagate = False  # libraries (absl via Vizier) configure the root logger; print once
     handlers = [logging.FileHandler(path, mode="w", encoding="utf-8"), logging.StreamHandler()]
     for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

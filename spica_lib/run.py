@@ -32,6 +32,10 @@ class RunLayout(BaseModel):
     trace_file: str | None
     modes: list[str]
     predictor_jobs: list[tuple[int, str]]  # (throughput interval, candidate label) to score
+    max_rounds: int
+    is_pareto: bool
+    max_eval_seconds: float | None
+    parallel_evals: int
     root: str = RESULTS_ROOT
 
     @property
@@ -62,6 +66,39 @@ class RunLayout(BaseModel):
 
     def predictor_score(self, interval: int | str, label: str) -> str:
         return f"{self.dir}/load_predictor/scores/{interval}/{label}.json"
+
+    def suggestions(self, branch: str, round_index: int | str) -> str:
+        return f"{self.dir}/rounds/{branch}/{round_index}/suggestions.json"
+
+    def observations(self, branch: str, round_index: int | str) -> str:
+        return f"{self.dir}/rounds/{branch}/{round_index}/observations.json"
+
+    def spec(self, key: str) -> str:
+        return f"{self.dir}/specs/{key}.json"
+
+    def trial(self, key: str) -> str:
+        return f"{self.dir}/trials/{key}.json"
+
+    @property
+    def trials_dir(self) -> str:
+        return f"{self.dir}/trials"
+
+    @property
+    def last_round(self) -> int:
+        return self.max_rounds - 1
+
+    @property
+    def candidates_parquet(self) -> str:
+        return f"{self.dir}/candidates.parquet"
+
+    @property
+    def result_csv(self) -> str:
+        """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
+        return f"{self.dir}/{'pareto' if self.is_pareto else 'ranked'}.csv"
+
+    @property
+    def summary_json(self) -> str:
+        return f"{self.dir}/summary.json"
 
     def log(self, stage: str) -> str:
         return f"{self.dir}/logs/{stage}.log"
@@ -97,6 +134,10 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
         trace_file=validated.inputs.trace_file,
         modes=list(dict.fromkeys(validated.config.search_space.deployment_mode)),
         predictor_jobs=[(job.interval, job.label) for job in predictor_plan(validated.config).jobs],
+        max_rounds=validated.config.sweep.max_rounds,
+        is_pareto=validated.config.goal.is_pareto,
+        max_eval_seconds=validated.config.sweep.max_eval_seconds,
+        parallel_evals=validated.config.sweep.parallel_evals,
         root=root,
     )
     existing = Path(layout.config_json)

@@ -293,3 +293,15 @@ def write_trial(folder: str | Path, spec: TrialSpec, result: TrialResult) -> Pat
 
 def read_trial(path: str | Path) -> TrialRecord:
     return read_model(path, TrialRecord)
+
+
+def load_records(folder: str | Path, keys: list[str]) -> dict[str, TrialRecord]:
+    """The stored trials for `keys` (each must exist)."""
+    return {key: read_trial(trial_path(folder, key)) for key in dict.fromkeys(keys)}
+
+
+def write_spec_once(path: str | Path, spec: TrialSpec) -> None:
+    """Write a spec file unless it exists: its name is its content hash, so a rewrite would only
+    touch its time stamp — and make the workflow replay a finished trial again."""
+    if not Path(path).exists():
+        write_model(path, spec)

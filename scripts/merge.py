@@ -1,0 +1,29 @@
+"""Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json."""
+
+from pathlib import Path
+
+from spica_lib.artifacts import atomic_write_text, read_model, write_model
+from spica_lib.logs import stage_log
+from spica_lib.merge import collect_candidates, frame, ordered, summarise
+from spica_lib.search import BranchHistory
+from spica_lib.trial import load_records
+from spica_lib.validate import ValidatedConfig
+
+smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
+
+with stage_log(smk.log[0]) as log:
+    config = read_model(smk.input.config, ValidatedConfig).config
+    histories = [read_model(path, BranchHistory) for path in smk.input.histories]
+    keys = [o.key for h in histories for o in h.observations if o.key]
+    records = load_records(smk.params.trials_dir, keys)
+    rows = collect_candidates(histories, records)
+    best = ordered(config, rows)
+    table = Path(smk.output.candidates)
+    temp = table.with_name(f".{table.name}.tmp")
+    frame(rows).to_parquet(temp, index=False)
+    temp.replace(table)
+    atomic_write_text(smk.output.table, frame(best, with_rank=True).to_csv(index=False))
+    summary = summarise(config, histories, records, best)
+    write_model(smk.output.summary, summary)
+    log.info("%s", summary.line)
+    print(summary.line)

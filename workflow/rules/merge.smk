@@ -1,0 +1,18 @@
+rule merge:
+    message:
+        "Ranking the candidates of run {params.run}"
+    input:
+        config=rules.validate.output.config,
+        histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
+    output:
+        candidates=RUN.candidates_parquet,
+        table=RUN.result_csv,
+        summary=RUN.summary_json,
+    log:
+        RUN.log("merge"),
+    params:
+        run=RUN.run,
+        trials_dir=RUN.trials_dir,
+    localrule: True
+    script:
+        "../../scripts/merge.py"
