@@ -22,11 +22,11 @@ $(STAMP): requirements/lock.txt requirements/tools.txt pyproject.toml
 
 ## Run the embedded default sweep (results under results/<run>/).
 run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) --config spica=$(CONFIG)
+	$(BIN)/spica run $(CONFIG) --cores $(CORES)
 
 ## Show what a run would do, without running it.
 dry-run: $(STAMP)
-	$(BIN)/snakemake --cores $(CORES) --config spica=$(CONFIG) -n
+	$(BIN)/spica run $(CONFIG) --cores $(CORES) -n
 
 ## Run the test suite.
 test: $(STAMP)

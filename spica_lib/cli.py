@@ -31,8 +31,20 @@ def main(argv: list[str] | None = None) -> int:
     evaluate.add_argument("--candidate", required=True, help="candidate as a JSON/YAML file or inline JSON")
     evaluate.add_argument("--json", action="store_true", help="print the whole trial record as JSON")
     evaluate.add_argument("--per-request", metavar="PARQUET", help="also write one row per request to this file")
+    run = commands.add_parser("run", help="run or resume the sweep with Snakemake")
+    run.add_argument("config", nargs="?", default="config/default.yaml", help="config file (default: config/default.yaml)")
+    run.add_argument("--cores", type=int, default=None, help="local cores (default: 2, or the profile's)")
+    run.add_argument("--profile", help="a Snakemake profile folder, e.g. profiles/slurm")
+    run.add_argument("--run", dest="run_name", help="name the run folder instead of using the config hash")
+    run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="anything after -- goes to Snakemake")
     commands.add_parser("schema", help="print the JSON Schema of the config file")
     args = parser.parse_args(argv)
+    if args.command == "run":
+        from spica_lib.launcher import run_sweep
+
+        extra = [a for a in args.snakemake_args if a != "--"]
+        cores = args.cores if args.cores is not None else (None if args.profile else 2)
+        return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
     if args.command == "evaluate":
         return _evaluate(args.config, args.candidate, args.json, args.per_request)
     if args.command == "schema":

@@ -1,0 +1,203 @@
+"""The round logic (suggest -> trials -> tell) with the real Vizier and a fake replay.
+
+`FakeReplay` stands in for the Dynamo replay so these tests exercise our own control flow:
+dedup and caching, replacements, unsupported pairs, the budget gate, stalls, ranking, fronts.
+"""
+
+import pytest
+
+from conftest import build, config_data
+from spica_lib.branches import BranchSpec, PoolRecord
+from spica_lib.kv_capacity import KvSettings
+from spica_lib.merge import collect_candidates, ordered, summarise
+from spica_lib.parallel import ParallelShape, ReplicaConfig
+from spica_lib.sampler import BranchSpace
+from spica_lib.search import REPLACEMENT_FACTOR, SearchContext, suggest_round, tell_round
+from spica_lib.trial import TrialRecord, TrialResult
+
+pytestmark = pytest.mark.slow  # imports Vizier (JAX)
+
+
+def layout(tp, replicas=1):
+    return ReplicaConfig(shape=ParallelShape(tp=tp), replicas=replicas)
+
+
+def branch(pool, knobs, gpu_budget=8, mode="agg"):
+    spec = BranchSpec(
+        deployment_mode=mode,
+        status="ready",
+        backends=sorted({b for r in pool for b in r.backends}),
+        backend_versions={"vllm": "0.24.0", "sglang": "0.5.14"},
+        skipped_backends=[],
+        knob_choices=knobs,
+        float_ranges={},
+        gpu_budget=gpu_budget,
+        min_gpu_budget=None,
+        max_seq_len=40960,
+        kv_settings={"agg": KvSettings()},
+        pinned=False,
+        pool_size=len(pool),
+        pool_size_by_backend={},
+        dropped_shapes=[],
+        hardware=None,
+    )
+    return spec
+
+
+def record(config, backends=("vllm",)):
+    return PoolRecord(config=config, backends=list(backends), kv_tokens={b: {"agg": 100_000} for b in backends})
+
+
+class FakeReplay:
+    """Fake replay (control flow only): throughput grows with max_num_seqs and GPUs; counts calls."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, spec):
+        self.calls += 1
+        seqs = spec.sample["agg_max_num_seqs"]
+        gpus = spec.used_gpus
+        metrics = {"output_throughput_tok_s": seqs * gpus * 1.0, "mean_output_token_throughput_per_user": 1000.0 / gpus}
+        objectives = None
+        score = metrics["output_throughput_tok_s"]
+        if spec.goal.is_pareto:
+            objectives = {"throughput_per_gpu": seqs * 1.0, "throughput_per_user": metrics["mean_output_token_throughput_per_user"]}
+            score = objectives["throughput_per_gpu"]
+        return TrialResult(status="feasible", metrics=metrics, objectives=objectives, score=score, used_gpus=gpus, average_gpus=float(gpus))
+
+
+def knobs(**extra):
+    base = {
+        "agg_max_num_batched_tokens": [8192],
+        "agg_max_num_seqs": [256, 512, 1024],
+        "router_mode": ["round_robin"],
+        "planner_scaling_policy": ["disabled"],
+        "backend": ["vllm"],
+    }
+    return {**base, **extra}
+
+
+def sweep(config, spec, pool, rounds, replay):
+    """Drive the rounds the way the workflow does, with trial files kept in a dict."""
+    context = SearchContext(config=config)
+    history, store, files = None, {}, []
+    for k in range(rounds):
+        suggestions, specs = suggest_round(context, spec, pool, k, history, {key: r.result for key, r in store.items()})
+        for trial in specs:
+            store[trial.key()] = TrialRecord(key=trial.key(), spec=trial, result=replay(trial))
+        history = tell_round(config.goal, suggestions, store, {key: r.result for key, r in store.items()}, history)
+        files.append(suggestions)
+    return history, files, store
+
+
+def cfg(algorithm="random", per_round=2, rounds=3, goal=None):
+    data = config_data(sweep={"algorithm": algorithm, "candidates_per_round": per_round, "max_rounds": rounds, "seed": 3})
+    if goal:
+        data["goal"] = goal
+    return build(data)
+
+
+def test_rounds_suggest_new_trials_and_rank_best_first():
+    pool = [record(layout(1, r)) for r in (1, 2, 4)]
+    config, replay = cfg(), FakeReplay()
+    history, files, store = sweep(config, branch(pool, knobs()), pool, 2, replay)
+    assert [len(f.new_keys) for f in files] == [2, 2] and replay.calls == 4
+    assert all(o.status == "feasible" for o in history.observations) and not history.stalled
+    best = ordered(config, collect_candidates([history], store))
+    scores = [row.candidate.score for row in best]
+    assert len(best) == 4 and scores == sorted(scores, reverse=True)
+    assert best[0].candidate.config["used_gpus"] * best[0].candidate.config["agg_max_num_seqs"] == scores[0]
+
+
+def test_same_files_and_seed_give_the_same_suggestions():
+    pool = [record(layout(1, r)) for r in (1, 2, 4, 8)]
+    config = cfg(algorithm="eagle", per_round=3)
+    spec = branch(pool, knobs())
+    first, _ = suggest_round(SearchContext(config=config), spec, pool, 0, None, {})
+    again, _ = suggest_round(SearchContext(config=config), spec, pool, 0, None, {})
+    assert first.new_keys == again.new_keys and [s.params for s in first.suggested] == [s.params for s in again.suggested]
+
+
+def test_repeats_are_told_from_cache_and_a_spent_space_stalls():
+    pool = [record(layout(2, 1))]  # one layout, one searched knob with 3 values: 3 distinct trials in all
+    config, replay = cfg(per_round=2, rounds=4), FakeReplay()
+    history, files, store = sweep(config, branch(pool, knobs()), pool, 4, replay)
+    assert replay.calls == 3 and len(store) == 3  # never replays a trial twice
+    assert [len(f.new_keys) for f in files] == [2, 1, 0, 0]
+    assert files[1].attempts == REPLACEMENT_FACTOR * 2  # asked for replacements up to the cap
+    assert history.stalled and "round 1" in history.stall_reason
+    assert files[2].skipped and files[3].skipped  # later rounds are no-ops, not errors
+    cached = [o for o in history.observations if o.status == "cache_hit"]
+    assert cached and all(o.metrics for o in cached)
+
+
+def test_a_backend_that_cannot_run_the_layout_is_told_unsupported_without_replay():
+    pool = [record(layout(2, 2), backends=("vllm",))]
+    config, replay = cfg(per_round=2, rounds=1), FakeReplay()
+    spec = branch(pool, knobs(backend=["vllm", "sglang"], agg_max_num_seqs=[256, 512, 1024]))
+    history, files, _ = sweep(config, spec, pool, 1, replay)
+    unsupported = [s for s in files[0].suggested if s.outcome == "unsupported"]
+    assert all(s.selection["backend"] == "sglang" for s in unsupported)
+    assert all("does not support" in s.reason for s in unsupported)
+    assert replay.calls == len(files[0].new_keys) and all(s.selection["backend"] == "vllm" for s in files[0].suggested if s.outcome == "new")
+
+
+def test_over_budget_layouts_are_gated_before_any_replay():
+    pool = [record(layout(4, 4))]  # 16 GPUs in a branch whose budget is 8
+    config, replay = cfg(per_round=1, rounds=1), FakeReplay()
+    history, files, _ = sweep(config, branch(pool, knobs(), gpu_budget=8), pool, 1, replay)
+    assert replay.calls == 0 and files[0].attempts == REPLACEMENT_FACTOR
+    assert {o.status for o in history.observations} == {"infeasible"}
+    assert all(o.reason == "over gpu_budget: used_gpus=16 > gpu_budget=8" for o in history.observations)
+    assert history.stalled
+
+
+def test_a_stall_stops_only_its_own_branch():
+    small = [record(layout(2, 1))]
+    wide = [record(layout(1, r)) for r in range(1, 9)]
+    config = cfg(per_round=2, rounds=3)
+    small_history, _, _ = sweep(config, branch(small, knobs(agg_max_num_seqs=[256, 512])), small, 3, FakeReplay())
+    wide_history, wide_files, _ = sweep(config, branch(wide, knobs()), wide, 3, FakeReplay())
+    assert small_history.stalled and not wide_history.stalled
+    assert [len(f.new_keys) for f in wide_files] == [2, 2, 2]
+
+
+def test_pareto_sweep_keeps_the_non_dominated_points():
+    pool = [record(layout(1, r)) for r in (1, 2, 4, 8)]
+    goal = {"target": "pareto", "pareto_objectives": ["throughput_per_gpu", "throughput_per_user"]}
+    config, replay = cfg(algorithm="nsga2", per_round=4, rounds=2, goal=goal), FakeReplay()
+    history, _, store = sweep(config, branch(pool, knobs()), pool, 2, replay)
+    rows = collect_candidates([history], store)
+    front = ordered(config, rows)
+    per_user = [r.candidate.objectives["throughput_per_user"] for r in front]
+    assert per_user == sorted(per_user) and front
+    for row in rows:  # everything off the front is dominated by something on it
+        if row not in front:
+            o = row.candidate.objectives
+            assert any(f.candidate.objectives["throughput_per_gpu"] >= o["throughput_per_gpu"] and f.candidate.objectives["throughput_per_user"] >= o["throughput_per_user"] for f in front)
+    assert all(set(o.metrics) == {"throughput_per_gpu", "throughput_per_user"} for o in history.observations if o.status == "feasible")
+    summary = summarise(config, [history], store, front)
+    assert summary.front_size == len(front) and "pareto front" in summary.line
+
+
+def test_summary_counts_outcomes_and_failure_reasons():
+    pool = [record(layout(4, 4))]
+    config = cfg(per_round=1, rounds=1)
+    history, _, store = sweep(config, branch(pool, knobs(), gpu_budget=8), pool, 1, FakeReplay())
+    summary = summarise(config, [history], store, [])
+    assert summary.tallies["infeasible"] == REPLACEMENT_FACTOR and summary.best_score is None
+    assert "NO feasible candidate" in summary.line
+
+
+def test_branch_space_decodes_composites_and_pins():
+    pool = [record(layout(2, 1))]
+    policy = {"enable_throughput_scaling": False, "enable_load_scaling": True, "throughput_adjustment_interval_seconds": None, "load_adjustment_interval_seconds": 7}
+    spec = branch(pool, knobs(planner_scaling_policy=["disabled", policy], agg_max_num_seqs=[512]))
+    space = BranchSpace(spec, pool)
+    assert space.constants["agg_max_num_seqs"] == 512 and "used_gpu_ratio" not in space.parameter_names
+    assert space.decode({"planner_scaling_policy": "1"}).values["planner_scaling_policy"] == policy
+    pinned = BranchSpace(branch(pool, knobs(agg_max_num_seqs=[512], planner_scaling_policy=["disabled"])), pool)
+    assert pinned.parameter_names == ["_spica_constant"]
+    decoded = BranchSpace(branch(pool, knobs()), pool).decode({"agg_max_num_seqs": 512.0})
+    assert decoded.values["agg_max_num_seqs"] == 512 and isinstance(decoded.values["agg_max_num_seqs"], int)
