@@ -5,7 +5,7 @@ from pathlib import Path
 from spica_lib.artifacts import atomic_write_text, read_model, write_model
 from spica_lib.logs import stage_log
 from spica_lib.merge import collect_candidates, frame, ordered, summarise
-from spica_lib.search import BranchHistory
+from spica_lib.search import BranchHistory, RoundSuggestions
 from spica_lib.trial import load_records
 from spica_lib.validate import ValidatedConfig
 
@@ -23,7 +23,9 @@ with stage_log(smk.log[0]) as log:
     frame(rows).to_parquet(temp, index=False)
     temp.replace(table)
     atomic_write_text(smk.output.table, frame(best, with_rank=True).to_csv(index=False))
-    summary = summarise(config, histories, records, best)
+    rounds = sorted(Path(smk.params.trials_dir).parent.glob("rounds/*/*/suggestions.json"))
+    optimizer = sum(read_model(path, RoundSuggestions).optimizer_seconds for path in rounds)
+    summary = summarise(config, histories, records, best, optimizer)
     write_model(smk.output.summary, summary)
     log.info("%s", summary.line)
     print(summary.line)

@@ -50,6 +50,7 @@ class SweepSummary(BaseModel):
     front_size: int | None
     replay_cpu_seconds: float
     replay_wall_seconds: float
+    optimizer_seconds: float
     branches: dict[str, dict[str, Any]]
     line: str
 
@@ -119,7 +120,11 @@ def _cell(value: Any) -> Any:
 
 
 def summarise(
-    config: SmartSearchConfig, histories: list[BranchHistory], records: dict[str, TrialRecord], best: list[CandidateRow]
+    config: SmartSearchConfig,
+    histories: list[BranchHistory],
+    records: dict[str, TrialRecord],
+    best: list[CandidateRow],
+    optimizer_seconds: float = 0.0,
 ) -> SweepSummary:
     tallies = Counter({key: 0 for key in TALLY_KEYS})
     reasons: Counter[str] = Counter()
@@ -146,6 +151,7 @@ def summarise(
         front_size=len(best) if is_pareto else None,
         replay_cpu_seconds=sum(r.cpu_seconds for r in results),
         replay_wall_seconds=sum(r.wall_seconds for r in results),
+        optimizer_seconds=optimizer_seconds,
         branches=branches,
         line="",
     )

@@ -12,6 +12,7 @@ round with fewer new trials than its target stalls the branch, whose later round
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -56,6 +57,7 @@ class RoundSuggestions(BaseModel):
     skipped: str | None = None  # why the round has no work (branch skipped or stalled earlier)
     target: int
     attempts: int = 0
+    optimizer_seconds: float = 0.0  # building, feeding and asking the designer (Vizier imports included)
     suggested: list[Suggested] = Field(default_factory=list)
     new_keys: list[str] = Field(default_factory=list)
 
@@ -136,6 +138,7 @@ def suggest_round(
         return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
     if history is not None and history.stalled:
         return empty.model_copy(update={"skipped": f"branch stalled in an earlier round: {history.stall_reason}"}), []
+    clock = time.perf_counter()
     space = BranchSpace(spec, pool)
     objectives = search_objectives(context.config.goal)
     problem = problem_statement(space, objectives)
@@ -146,12 +149,15 @@ def suggest_round(
     _tell(designer, [_completed(o, objectives, sweep.algorithm) for o in past])
     known_keys = {o.key: o for o in past if o.key}
     round_file = empty
+    optimizer = time.perf_counter() - clock
     specs: list[TrialSpec] = []
     next_id = len(past) + 1
     cap = REPLACEMENT_FACTOR * target
     while len(specs) < target and round_file.attempts < cap:
         ask = min(target - len(specs), cap - round_file.attempts)
+        clock = time.perf_counter()
         batch = designer.suggest(ask)
+        optimizer += time.perf_counter() - clock
         if not batch:
             break
         round_file.attempts += len(batch)
@@ -165,8 +171,11 @@ def suggest_round(
                 specs.append(new_spec)
             elif item.outcome != "duplicate":
                 answered.append(_completed(_immediate_observation(item, round_index, known_results, context), objectives, sweep.algorithm))
+        clock = time.perf_counter()
         _tell(designer, answered)
+        optimizer += time.perf_counter() - clock
     round_file.new_keys = [s.key() for s in specs]
+    round_file.optimizer_seconds = optimizer
     return round_file, specs
 
 
