@@ -144,7 +144,7 @@ def prepare_trial(
         parallel_config=parallel_config,
         sample=sample,
         replay=ReplayRequest(
-            plan=plan, workload=workload, concurrency=concurrency, sla=sla, arrival_seed=config.sweep.seed
+            plan=plan, workload=workload, concurrency=concurrency, sla=sla
         ),
         goal=goal,
         gpu_budget=config.search_space.gpu_budget,

@@ -122,7 +122,7 @@ def test_time_limit_can_be_disabled():
 
 
 def test_algorithm_default_depends_on_the_goal_and_is_filled_in():
-    assert build(config_data()).sweep.algorithm == "eagle"
+    assert build(config_data()).sweep.algorithm == "nsga2"
     pareto = build(config_data(goal={"target": "pareto"}))
     assert pareto.sweep.algorithm == "nsga2"
     assert build(config_data(sweep={"algorithm": "gp_ucb_pe"})).sweep.algorithm == "gp_ucb_pe"

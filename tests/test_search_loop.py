@@ -201,3 +201,16 @@ def test_branch_space_decodes_composites_and_pins():
     assert pinned.parameter_names == ["_spica_constant"]
     decoded = BranchSpace(branch(pool, knobs()), pool).decode({"agg_max_num_seqs": 512.0})
     assert decoded.values["agg_max_num_seqs"] == 512 and isinstance(decoded.values["agg_max_num_seqs"], int)
+
+
+def test_goodput_misses_are_told_how_far_they_missed():
+    from spica_lib.search import designer_metrics
+
+    goal = build(config_data(goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 1000, "itl_ms": 50}})).goal
+    met = TrialResult(status="feasible", score=12.0, used_gpus=1, metrics={})
+    near = TrialResult(status="feasible", score=0.0, used_gpus=1, metrics={"mean_ttft_ms": 1500, "mean_itl_ms": 40})
+    far = TrialResult(status="feasible", score=0.0, used_gpus=1, metrics={"mean_ttft_ms": 9000, "mean_itl_ms": 40})
+    assert designer_metrics(met, goal) == {"objective": 12.0}
+    assert designer_metrics(far, goal)["objective"] < designer_metrics(near, goal)["objective"] < 0
+    throughput = build(config_data()).goal
+    assert designer_metrics(TrialResult(status="feasible", score=0.0, used_gpus=1), throughput) == {"objective": 0.0}

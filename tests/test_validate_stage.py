@@ -94,4 +94,4 @@ def test_locate_config_prefers_explicit_then_configfile_then_default(tmp_path, m
 def test_config_json_is_plain_json(tmp_path):
     validated = build_validated_config(write_yaml(tmp_path, config_data()))
     data = json.loads(validated.model_dump_json())
-    assert data["config"]["sweep"]["algorithm"] == "eagle"
+    assert data["config"]["sweep"]["algorithm"] == "nsga2"
