@@ -24,12 +24,20 @@ WORST = 1e30  # metric value given to infeasible trials for designers that need 
 
 
 def configure_vizier_runtime() -> None:
-    """CPU JAX and quiet loggers; called before Vizier is imported (never at package import)."""
+    """CPU JAX, a persistent compilation cache and quiet loggers; called before Vizier is used
+    (never at package import)."""
     import logging
 
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     for name in ("jax", "jax._src.xla_bridge", "absl", "vizier"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    import jax
+
+    # Every round is a new process; the GP designers recompile the same XLA programs each time.
+    # An on-disk cache saves ~40 % of GP-UCB-PE's time per round (docs/benchmarks.md).
+    cache = os.environ.get("SPICA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "spica", "jax"))
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
 class KnobParameter(BaseModel):
