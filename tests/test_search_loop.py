@@ -214,3 +214,22 @@ def test_goodput_misses_are_told_how_far_they_missed():
     assert designer_metrics(far, goal)["objective"] < designer_metrics(near, goal)["objective"] < 0
     throughput = build(config_data()).goal
     assert designer_metrics(TrialResult(status="feasible", score=0.0, used_gpus=1), throughput) == {"objective": 0.0}
+
+
+class FailingReplay(FakeReplay):
+    """Fake replay (control flow only) whose simulator always crashes."""
+
+    def __call__(self, spec):
+        self.calls += 1
+        return TrialResult(status="failed", reason="replay failed: Exception: replay invariant violated", used_gpus=spec.used_gpus)
+
+
+def test_a_branch_whose_replays_all_fail_is_reported_not_raised():
+    pool = [record(layout(1, r)) for r in (1, 2, 4, 8)]
+    config, replay = cfg(per_round=2, rounds=2), FailingReplay()
+    history, files, store = sweep(config, branch(pool, knobs()), pool, 2, replay)
+    assert replay.calls == 4 and {o.status for o in history.observations} == {"failed"}
+    assert all(o.metrics == {} and "invariant" in o.reason for o in history.observations)
+    summary = summarise(config, [history], store, ordered(config, collect_candidates([history], store)))
+    assert summary.tallies["failed"] == 4 and summary.failure_reasons == {"replay failed: Exception: replay invariant violated": 4}
+    assert "(x4)" in summary.line and "NO feasible candidate" in summary.line
