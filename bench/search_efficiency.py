@@ -67,14 +67,23 @@ def grid(config: SmartSearchConfig, branch) -> dict[str, TrialResult]:
             for tokens in knobs["agg_max_num_batched_tokens"]:
                 for seqs in knobs["agg_max_num_seqs"]:
                     selection = {
-                        "deployment_mode": "agg", "backend": backend, "agg_max_num_batched_tokens": tokens,
-                        "agg_max_num_seqs": seqs, "router_mode": "round_robin", "planner_scaling_policy": "disabled",
+                        "deployment_mode": "agg",
+                        "backend": backend,
+                        "agg_max_num_batched_tokens": tokens,
+                        "agg_max_num_seqs": seqs,
+                        "router_mode": "round_robin",
+                        "planner_scaling_policy": "disabled",
                     }
-                    spec = prepare_trial(config, selection, record.config, backend_version=branch.spec.backend_versions[backend])
+                    spec = prepare_trial(
+                        config, selection, record.config, backend_version=branch.spec.backend_versions[backend]
+                    )
                     outcome = run_replay(spec.replay)
                     candidate = make_candidate(spec.sample, outcome.metrics, config.goal.target)
                     results[spec.key()] = TrialResult(
-                        status="feasible", metrics=candidate.metrics, score=candidate.score, used_gpus=spec.used_gpus,
+                        status="feasible",
+                        metrics=candidate.metrics,
+                        score=candidate.score,
+                        used_gpus=spec.used_gpus,
                         average_gpus=average_gpus(outcome.metrics),
                     )
     CACHE.write_text(json.dumps({k: v.model_dump() for k, v in results.items()}))
@@ -83,10 +92,14 @@ def grid(config: SmartSearchConfig, branch) -> dict[str, TrialResult]:
 
 def search(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> tuple[float, float]:
     """Best score found within the budget, and the optimizer's mean seconds per round."""
-    context = SearchContext(config=config, estimator=KvEstimator("Qwen/Qwen3-32B", "h200_sxm", branch.spec.backend_versions))
+    context = SearchContext(
+        config=config, estimator=KvEstimator("Qwen/Qwen3-32B", "h200_sxm", branch.spec.backend_versions)
+    )
     history, store, optimizer = None, {}, []
     for k in range(ROUNDS):
-        suggestions, specs = suggest_round(context, branch.spec, branch.pool, k, history, {key: r.result for key, r in store.items()})
+        suggestions, specs = suggest_round(
+            context, branch.spec, branch.pool, k, history, {key: r.result for key, r in store.items()}
+        )
         optimizer.append(suggestions.optimizer_seconds)
         for spec in specs:
             store[spec.key()] = TrialRecord(key=spec.key(), spec=spec, result=table[spec.key()])
@@ -104,8 +117,12 @@ def main() -> None:
     started = time.perf_counter()
     table = grid(base, branch)
     best = max(r.score for r in table.values())
-    print(f"grid: {len(table)} configurations, best goodput/GPU {best:.1f} ({time.perf_counter() - started:.0f} s to replay or load)")
-    print(f"budget: {ROUNDS} rounds x {PER_ROUND} = {ROUNDS * PER_ROUND} evaluations ({100 * ROUNDS * PER_ROUND / len(table):.0f} % of the grid)")
+    print(
+        f"grid: {len(table)} configurations, best goodput/GPU {best:.1f} ({time.perf_counter() - started:.0f} s to replay or load)"
+    )
+    print(
+        f"budget: {ROUNDS} rounds x {PER_ROUND} = {ROUNDS * PER_ROUND} evaluations ({100 * ROUNDS * PER_ROUND / len(table):.0f} % of the grid)"
+    )
     print("| algorithm | share of the grid's best, median of 5 seeds | worst seed | optimizer s/round (mean) |")
     print("|---|---|---|---|")
     for algorithm in algorithms:
@@ -114,7 +131,10 @@ def main() -> None:
             found, optimizer = search(config_for(algorithm, seed), branch, table)
             shares.append(found / best)
             seconds.append(optimizer)
-        print(f"| {algorithm} | {100 * statistics.median(shares):.1f} % | {100 * min(shares):.1f} % | {statistics.mean(seconds):.1f} |", flush=True)
+        print(
+            f"| {algorithm} | {100 * statistics.median(shares):.1f} % | {100 * min(shares):.1f} % | {statistics.mean(seconds):.1f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

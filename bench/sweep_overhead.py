@@ -22,11 +22,18 @@ def main() -> None:
     config = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "config" / "default.yaml").resolve()
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "spica_lib.cli", "run", str(config), "--cores", "2"], cwd=folder, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "spica_lib.cli", "run", str(config), "--cores", "2"],
+            cwd=folder,
+            check=True,
+            capture_output=True,
+        )
         wall = time.perf_counter() - started
         summary = json.loads(next(Path(folder).glob("results/*/summary.json")).read_text())
     cpu, optimizer = summary["replay_cpu_seconds"], summary["optimizer_seconds"]
-    print("| config | unique trials | sweep wall (s) | replay CPU (s) | optimizer (s) | wall / replay CPU | (wall - optimizer) / replay CPU | optimizer share of wall |")
+    print(
+        "| config | unique trials | sweep wall (s) | replay CPU (s) | optimizer (s) | wall / replay CPU | (wall - optimizer) / replay CPU | optimizer share of wall |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     print(
         f"| {config.name} | {summary['unique_trials']} | {wall:.1f} | {cpu:.1f} | {optimizer:.1f} | {wall / cpu:.2f} "

@@ -25,13 +25,17 @@ with stage_log(smk.log[0]) as log:
         predictor_winners=read_model(smk.input.predictor, LoadPredictorResult).winners(),
         estimator=KvEstimator(ss.model_name, ss.hardware_sku, spec.backend_versions),
     )
-    suggestions, specs = suggest_round(context, spec, pool, int(smk.wildcards.round), history, {k: r.result for k, r in known.items()})
+    suggestions, specs = suggest_round(
+        context, spec, pool, int(smk.wildcards.round), history, {k: r.result for k, r in known.items()}
+    )
     for trial in specs:
         write_spec_once(f"{RUN_DIR}/specs/{trial.key()}.json", trial)
     write_model(smk.output.suggestions, suggestions)
     outcomes = {}
     for item in suggestions.suggested:
         outcomes[item.outcome] = outcomes.get(item.outcome, 0) + 1
-    log.info("%s round %s: %d suggestion(s) -> %s", spec.deployment_mode, smk.wildcards.round, suggestions.attempts, outcomes)
+    log.info(
+        "%s round %s: %d suggestion(s) -> %s", spec.deployment_mode, smk.wildcards.round, suggestions.attempts, outcomes
+    )
     if suggestions.skipped:
         log.info("no work: %s", suggestions.skipped)

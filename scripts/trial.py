@@ -16,4 +16,12 @@ with stage_log(smk.log[0]) as log:
     result = evaluate_trial(spec, max_eval_seconds=smk.params.max_eval_seconds)
     write_model(smk.output.trial, TrialRecord(key=key, spec=spec, result=result))
     reason = f" ({result.reason})" if result.reason else ""
-    log.info("%s %s: %s%s (score %s, %.1f s)", spec.deployment_mode, spec.parallel_config.label(), result.status, reason, result.score, result.wall_seconds)
+    log.info(
+        "%s %s: %s%s (score %s, %.1f s)",
+        spec.deployment_mode,
+        spec.parallel_config.label(),
+        result.status,
+        reason,
+        result.score,
+        result.wall_seconds,
+    )

@@ -32,7 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     evaluate.add_argument("--json", action="store_true", help="print the whole trial record as JSON")
     evaluate.add_argument("--per-request", metavar="PARQUET", help="also write one row per request to this file")
     run = commands.add_parser("run", help="run or resume the sweep with Snakemake")
-    run.add_argument("config", nargs="?", default="config/default.yaml", help="config file (default: config/default.yaml)")
+    run.add_argument(
+        "config", nargs="?", default="config/default.yaml", help="config file (default: config/default.yaml)"
+    )
     run.add_argument("--cores", type=int, default=None, help="local cores (default: 2, or the profile's)")
     run.add_argument("--profile", help="a Snakemake profile folder, e.g. profiles/slurm")
     run.add_argument("--run", dest="run_name", help="name the run folder instead of using the config hash")
@@ -209,19 +211,9 @@ def trial_report(spec, result) -> str:
         if result.objectives:
             head += "  objectives " + ", ".join(f"{k} {v:.4g}" for k, v in result.objectives.items())
         lines.append(head)
-    shown = (
-        "completed_requests",
-        "output_throughput_tok_s",
-        "goodput_output_throughput_tok_s",
-        "mean_ttft_ms",
-        "p99_ttft_ms",
-        "mean_itl_ms",
-        "mean_e2e_latency_ms",
-        "mean_output_token_throughput_per_user",
-        "prefix_cache_reused_ratio",
-        "gpu_hours",
-        "duration_ms",
-    )
+    from spica_lib.merge import HEADLINE_METRICS
+
+    shown = (*HEADLINE_METRICS, "prefix_cache_reused_ratio")
     for key in shown:
         if key in result.metrics:
             lines.append(f"  {key:<38} {result.metrics[key]:.4g}")

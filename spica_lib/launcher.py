@@ -38,7 +38,9 @@ def has_lock(directory: Path) -> bool:
     return locks.is_dir() and any(locks.iterdir())
 
 
-def snakemake_command(config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str]) -> list[str]:
+def snakemake_command(
+    config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str]
+) -> list[str]:
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete"]
     if profile:
         command += ["--profile", profile]
@@ -49,7 +51,13 @@ def snakemake_command(config: str, cores: int | None, profile: str | None, run: 
     return command
 
 
-def run_sweep(config: str, cores: int | None = 2, profile: str | None = None, run: str | None = None, extra: list[str] | None = None) -> int:
+def run_sweep(
+    config: str,
+    cores: int | None = 2,
+    profile: str | None = None,
+    run: str | None = None,
+    extra: list[str] | None = None,
+) -> int:
     directory = Path.cwd().resolve()
     command = snakemake_command(config, cores, profile, run, list(extra or []))
     if has_lock(directory):

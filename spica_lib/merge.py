@@ -86,7 +86,15 @@ def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialR
                 metrics=result.metrics,
                 objectives=result.objectives,
             )
-            rows.append(CandidateRow(key=key, branch=history.deployment_mode, round=observation.round, candidate=candidate, average_gpus=result.average_gpus))
+            rows.append(
+                CandidateRow(
+                    key=key,
+                    branch=history.deployment_mode,
+                    round=observation.round,
+                    candidate=candidate,
+                    average_gpus=result.average_gpus,
+                )
+            )
     return rows
 
 
@@ -106,7 +114,14 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     for position, row in enumerate(rows, start=1):
         c = row.candidate
         out: dict[str, Any] = {"rank": position} if with_rank else {}
-        out.update(branch=row.branch, round=row.round, key=row.key, score=c.score, used_gpus=c.used_gpus, average_gpus=row.average_gpus)
+        out.update(
+            branch=row.branch,
+            round=row.round,
+            key=row.key,
+            score=c.score,
+            used_gpus=c.used_gpus,
+            average_gpus=row.average_gpus,
+        )
         out.update({f"objective_{k}": v for k, v in (c.objectives or {}).items()})
         out.update({k: c.metrics.get(k) for k in HEADLINE_METRICS})
         out.update({f"config_{k}": _cell(v) for k, v in c.config.items()})
@@ -176,5 +191,7 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
     if summary.failure_reasons:
         shown = [f"{r} (x{n})" if n > 1 else r for r, n in list(summary.failure_reasons.items())[:3]]
         more = len(summary.failure_reasons) - 3
-        line += "\nfailure reason(s): " + " | ".join(shown) + (f" | +{more} more distinct reason(s)" if more > 0 else "")
+        line += (
+            "\nfailure reason(s): " + " | ".join(shown) + (f" | +{more} more distinct reason(s)" if more > 0 else "")
+        )
     return line

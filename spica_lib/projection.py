@@ -72,9 +72,7 @@ class ParallelConfigProjector:
             raise ValueError("cannot project onto an empty pool")
         self.pool = pool
         self.gpu_budget = gpu_budget or max(config.total_gpus for config, _ in pool)
-        self.is_moe = any(
-            replica.shape.is_moe_layout for config, _ in pool for replica in _replicas(config)
-        )
+        self.is_moe = any(replica.shape.is_moe_layout for config, _ in pool for replica in _replicas(config))
         self.features = [self.encode(config) for config, _ in pool]
         self.parameters = self._parameters()
 

@@ -80,7 +80,9 @@ def knob_parameter(name: str, choices: list[Any]) -> KnobParameter:
         index = tuple(str(i) for i in range(len(choices)))
         return KnobParameter(name=name, kind="categorical", values=index, choices=tuple(choices), default="0")
     if all(isinstance(c, str) for c in choices):
-        return KnobParameter(name=name, kind="categorical", values=tuple(choices), choices=tuple(choices), default=choices[0])
+        return KnobParameter(
+            name=name, kind="categorical", values=tuple(choices), choices=tuple(choices), default=choices[0]
+        )
     numbers = sorted(float(c) for c in choices)
     integer = all(isinstance(c, int) for c in choices)
     return KnobParameter(name=name, kind="discrete", values=tuple(numbers), default=numbers[0], integer=integer)
@@ -108,7 +110,9 @@ class BranchSpace:
             KnobParameter(name=name, kind="float", low=low, high=high, default=(low + high) / 2)
             for name, (low, high) in spec.float_ranges.items()
         ]
-        self.projector = ParallelConfigProjector([(r.config, r.backends) for r in pool], spec.gpu_budget) if pool else None
+        self.projector = (
+            ParallelConfigProjector([(r.config, r.backends) for r in pool], spec.gpu_budget) if pool else None
+        )
         self.features: list[FeatureParameter] = self.projector.parameters if self.projector and len(pool) > 1 else []
 
     @property
@@ -210,7 +214,9 @@ def _fast_gp_ucb_pe(problem: Any, seed: int) -> Any:
     from vizier._src.algorithms.optimizers import vectorized_base as vb
 
     factory = vb.VectorizedOptimizerFactory(
-        strategy_factory=es.VectorizedEagleStrategyFactory(eagle_config=gp_ucb_pe.VizierGPUCBPEBandit.default_eagle_config),
+        strategy_factory=es.VectorizedEagleStrategyFactory(
+            eagle_config=gp_ucb_pe.VizierGPUCBPEBandit.default_eagle_config
+        ),
         max_evaluations=2_000,
         suggestion_batch_size=25,
     )

@@ -22,7 +22,15 @@ from spica_lib.branches import BranchSpec, PoolRecord
 from spica_lib.config import OptimizationGoal, SmartSearchConfig
 from spica_lib.kv_capacity import KvEstimator
 from spica_lib.presets import CompositeEntry
-from spica_lib.sampler import WORST, BranchSpace, make_designer, plain_parameters, problem_statement, round_seed, vizier_trial
+from spica_lib.sampler import (
+    WORST,
+    BranchSpace,
+    make_designer,
+    plain_parameters,
+    problem_statement,
+    round_seed,
+    vizier_trial,
+)
 from spica_lib.trial import TrialRecord, TrialResult, TrialSpec, prepare_failure, prepare_trial
 
 SCHEMA_VERSION = 1
@@ -190,7 +198,11 @@ def suggest_round(
             if new_spec is not None:
                 specs.append(new_spec)
             elif item.outcome != "duplicate":
-                answered.append(_completed(_immediate_observation(item, round_index, known_results, context), objectives, sweep.algorithm))
+                answered.append(
+                    _completed(
+                        _immediate_observation(item, round_index, known_results, context), objectives, sweep.algorithm
+                    )
+                )
         clock = time.perf_counter()
         _tell(designer, answered)
         optimizer += time.perf_counter() - clock
@@ -221,7 +233,9 @@ def _triage(
     backend = selection.values["backend"]
     record = next((r for r in space.pool if r.config == layout), None)
     if record is None or backend not in record.backends:
-        return Suggested(**base, outcome="unsupported", reason=f"backend '{backend}' does not support this parallel config"), None
+        return Suggested(
+            **base, outcome="unsupported", reason=f"backend '{backend}' does not support this parallel config"
+        ), None
     if layout.total_gpus > space.spec.gpu_budget:
         reason = f"over gpu_budget: used_gpus={layout.total_gpus} > gpu_budget={space.spec.gpu_budget}"
         return Suggested(**base, outcome="infeasible", reason=reason), None
@@ -251,11 +265,18 @@ def _immediate_observation(
     if item.outcome == "cached":
         return _observed(item, round_index, known_results[item.key], context.config.goal, cached=True)
     return Observation(
-        vizier_id=item.vizier_id, round=round_index, params=item.params, key=item.key, status=item.outcome, reason=item.reason
+        vizier_id=item.vizier_id,
+        round=round_index,
+        params=item.params,
+        key=item.key,
+        status=item.outcome,
+        reason=item.reason,
     )
 
 
-def _observed(item: Suggested, round_index: int, result: TrialResult, goal: OptimizationGoal, cached: bool) -> Observation:
+def _observed(
+    item: Suggested, round_index: int, result: TrialResult, goal: OptimizationGoal, cached: bool
+) -> Observation:
     feasible = result.status == "feasible"
     status = "cache_hit" if cached and feasible else result.status
     return Observation(
@@ -304,7 +325,12 @@ def tell_round(
             observed = _observed(item, suggestions.round, known_results[item.key], goal, cached=True)
         else:
             observed = Observation(
-                vizier_id=item.vizier_id, round=suggestions.round, params=item.params, key=item.key, status=item.outcome, reason=item.reason
+                vizier_id=item.vizier_id,
+                round=suggestions.round,
+                params=item.params,
+                key=item.key,
+                status=item.outcome,
+                reason=item.reason,
             )
         observations.append(observed)
         counts[observed.status] = counts.get(observed.status, 0) + 1
@@ -317,7 +343,9 @@ def tell_round(
         )
     if suggestions.skipped is not None and not stalled:
         stalled, stall_reason = True, suggestions.skipped
-    tally = RoundTally(round=suggestions.round, attempts=suggestions.attempts, new_trials=len(suggestions.new_keys), counts=counts)
+    tally = RoundTally(
+        round=suggestions.round, attempts=suggestions.attempts, new_trials=len(suggestions.new_keys), counts=counts
+    )
     return BranchHistory(
         deployment_mode=suggestions.deployment_mode,
         round=suggestions.round,

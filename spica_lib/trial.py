@@ -143,9 +143,7 @@ def prepare_trial(
         selection=selection,
         parallel_config=parallel_config,
         sample=sample,
-        replay=ReplayRequest(
-            plan=plan, workload=workload, concurrency=concurrency, sla=sla
-        ),
+        replay=ReplayRequest(plan=plan, workload=workload, concurrency=concurrency, sla=sla),
         goal=goal,
         gpu_budget=config.search_space.gpu_budget,
         trace_sha256=file_sha256(trace) if trace else None,

@@ -72,7 +72,9 @@ def test_single_config_pool_has_no_parameters():
 
 
 def test_dense_pool_exposes_no_ffn_parameter():
-    projector = ParallelConfigProjector([(agg(tp=1, replicas=2), ["vllm"]), (agg(tp=2), ["vllm"]), (agg(tp=4), ["vllm"])], 8)
+    projector = ParallelConfigProjector(
+        [(agg(tp=1, replicas=2), ["vllm"]), (agg(tp=2), ["vllm"]), (agg(tp=4), ["vllm"])], 8
+    )
     assert "agg_ffn_mode" not in params_by_name(projector) and "agg_attention_mode" not in params_by_name(projector)
 
 

@@ -62,9 +62,19 @@ class FakeReplay:
         objectives = None
         score = metrics["output_throughput_tok_s"]
         if spec.goal.is_pareto:
-            objectives = {"throughput_per_gpu": seqs * 1.0, "throughput_per_user": metrics["mean_output_token_throughput_per_user"]}
+            objectives = {
+                "throughput_per_gpu": seqs * 1.0,
+                "throughput_per_user": metrics["mean_output_token_throughput_per_user"],
+            }
             score = objectives["throughput_per_gpu"]
-        return TrialResult(status="feasible", metrics=metrics, objectives=objectives, score=score, used_gpus=gpus, average_gpus=float(gpus))
+        return TrialResult(
+            status="feasible",
+            metrics=metrics,
+            objectives=objectives,
+            score=score,
+            used_gpus=gpus,
+            average_gpus=float(gpus),
+        )
 
 
 def knobs(**extra):
@@ -92,7 +102,9 @@ def sweep(config, spec, pool, rounds, replay):
 
 
 def cfg(algorithm="random", per_round=2, rounds=3, goal=None):
-    data = config_data(sweep={"algorithm": algorithm, "candidates_per_round": per_round, "max_rounds": rounds, "seed": 3})
+    data = config_data(
+        sweep={"algorithm": algorithm, "candidates_per_round": per_round, "max_rounds": rounds, "seed": 3}
+    )
     if goal:
         data["goal"] = goal
     return build(data)
@@ -116,7 +128,9 @@ def test_same_files_and_seed_give_the_same_suggestions():
     spec = branch(pool, knobs())
     first, _ = suggest_round(SearchContext(config=config), spec, pool, 0, None, {})
     again, _ = suggest_round(SearchContext(config=config), spec, pool, 0, None, {})
-    assert first.new_keys == again.new_keys and [s.params for s in first.suggested] == [s.params for s in again.suggested]
+    assert first.new_keys == again.new_keys and [s.params for s in first.suggested] == [
+        s.params for s in again.suggested
+    ]
 
 
 def test_repeats_are_told_from_cache_and_a_spent_space_stalls():
@@ -140,7 +154,9 @@ def test_a_backend_that_cannot_run_the_layout_is_told_unsupported_without_replay
     unsupported = [s for s in files[0].suggested if s.outcome == "unsupported"]
     assert all(s.selection["backend"] == "sglang" for s in unsupported)
     assert all("does not support" in s.reason for s in unsupported)
-    assert replay.calls == len(files[0].new_keys) and all(s.selection["backend"] == "vllm" for s in files[0].suggested if s.outcome == "new")
+    assert replay.calls == len(files[0].new_keys) and all(
+        s.selection["backend"] == "vllm" for s in files[0].suggested if s.outcome == "new"
+    )
 
 
 def test_over_budget_layouts_are_gated_before_any_replay():
@@ -175,8 +191,16 @@ def test_pareto_sweep_keeps_the_non_dominated_points():
     for row in rows:  # everything off the front is dominated by something on it
         if row not in front:
             o = row.candidate.objectives
-            assert any(f.candidate.objectives["throughput_per_gpu"] >= o["throughput_per_gpu"] and f.candidate.objectives["throughput_per_user"] >= o["throughput_per_user"] for f in front)
-    assert all(set(o.metrics) == {"throughput_per_gpu", "throughput_per_user"} for o in history.observations if o.status == "feasible")
+            assert any(
+                f.candidate.objectives["throughput_per_gpu"] >= o["throughput_per_gpu"]
+                and f.candidate.objectives["throughput_per_user"] >= o["throughput_per_user"]
+                for f in front
+            )
+    assert all(
+        set(o.metrics) == {"throughput_per_gpu", "throughput_per_user"}
+        for o in history.observations
+        if o.status == "feasible"
+    )
     summary = summarise(config, [history], store, front)
     assert summary.front_size == len(front) and "pareto front" in summary.line
 
@@ -192,7 +216,12 @@ def test_summary_counts_outcomes_and_failure_reasons():
 
 def test_branch_space_decodes_composites_and_pins():
     pool = [record(layout(2, 1))]
-    policy = {"enable_throughput_scaling": False, "enable_load_scaling": True, "throughput_adjustment_interval_seconds": None, "load_adjustment_interval_seconds": 7}
+    policy = {
+        "enable_throughput_scaling": False,
+        "enable_load_scaling": True,
+        "throughput_adjustment_interval_seconds": None,
+        "load_adjustment_interval_seconds": 7,
+    }
     spec = branch(pool, knobs(planner_scaling_policy=["disabled", policy], agg_max_num_seqs=[512]))
     space = BranchSpace(spec, pool)
     assert space.constants["agg_max_num_seqs"] == 512 and "used_gpu_ratio" not in space.parameter_names
@@ -221,7 +250,9 @@ class FailingReplay(FakeReplay):
 
     def __call__(self, spec):
         self.calls += 1
-        return TrialResult(status="failed", reason="replay failed: Exception: replay invariant violated", used_gpus=spec.used_gpus)
+        return TrialResult(
+            status="failed", reason="replay failed: Exception: replay invariant violated", used_gpus=spec.used_gpus
+        )
 
 
 def test_a_branch_whose_replays_all_fail_is_reported_not_raised():
@@ -231,5 +262,7 @@ def test_a_branch_whose_replays_all_fail_is_reported_not_raised():
     assert replay.calls == 4 and {o.status for o in history.observations} == {"failed"}
     assert all(o.metrics == {} and "invariant" in o.reason for o in history.observations)
     summary = summarise(config, [history], store, ordered(config, collect_candidates([history], store)))
-    assert summary.tallies["failed"] == 4 and summary.failure_reasons == {"replay failed: Exception: replay invariant violated": 4}
+    assert summary.tallies["failed"] == 4 and summary.failure_reasons == {
+        "replay failed: Exception: replay invariant violated": 4
+    }
     assert "(x4)" in summary.line and "NO feasible candidate" in summary.line

@@ -51,7 +51,10 @@ def test_default_sweep_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     summary = json.loads((result / "summary.json").read_text())
     assert summary["unique_trials"] == len(list((result / "trials").glob("*.json"))) <= 8
     assert set(summary["branches"]) == {"agg", "disagg"}
-    assert len(pd.read_parquet(result / "candidates.parquet")) == summary["tallies"]["feasible"] - summary["tallies"]["cache_hit"]
+    assert (
+        len(pd.read_parquet(result / "candidates.parquet"))
+        == summary["tallies"]["feasible"] - summary["tallies"]["cache_hit"]
+    )
     again = run(tmp_path, path)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
 
@@ -67,7 +70,9 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     done = run(straight, path)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    process = subprocess.Popen([*SPICA, str(path)], cwd=killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [*SPICA, str(path)], cwd=killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     trials = killed / "results"
     deadline = time.time() + 300
     while time.time() < deadline and len(list(trials.glob("*/trials/*.json"))) < 2:
