@@ -2,8 +2,8 @@
 
 from spica_lib.artifacts import read_model, write_model
 from spica_lib.load_predictor import lean_imports, run_job
-from spica_lib.presets import load_predictor
 from spica_lib.logs import stage_log
+from spica_lib.presets import load_predictor
 from spica_lib.run import predictor_plan
 from spica_lib.validate import ValidatedConfig
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from spica_lib.artifacts import atomic_write_text, read_model, write_model
+from spica_lib.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
 from spica_lib.logs import stage_log
 from spica_lib.merge import collect_candidates, frame, ordered, summarise
 from spica_lib.search import BranchHistory, RoundSuggestions
@@ -18,10 +18,7 @@ with stage_log(smk.log[0]) as log:
     records = load_records(smk.params.trials_dir, keys)
     rows = collect_candidates(histories, records)
     best = ordered(config, rows)
-    table = Path(smk.output.candidates)
-    temp = table.with_name(f".{table.name}.tmp")
-    frame(rows).to_parquet(temp, index=False)
-    temp.replace(table)
+    atomic_write_parquet(smk.output.candidates, frame(rows))
     atomic_write_text(smk.output.table, frame(best, with_rank=True).to_csv(index=False))
     rounds = sorted(Path(smk.params.trials_dir).parent.glob("rounds/*/*/suggestions.json"))
     optimizer = sum(read_model(path, RoundSuggestions).optimizer_seconds for path in rounds)

@@ -42,6 +42,15 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
+def atomic_write_parquet(path: str | Path, frame: Any) -> None:
+    """Write a pandas DataFrame as Parquet, atomically (temporary file beside it, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.tmp")
+    frame.to_parquet(temp, index=False)
+    temp.replace(path)
+
+
 def write_model(path: str | Path, model: BaseModel) -> None:
     """Write a pydantic artifact as indented JSON, atomically."""
     atomic_write_text(path, model.model_dump_json(indent=2) + "\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from spica_lib.artifacts import atomic_write_parquet
 from spica_lib.branches import PoolRecord
 from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.pools import ROLES, role_configs
@@ -60,11 +61,7 @@ def _columns(mode: str, backends: list[str]) -> list[str]:
 
 def write_pool(path: str | Path, records: list[PoolRecord], mode: str, backends: list[str]) -> None:
     """Write atomically: a temporary file in the same folder, then a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
-    pool_frame(records, mode, backends).to_parquet(temp, index=False)
-    temp.replace(path)
+    atomic_write_parquet(path, pool_frame(records, mode, backends))
 
 
 def read_pool(path: str | Path, mode: str) -> list[PoolRecord]:

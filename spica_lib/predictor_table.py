@@ -11,12 +11,10 @@ from typing import Any
 
 import pandas as pd
 
+from spica_lib.artifacts import atomic_write_parquet
+
 COLUMNS = ["interval", "preset", "family", "log1p", "loss", "windows", "windows_scored", "warmup", "winner", "seconds"]
 
 
 def write_predictor_table(path: str | Path, rows: list[dict[str, Any]]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
-    pd.DataFrame(rows, columns=COLUMNS).to_parquet(temp, index=False)
-    temp.replace(path)
+    atomic_write_parquet(path, pd.DataFrame(rows, columns=COLUMNS))
