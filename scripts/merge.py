@@ -15,12 +15,12 @@ with stage_log(smk.log[0]) as log:
     config = read_model(smk.input.config, ValidatedConfig).config
     histories = [read_model(path, BranchHistory) for path in smk.input.histories]
     keys = [o.key for h in histories for o in h.observations if o.key]
-    records = load_records(smk.params.trials_dir, keys)
+    records = load_records(smk.params.run_dir, keys)
     rows = collect_candidates(histories, records)
     best = ordered(config, rows)
     atomic_write_parquet(smk.output.candidates, frame(rows))
     atomic_write_text(smk.output.table, frame(best, with_rank=True).to_csv(index=False))
-    rounds = sorted(Path(smk.params.trials_dir).parent.glob("rounds/*/*/suggestions.json"))
+    rounds = sorted(Path(smk.params.run_dir).glob("rounds/*/*/suggestions.json"))
     optimizer = sum(read_model(path, RoundSuggestions).optimizer_seconds for path in rounds)
     summary = summarise(config, histories, records, best, optimizer)
     write_model(smk.output.summary, summary)

@@ -18,7 +18,7 @@ with stage_log(smk.log[0]) as log:
     spec = read_model(smk.input.branch, BranchSpec)
     pool = read_pool(smk.input.pool, spec.deployment_mode) if spec.status == "ready" else []
     history = read_model(smk.input.previous[0], BranchHistory) if smk.input.previous else None
-    known = load_records(f"{RUN_DIR}/trials", [o.key for o in (history.observations if history else []) if o.key])
+    known = load_records(RUN_DIR, [o.key for o in (history.observations if history else []) if o.key])
     ss = config.search_space
     context = SearchContext(
         config=config,

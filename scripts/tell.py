@@ -14,7 +14,7 @@ with stage_log(smk.log[0]) as log:
     suggestions = read_model(smk.input.suggestions, RoundSuggestions)
     history = read_model(smk.input.previous[0], BranchHistory) if smk.input.previous else None
     keys = [item.key for item in suggestions.suggested if item.key]
-    records = load_records(f"{RUN_DIR}/trials", keys)
+    records = load_records(RUN_DIR, keys)
     updated = tell_round(config.goal, suggestions, records, {k: r.result for k, r in records.items()}, history)
     write_model(smk.output.history, updated)
     log.info("%s round %d: %s", updated.deployment_mode, suggestions.round, updated.tallies[-1].counts)

@@ -1,10 +1,12 @@
-"""Rule `trial`: specs/<key>.json -> trials/<key>.json (always written: failures are results too)."""
+"""Rule `trial`: specs/<key>.json -> rounds/<branch>/<k>/trials/<key>.json (always written: failures are results)."""
 
+import os
+import socket
 from pathlib import Path
 
 from spica_lib.artifacts import read_model, write_model
 from spica_lib.logs import stage_log
-from spica_lib.trial import TrialRecord, TrialSpec, evaluate_trial
+from spica_lib.trial import TrialRecord, TrialSpec, attempt_trial
 
 smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
 
@@ -13,7 +15,10 @@ with stage_log(smk.log[0]) as log:
     key = Path(smk.output.trial).stem  # the identity the round assigned; the file name must match it
     if spec.key() != key:
         log.warning("spec %s re-hashes to %s (library changed since the round was suggested)", key, spec.key())
-    result = evaluate_trial(spec, max_eval_seconds=smk.params.max_eval_seconds)
+    attempt, last = int(smk.resources.trial_attempt), int(smk.params.last_attempt)
+    slurm = f", SLURM job {os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else ""
+    log.info("on %s%s, job attempt %d of %d", socket.gethostname(), slurm, attempt, last)  # > 1: the last job died
+    result = attempt_trial(spec, attempt, last, max_eval_seconds=smk.params.max_eval_seconds)
     write_model(smk.output.trial, TrialRecord(key=key, spec=spec, result=result))
     reason = f" ({result.reason})" if result.reason else ""
     log.info(

@@ -38,13 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--cores", type=int, default=None, help="local cores (default: 2, or the profile's)")
     run.add_argument("--profile", help="a Snakemake profile folder, e.g. profiles/slurm")
     run.add_argument("--run", dest="run_name", help="name the run folder instead of using the config hash")
-    run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="anything after -- goes to Snakemake")
+    run.epilog = "Anything after a lone `--` goes to Snakemake unchanged, e.g. `spica run c.yaml -- --dry-run`."
     commands.add_parser("schema", help="print the JSON Schema of the config file")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Split off Snakemake's arguments ourselves: argparse's REMAINDER would also swallow our own options
+    # given after the config path (`spica run c.yaml --profile p` must not hand --profile to Snakemake).
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if extra and args.command != "run":
+        parser.error("arguments after `--` are only for `spica run`")
     if args.command == "run":
         from spica_lib.launcher import run_sweep
 
-        extra = [a for a in args.snakemake_args if a != "--"]
         cores = args.cores if args.cores is not None else (None if args.profile else 2)
         return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
     if args.command == "evaluate":

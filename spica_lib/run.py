@@ -76,12 +76,9 @@ class RunLayout(BaseModel):
     def spec(self, key: str) -> str:
         return f"{self.dir}/specs/{key}.json"
 
-    def trial(self, key: str) -> str:
-        return f"{self.dir}/trials/{key}.json"
-
-    @property
-    def trials_dir(self) -> str:
-        return f"{self.dir}/trials"
+    def trial(self, branch: str, round_index: int | str, key: str) -> str:
+        """A trial lives under the round that first asked for it, so each round is one folder (and one SLURM group)."""
+        return f"{self.dir}/rounds/{branch}/{round_index}/trials/{key}.json"
 
     @property
     def last_round(self) -> int:

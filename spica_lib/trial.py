@@ -90,7 +90,7 @@ class TrialResult(BaseModel):
 
 
 class TrialRecord(BaseModel):
-    """Artifact `trials/<key>.json`: a trial's spec and its result."""
+    """Artifact `rounds/<branch>/<k>/trials/<key>.json`: a trial's spec and its result."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -278,6 +278,30 @@ def _wait(child: subprocess.Popen, timeout: float | None) -> bool:
         return True
 
 
+def killed_outside(spec: TrialSpec, attempt: int) -> TrialResult:
+    """The result of a trial whose every earlier job died without writing it.
+
+    Replay errors and our own timeout are always written as results, so a job that leaves no file was
+    killed from outside (a scheduler time limit, a node failure, scancel, the OOM killer). The last
+    attempt records that instead of replaying, so the round can be told and the sweep goes on.
+    """
+    reason = (
+        f"killed outside the replay in {attempt - 1} attempt(s) (scheduler time limit, node failure, "
+        "cancellation or out of memory); see the trial's job logs"
+    )
+    return TrialResult(status="failed", reason=reason, used_gpus=spec.used_gpus, versions=package_versions())
+
+
+def attempt_trial(
+    spec: TrialSpec, attempt: int, last_attempt: int, *, max_eval_seconds: float | None = None
+) -> TrialResult:
+    """Job attempt `attempt` (1-based) of at most `last_attempt`: replay, unless this is a retry and the last
+    one, which records the earlier kills instead (see `killed_outside`)."""
+    if 1 < attempt >= last_attempt:
+        return killed_outside(spec, attempt)
+    return evaluate_trial(spec, max_eval_seconds=max_eval_seconds)
+
+
 def trial_path(folder: str | Path, key: str) -> Path:
     return Path(folder) / f"{key}.json"
 
@@ -293,9 +317,13 @@ def read_trial(path: str | Path) -> TrialRecord:
     return read_model(path, TrialRecord)
 
 
-def load_records(folder: str | Path, keys: list[str]) -> dict[str, TrialRecord]:
-    """The stored trials for `keys` (each must exist)."""
-    return {key: read_trial(trial_path(folder, key)) for key in dict.fromkeys(keys)}
+def load_records(run_dir: str | Path, keys: list[str]) -> dict[str, TrialRecord]:
+    """The stored trials for `keys` (each must exist), wherever their round put them in `run_dir`."""
+    found = {path.stem: path for path in sorted(Path(run_dir).glob("rounds/*/*/trials/*.json"))}
+    missing = [key for key in keys if key not in found]
+    if missing:
+        raise FileNotFoundError(f"no trial file under {run_dir}/rounds for key(s) {', '.join(missing)}")
+    return {key: read_trial(found[key]) for key in dict.fromkeys(keys)}
 
 
 def write_spec_once(path: str | Path, spec: TrialSpec) -> None:

@@ -63,3 +63,22 @@ def test_console_script_is_installed():
         check=False,
     )
     assert done.returncode == 2
+
+
+def test_run_keeps_its_own_options_after_the_config_and_passes_only_what_follows_a_lone_dash_dash(monkeypatch):
+    import spica_lib.launcher
+
+    calls = []
+    monkeypatch.setattr(spica_lib.launcher, "run_sweep", lambda config, **kw: calls.append((config, kw)) or 0)
+    assert main(["run", "c.yaml", "--profile", "profiles/slurm", "--", "--dry-run", "--retries", "1"]) == 0
+    assert main(["run", "c.yaml"]) == 0
+    assert calls == [
+        ("c.yaml", {"cores": None, "profile": "profiles/slurm", "run": None, "extra": ["--dry-run", "--retries", "1"]}),
+        ("c.yaml", {"cores": 2, "profile": None, "run": None, "extra": []}),
+    ]
+
+
+def test_arguments_for_snakemake_are_refused_outside_run(capsys):
+    with pytest.raises(SystemExit):
+        main(["validate", "c.yaml", "--", "--dry-run"])
+    assert "only for `spica run`" in capsys.readouterr().err

@@ -49,7 +49,7 @@ def test_default_sweep_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     assert len(ranked) >= 1 and list(ranked["rank"]) == list(range(1, len(ranked) + 1))
     assert ranked["score"].is_monotonic_decreasing and (ranked["used_gpus"] <= 8).all()
     summary = json.loads((result / "summary.json").read_text())
-    assert summary["unique_trials"] == len(list((result / "trials").glob("*.json"))) <= 8
+    assert summary["unique_trials"] == len(list(result.glob("rounds/*/*/trials/*.json"))) <= 8
     assert set(summary["branches"]) == {"agg", "disagg"}
     assert (
         len(pd.read_parquet(result / "candidates.parquet"))
@@ -75,11 +75,11 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     )
     trials = killed / "results"
     deadline = time.time() + 300
-    while time.time() < deadline and len(list(trials.glob("*/trials/*.json"))) < 2:
+    while time.time() < deadline and len(list(trials.glob("*/rounds/*/*/trials/*.json"))) < 2:
         time.sleep(0.5)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trials.glob("*/trials/*.json")}
+    finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trials.glob("*/rounds/*/*/trials/*.json")}
     assert len(finished) >= 2
 
     resumed = run(killed, path)

@@ -12,7 +12,7 @@ rule merge:
         RUN.log("merge"),
     params:
         run=RUN.run,
-        trials_dir=RUN.trials_dir,
+        run_dir=RUN.dir,
     localrule: True
     script:
         "../../scripts/merge.py"

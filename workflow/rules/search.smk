@@ -1,8 +1,9 @@
 # The search: per branch and round, a checkpoint asks Vizier for candidates (suggest), one job per
 # new trial replays it (trial), and a tell rule appends the round to the branch history, which the
-# next round's suggest reads. Trial jobs only ever write their own trials/<key>.json.
+# next round's suggest reads. Trial jobs only ever write their own rounds/<branch>/<k>/trials/<key>.json.
 import json
 import math
+import os
 
 # Trial jobs may run `parallel_evals` at once (Snakemake's --resources can lower it further).
 workflow.global_resources.setdefault("trial_slots", RUN.parallel_evals)
@@ -37,22 +38,38 @@ checkpoint suggest:
         "../../scripts/suggest.py"
 
 
+# A trial job that dies without writing its file was killed from outside (SLURM time limit, node
+# failure, scancel, OOM): our own timeout and replay errors are always written as results. Snakemake
+# retries it; the last allowed attempt records the kill instead of replaying, so the round can close.
+def last_trial_attempt(wildcards):
+    # Cluster jobs run Snakemake with --retries 0, so the main process, which evaluates this before it
+    # submits, hands its count down through the environment (sbatch exports it to the job).
+    os.environ.setdefault("SPICA_TRIAL_RETRIES", str(workflow.execution_settings.retries))
+    return int(os.environ["SPICA_TRIAL_RETRIES"]) + 1
+
+
 rule trial:
     message:
-        "Replaying trial {wildcards.key}"
+        "Replaying trial {wildcards.key} (round {wildcards.round} of {wildcards.branch})"
     input:
         spec=RUN.spec("{key}"),
     output:
-        trial=RUN.trial("{key}"),
+        trial=RUN.trial("{branch}", "{round}", "{key}"),
     log:
-        RUN.log("trials/{key}"),
+        RUN.log("rounds/{branch}/{round}/trials/{key}"),
+    # One group per (branch, round): `--group-components trials_{branch}_r{round}=N` packs N
+    # trials into one cluster job. Rounds must not share a group (a later round depends on an earlier one).
+    group:
+        "trials_{branch}_r{round}"
     params:
         max_eval_seconds=RUN.max_eval_seconds,
+        last_attempt=last_trial_attempt,
     threads: 1
     resources:
         mem_mb=4000,
         runtime=math.ceil((RUN.max_eval_seconds or 3600) / 60) + 5,
         trial_slots=1,
+        trial_attempt=lambda wildcards, attempt: attempt,
     script:
         "../../scripts/trial.py"
 
@@ -61,7 +78,7 @@ def round_trials(wildcards):
     path = checkpoints.suggest.get(branch=wildcards.branch, round=wildcards.round).output.suggestions
     with open(path, encoding="utf-8") as handle:
         keys = json.load(handle)["new_keys"]
-    return [RUN.trial(key) for key in keys]
+    return [RUN.trial(wildcards.branch, wildcards.round, key) for key in keys]
 
 
 rule tell:

@@ -1,0 +1,197 @@
+"""The SLURM profile against a real one-node cluster (.ci/slurm-up.sh): trial jobs go through sbatch,
+grouped per round; the result matches a local run; a hard kill plus scancel resumes without recomputing;
+a trial job SLURM kills is retried, then recorded as failed while the sweep goes on.
+
+Without a cluster these tests skip, saying so; `.ci/run` starts one (root on Debian) and sets
+SPICA_REQUIRE_SLURM=1, which turns a missing cluster into a failure instead.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, write_yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
+SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
+PROFILE = str(REPO / "profiles" / "slurm")
+# The shipped profile, made quicker for a one-node cluster that answers at once.
+FAST = ["--slurm-init-seconds-before-status-checks", "2", "--max-status-checks-per-second", "2", "--latency-wait", "10"]
+
+
+def cluster_state() -> str:
+    if shutil.which("sinfo") is None:
+        return "no sinfo on PATH"
+    try:
+        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=5)
+    except subprocess.TimeoutExpired:
+        return "sinfo timed out (slurmctld down?)"
+    return done.stdout.strip() or done.stderr.strip()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    state = cluster_state()
+    if state.split("\n")[0] not in ("idle", "mixed", "allocated"):
+        message = f"no SLURM cluster here ({state}); start one with .ci/slurm-up.sh (root, Debian)"
+        if os.environ.get("SPICA_REQUIRE_SLURM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def sweep_config() -> dict:
+    """The default sweep, shrunk: 2 rounds of 3 candidates per branch, round robin (the KV router is noisy)."""
+    data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+    data["search_space"]["router_mode"] = ["round_robin"]
+    data["sweep"].update(max_rounds=2, candidates_per_round=3, parallel_evals=4, seed=5)
+    return data
+
+
+def spica(folder: Path, config: Path, *extra: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*SPICA, str(config), *extra], cwd=folder, capture_output=True, text=True, check=False, timeout=timeout
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    return done
+
+
+def on_slurm(folder: Path, config: Path, *extra: str) -> subprocess.CompletedProcess:
+    return spica(folder, config, "--profile", PROFILE, "--", *FAST, *extra)
+
+
+def run_dir(folder: Path) -> Path:
+    return next((folder / "results").iterdir())
+
+
+def trial_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("results/*/rounds/*/*/trials/*.json"))
+
+
+def slurm_jobs_of_trials(folder: Path) -> dict[str, str]:
+    """Trial key -> the SLURM job its last attempt ran in, from the trial logs."""
+    jobs = {}
+    for log in folder.glob("results/*/logs/rounds/*/*/trials/*.log"):
+        found = re.findall(r"SLURM job (\d+)", log.read_text())
+        if found:
+            jobs[log.stem] = found[-1]
+    return jobs
+
+
+def ranking(folder: Path) -> pd.DataFrame:
+    table = pd.read_csv(run_dir(folder) / "ranked.csv")
+    return table[["rank", "branch", "round", "key", "score", "used_gpus"]]
+
+
+def running_jobs() -> list[str]:
+    done = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True, timeout=10)
+    return done.stdout.split()
+
+
+def cancel_all() -> None:
+    subprocess.run(["scancel", "--user", os.environ.get("USER", "root")], capture_output=True, timeout=10)
+    deadline = time.time() + 60
+    while (
+        time.time() < deadline
+        and subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=10).stdout.strip()
+    ):
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("local")
+    config = write_yaml(folder, sweep_config())
+    spica(folder, config, "--cores", "2")
+    return folder, config
+
+
+def test_the_profile_dry_runs_without_a_cluster(tmp_path):
+    bare = tmp_path / "bin"  # no sbatch, squeue or sinfo; Snakemake itself needs `which`
+    bare.mkdir()
+    (bare / "which").symlink_to(shutil.which("which"))
+    config = write_yaml(tmp_path, sweep_config())
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "--profile", PROFILE, "-n",
+         "--config", f"spica={config}"],
+        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PATH": str(bare)}, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "suggest" in done.stdout and "This was a dry-run" in done.stdout
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_sweep_on_slurm_runs_its_trials_there_grouped_and_matches_the_local_run(cluster, local_run, tmp_path):
+    local, config = local_run
+    done = on_slurm(tmp_path, config)
+
+    jobs = slurm_jobs_of_trials(tmp_path)
+    trials = trial_files(tmp_path)
+    assert len(trials) >= 4 and {t.stem for t in trials} == set(jobs)  # every trial ran inside a SLURM job
+    assert len(set(jobs.values())) < len(jobs)  # packed per round, not one sbatch job per trial
+    for job in set(jobs.values()):
+        state = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=10).stdout
+        assert "JobState=COMPLETED" in state and "JobName=" in state
+    assert "SLURM jobid" in done.stdout + done.stderr
+
+    assert [t.name for t in trials] == [t.name for t in trial_files(local)]
+    pd.testing.assert_frame_equal(ranking(tmp_path), ranking(local))
+
+
+def test_a_hard_kill_and_scancel_resume_without_recomputing_finished_trials(cluster, local_run, tmp_path):
+    local, config = local_run
+    process = subprocess.Popen(
+        [*SPICA, str(config), "--profile", PROFILE, "--", *FAST],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.time() + 600
+    while time.time() < deadline and not (trial_files(tmp_path) and running_jobs()):
+        assert process.poll() is None, "the sweep ended before it could be killed"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # the login session dies; its SLURM jobs would run on
+    process.wait()
+    cancel_all()
+    finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trial_files(tmp_path)}
+    assert finished
+
+    on_slurm(tmp_path, config)
+    assert all((p.stat().st_mtime_ns, p.read_bytes()) == before for p, before in finished.items())
+    assert [t.name for t in trial_files(tmp_path)] == [t.name for t in trial_files(local)]
+    pd.testing.assert_frame_equal(ranking(tmp_path), ranking(local))
+
+
+def test_a_trial_job_slurm_kills_is_retried_then_recorded_as_failed_and_the_sweep_goes_on(cluster, tmp_path):
+    data = sweep_config()
+    data["search_space"]["deployment_mode"] = ["agg"]
+    data["sweep"]["max_rounds"] = 1
+    config = write_yaml(tmp_path, data)
+    process = subprocess.Popen(
+        [*SPICA, str(config), "--profile", PROFILE, "--", *FAST, "--retries", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.time() + 600
+    cancelled = None
+    while time.time() < deadline and cancelled is None and process.poll() is None:
+        jobs = running_jobs()
+        if jobs:  # the round's group job has just started: cancel it before any replay can finish
+            cancelled = jobs[0]
+            subprocess.run(["scancel", cancelled], check=True, timeout=10)
+        time.sleep(0.1)
+    output, _ = process.communicate(timeout=600)
+    assert cancelled is not None and process.returncode == 0, output[-5000:]
+
+    records = [json.loads(p.read_text()) for p in trial_files(tmp_path)]
+    killed = [r for r in records if r["result"]["status"] == "failed"]
+    assert killed and all("killed outside the replay in 1 attempt" in r["result"]["reason"] for r in killed)
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["tallies"]["failed"] == len(killed)
+    assert set(slurm_jobs_of_trials(tmp_path).values()) - {cancelled}  # the retry was a new SLURM job
