@@ -6,7 +6,7 @@ from pathlib import Path
 
 from spica_lib.artifacts import read_model, write_model
 from spica_lib.logs import stage_log
-from spica_lib.trial import TrialRecord, TrialSpec, attempt_trial
+from spica_lib.trial import TrialSpec, run_trial_job
 
 smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
 
@@ -18,8 +18,13 @@ with stage_log(smk.log[0]) as log:
     attempt, last = int(smk.resources.trial_attempt), int(smk.params.last_attempt)
     slurm = f", SLURM job {os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else ""
     log.info("on %s%s, job attempt %d of %d", socket.gethostname(), slurm, attempt, last)  # > 1: the last job died
-    result = attempt_trial(spec, attempt, last, max_eval_seconds=smk.params.max_eval_seconds)
-    write_model(smk.output.trial, TrialRecord(key=key, spec=spec, result=result))
+    record, restored = run_trial_job(
+        spec, key, smk.params.journal, attempt, last, max_eval_seconds=smk.params.max_eval_seconds
+    )
+    write_model(smk.output.trial, record)
+    if restored:
+        log.info("restored from the journal: a previous job finished this replay but its output was removed")
+    result = record.result
     reason = f" ({result.reason})" if result.reason else ""
     log.info(
         "%s %s: %s%s (score %s, %.1f s)",

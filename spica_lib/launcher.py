@@ -18,13 +18,21 @@ SNAKEFILE = Path(__file__).resolve().parents[1] / "workflow" / "Snakefile"
 
 
 def other_snakemake_here(directory: Path) -> list[int]:
-    """PIDs of other Snakemake processes whose working directory is `directory`."""
+    """PIDs of other Snakemake processes whose working directory is `directory` and that may hold its lock.
+
+    Snakemake inside a cluster job runs with --nolock; one still exiting after a scancel is no reason to refuse.
+    """
     mine = {os.getpid(), os.getppid()}
     found = []
     for process in psutil.process_iter(["pid", "cmdline"]):
         try:
             cmdline = " ".join(process.info["cmdline"] or [])
-            if process.info["pid"] in mine or "snakemake" not in cmdline or "spica run" in cmdline:
+            if (
+                process.info["pid"] in mine
+                or "snakemake" not in cmdline
+                or "spica run" in cmdline
+                or "--nolock" in cmdline
+            ):
                 continue
             if Path(process.cwd()).resolve() == directory:
                 found.append(process.info["pid"])

@@ -80,6 +80,10 @@ class RunLayout(BaseModel):
         """A trial lives under the round that first asked for it, so each round is one folder (and one SLURM group)."""
         return f"{self.dir}/rounds/{branch}/{round_index}/trials/{key}.json"
 
+    def journal(self, key: str) -> str:
+        """Every finished trial is kept here too, out of Snakemake's reach (see trial.run_trial_job)."""
+        return f"{self.dir}/journal/{key}.json"
+
     @property
     def last_round(self) -> int:
         return self.max_rounds - 1

@@ -292,14 +292,35 @@ def killed_outside(spec: TrialSpec, attempt: int) -> TrialResult:
     return TrialResult(status="failed", reason=reason, used_gpus=spec.used_gpus, versions=package_versions())
 
 
-def attempt_trial(
-    spec: TrialSpec, attempt: int, last_attempt: int, *, max_eval_seconds: float | None = None
-) -> TrialResult:
-    """Job attempt `attempt` (1-based) of at most `last_attempt`: replay, unless this is a retry and the last
-    one, which records the earlier kills instead (see `killed_outside`)."""
+def run_trial_job(
+    spec: TrialSpec,
+    key: str,
+    journal: str | Path,
+    attempt: int,
+    last_attempt: int,
+    *,
+    max_eval_seconds: float | None = None,
+) -> tuple[TrialRecord, bool]:
+    """What a trial job writes, and whether it came from the journal rather than a replay now.
+
+    Every finished trial is journaled before its output is written. Snakemake deletes the output of a
+    job it sees fail — also when a cancel or time limit hits between the write and the job's exit —
+    so a retried or resumed job restores the journaled record instead of replaying it again.
+    On a retry that is the last allowed attempt, with nothing journaled, the earlier jobs were
+    killed from outside; that is recorded (see `killed_outside`) so the round can be told.
+    """
+    journal = Path(journal)
+    if journal.exists():
+        record = read_trial(journal)
+        if record.key == key and record.spec == spec:
+            return record, True
     if 1 < attempt >= last_attempt:
-        return killed_outside(spec, attempt)
-    return evaluate_trial(spec, max_eval_seconds=max_eval_seconds)
+        result = killed_outside(spec, attempt)
+    else:
+        result = evaluate_trial(spec, max_eval_seconds=max_eval_seconds)
+    record = TrialRecord(key=key, spec=spec, result=result)
+    write_model(journal, record)
+    return record, False
 
 
 def trial_path(folder: str | Path, key: str) -> Path:

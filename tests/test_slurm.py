@@ -77,6 +77,10 @@ def trial_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("results/*/rounds/*/*/trials/*.json"))
 
 
+def journaled(folder: Path) -> list[Path]:
+    return sorted(folder.glob("results/*/journal/*.json"))
+
+
 def slurm_jobs_of_trials(folder: Path) -> dict[str, str]:
     """Trial key -> the SLURM job its last attempt ran in, from the trial logs."""
     jobs = {}
@@ -154,17 +158,19 @@ def test_a_hard_kill_and_scancel_resume_without_recomputing_finished_trials(clus
         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     deadline = time.time() + 600
-    while time.time() < deadline and not (trial_files(tmp_path) and running_jobs()):
+    while time.time() < deadline and not (journaled(tmp_path) and running_jobs()):
         assert process.poll() is None, "the sweep ended before it could be killed"
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)  # the login session dies; its SLURM jobs would run on
     process.wait()
-    cancel_all()
-    finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trial_files(tmp_path)}
-    assert finished
+    cancel_all()  # the cancelled group job's Snakemake may delete outputs it had just written
+    finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in journaled(tmp_path)}
+    assert 0 < len(finished) < len(trial_files(local))  # killed mid-sweep
 
     on_slurm(tmp_path, config)
     assert all((p.stat().st_mtime_ns, p.read_bytes()) == before for p, before in finished.items())
+    outputs = {p.stem: p.read_bytes() for p in trial_files(tmp_path)}
+    assert all(outputs[p.stem] == data for p, (_, data) in finished.items())  # restored, not replayed again
     assert [t.name for t in trial_files(tmp_path)] == [t.name for t in trial_files(local)]
     pd.testing.assert_frame_equal(ranking(tmp_path), ranking(local))
 

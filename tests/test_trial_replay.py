@@ -10,7 +10,7 @@ import pytest
 from conftest import TRACE, build, config_data
 from spica_lib.kv_capacity import KvEstimator
 from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
-from spica_lib.trial import evaluate_trial, prepare_failure, prepare_trial, read_trial, write_trial
+from spica_lib.trial import evaluate_trial, prepare_failure, prepare_trial, read_trial, run_trial_job, write_trial
 
 pytestmark = pytest.mark.slow
 VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
@@ -245,3 +245,32 @@ def test_throughput_scaling_with_an_sla_target_runs_through_the_planner(tmp_path
     assert result.status == "feasible", result.reason
     assert result.metrics["planner_total_ticks"] >= 4  # one tick per 30 s over ~150 s of traffic
     assert any(e.to_count > e.from_count for e in result.scaling_events)
+
+
+def test_a_trial_job_journals_its_record_and_a_retry_restores_it_instead_of_replaying(tmp_path):
+    spec = spec_for(build(config_data(search_space={"gpu_budget": 2})), agg(2, 2))  # over budget: no replay needed
+    key, journal = spec.key(), tmp_path / "journal" / "k.json"
+    first, restored = run_trial_job(spec, key, journal, attempt=1, last_attempt=1)
+    assert not restored and first.result.status == "infeasible" and read_trial(journal) == first
+    # Snakemake removed the output (the job was cancelled after the write): the last attempt restores it.
+    again, restored = run_trial_job(spec, key, journal, attempt=3, last_attempt=3)
+    assert restored and again == first
+
+
+def test_a_retry_replays_and_only_the_last_attempt_records_the_kills(tmp_path):
+    spec = spec_for(build(config_data(search_space={"gpu_budget": 2})), agg(2, 2))
+    retried, restored = run_trial_job(spec, spec.key(), tmp_path / "a.json", attempt=2, last_attempt=3)
+    assert not restored and retried.result.status == "infeasible"  # evaluated again
+    last, restored = run_trial_job(spec, spec.key(), tmp_path / "b.json", attempt=3, last_attempt=3)
+    assert not restored and last.result.status == "failed"
+    assert last.result.reason.startswith("killed outside the replay in 2 attempt(s)")
+    assert last.result.used_gpus == 4 and read_trial(tmp_path / "b.json") == last  # journaled like any result
+
+
+def test_a_journal_entry_for_another_spec_is_not_restored(tmp_path):
+    cfg = build(config_data(search_space={"gpu_budget": 2}))
+    one, other = spec_for(cfg, agg(2, 2)), spec_for(cfg, agg(4, 1))
+    journal = tmp_path / "k.json"
+    run_trial_job(one, one.key(), journal, attempt=1, last_attempt=1)
+    record, restored = run_trial_job(other, other.key(), journal, attempt=1, last_attempt=1)
+    assert not restored and record.spec == other

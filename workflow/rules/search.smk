@@ -64,6 +64,7 @@ rule trial:
     params:
         max_eval_seconds=RUN.max_eval_seconds,
         last_attempt=last_trial_attempt,
+        journal=RUN.journal("{key}"),
     threads: 1
     resources:
         mem_mb=4000,
