@@ -52,6 +52,8 @@ def snakemake_command(
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete"]
     if profile:
         command += ["--profile", profile]
+    else:  # a trial job killed from outside (e.g. out of memory) is then recorded as failed, not a stopped round
+        command += ["--retries", "1"]
     if cores is not None:
         command += ["--cores", str(cores)]
     command += extra

@@ -88,3 +88,32 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     assert keys_by_round(run_dir(killed)) == keys_by_round(run_dir(straight))  # same trials, same order
     ranked = [pd.read_csv(run_dir(folder) / "ranked.csv") for folder in (straight, killed)]
     assert list(ranked[0]["key"]) == list(ranked[1]["key"]) and list(ranked[0]["score"]) == list(ranked[1]["score"])
+
+
+def test_a_trial_job_killed_from_outside_is_recorded_as_failed_on_its_retry_and_the_sweep_finishes(tmp_path):
+    import psutil
+
+    data = default_config()
+    data["search_space"]["deployment_mode"] = ["agg"]
+    data["sweep"]["max_rounds"] = 1
+    path = write_yaml(tmp_path, data)
+    process = subprocess.Popen(
+        [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    killed, deadline = None, time.time() + 300
+    while killed is None and time.time() < deadline and process.poll() is None:
+        for candidate in psutil.Process(process.pid).children(recursive=True):
+            try:
+                if any(part.endswith("trial.py") for part in candidate.cmdline()):  # the trial job, as OOM would
+                    candidate.kill()
+                    killed = candidate.pid
+                    break
+            except psutil.NoSuchProcess:
+                continue
+        time.sleep(0.05)
+    output, _ = process.communicate(timeout=600)
+    assert killed is not None and process.returncode == 0, output[-4000:]
+    records = [json.loads(p.read_text()) for p in run_dir(tmp_path).glob("rounds/*/*/trials/*.json")]
+    failed = [r for r in records if r["result"]["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["result"]["reason"].startswith("killed outside the replay in 1 attempt")
+    assert json.loads((run_dir(tmp_path) / "summary.json").read_text())["tallies"]["failed"] == 1

@@ -50,10 +50,10 @@ def cluster():
 
 
 def sweep_config() -> dict:
-    """The default sweep, shrunk: 2 rounds of 3 candidates per branch, round robin (the KV router is noisy)."""
+    """The default sweep, shrunk: 2 rounds of 2 candidates per branch, round robin (the KV router is noisy)."""
     data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
     data["search_space"]["router_mode"] = ["round_robin"]
-    data["sweep"].update(max_rounds=2, candidates_per_round=3, parallel_evals=4, seed=5)
+    data["sweep"].update(max_rounds=2, candidates_per_round=2, parallel_evals=4, seed=5)
     return data
 
 
