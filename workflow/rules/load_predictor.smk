@@ -21,6 +21,7 @@ rule load_predictor_score:
     resources:
         mem_mb=2000,
         runtime=30,
+    localrule: True  # seconds each: on a cluster, queueing would cost more than the scoring
     script:
         "../../scripts/load_predictor_score.py"
 
