@@ -70,7 +70,7 @@ rule trial:
         mem_mb=4000,
         runtime=math.ceil((RUN.max_eval_seconds or 3600) / 60) + 5,
         trial_slots=1,
-        trial_attempt=lambda wildcards, attempt: attempt,
+        trial_attempt=lambda wildcards, attempt: attempt,  # 1, then +1 per retry (params cannot see it)
     script:
         "../../scripts/trial.py"
 
