@@ -201,3 +201,17 @@ def test_a_trial_job_slurm_kills_is_retried_then_recorded_as_failed_and_the_swee
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["tallies"]["failed"] == len(killed)
     assert set(slurm_jobs_of_trials(tmp_path).values()) - {cancelled}  # the retry was a new SLURM job
+
+
+def test_partition_and_gpu_gres_set_for_trials_reach_their_slurm_jobs(cluster, tmp_path):
+    data = sweep_config()
+    data["search_space"]["deployment_mode"] = ["agg"]
+    data["sweep"]["max_rounds"] = 1
+    config = write_yaml(tmp_path, data)
+    cluster_settings = ["--set-resources", "trial:slurm_partition=gpu", "trial:gres=gpu:1", "trial:mem_mb=4000"]
+    on_slurm(tmp_path, config, *cluster_settings)
+    jobs = set(slurm_jobs_of_trials(tmp_path).values())
+    assert jobs
+    for job in jobs:
+        state = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=10).stdout
+        assert "Partition=gpu" in state and "TresPerNode=gres:gpu:1" in state, state
