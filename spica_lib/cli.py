@@ -43,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Split off Snakemake's arguments ourselves: argparse's REMAINDER would also swallow our own options
     # given after the config path (`spica run c.yaml --profile p` must not hand --profile to Snakemake).
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1 :]
     if extra and args.command != "run":
         parser.error("arguments after `--` are only for `spica run`")
     if args.command == "run":

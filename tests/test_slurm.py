@@ -96,6 +96,10 @@ def ranking(folder: Path) -> pd.DataFrame:
     return table[["rank", "branch", "round", "key", "score", "used_gpus"]]
 
 
+def job_state(job: str) -> str:
+    return subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=10).stdout
+
+
 def running_jobs() -> list[str]:
     done = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True, timeout=10)
     return done.stdout.split()
@@ -143,7 +147,7 @@ def test_a_sweep_on_slurm_runs_its_trials_there_grouped_and_matches_the_local_ru
     assert len(trials) >= 4 and {t.stem for t in trials} == set(jobs)  # every trial ran inside a SLURM job
     assert len(set(jobs.values())) < len(jobs)  # packed per round, not one sbatch job per trial
     for job in set(jobs.values()):
-        state = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=10).stdout
+        state = job_state(job)
         assert "JobState=COMPLETED" in state and "JobName=" in state
     assert "SLURM jobid" in done.stdout + done.stderr
 
@@ -213,5 +217,5 @@ def test_partition_and_gpu_gres_set_for_trials_reach_their_slurm_jobs(cluster, t
     jobs = set(slurm_jobs_of_trials(tmp_path).values())
     assert jobs
     for job in jobs:
-        state = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=10).stdout
+        state = job_state(job)
         assert "Partition=gpu" in state and "TresPerNode=gres:gpu:1" in state, state
