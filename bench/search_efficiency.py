@@ -21,13 +21,14 @@ from pathlib import Path
 
 os.environ.setdefault("DYN_LOG", "error")
 
-from spica_lib.branches import enumerate_branches  # noqa: E402
 from spica_lib.config import SmartSearchConfig  # noqa: E402
-from spica_lib.kv_capacity import KvEstimator  # noqa: E402
-from spica_lib.replay import run_replay  # noqa: E402
-from spica_lib.score import average_gpus, make_candidate  # noqa: E402
-from spica_lib.search import SearchContext, suggest_round, tell_round  # noqa: E402
-from spica_lib.trial import TrialRecord, TrialResult, prepare_trial  # noqa: E402
+from spica_lib.facts.kv_capacity import KvEstimator  # noqa: E402
+from spica_lib.pools.branches import enumerate_branches  # noqa: E402
+from spica_lib.replay.request import run_replay  # noqa: E402
+from spica_lib.search.rounds import SearchContext, suggest_round, tell_round  # noqa: E402
+from spica_lib.trial.evaluate import prepare_trial  # noqa: E402
+from spica_lib.trial.score import average_gpus, make_candidate  # noqa: E402
+from spica_lib.trial.spec import TrialRecord, TrialResult  # noqa: E402
 
 ALGORITHMS = ["eagle", "gp_ucb_pe", "gp_bandit", "nsga2", "quasi_random", "random"]
 SEEDS = [0, 1, 2, 3, 4]

@@ -16,9 +16,9 @@ import time
 os.environ.setdefault("DYN_LOG", "error")
 
 from spica_lib.config import SmartSearchConfig  # noqa: E402
-from spica_lib.parallel import ParallelShape, ReplicaConfig  # noqa: E402
-from spica_lib.replay import run_replay  # noqa: E402
-from spica_lib.trial import evaluate_trial, prepare_trial  # noqa: E402
+from spica_lib.facts.parallel import ParallelShape, ReplicaConfig  # noqa: E402
+from spica_lib.replay.request import run_replay  # noqa: E402
+from spica_lib.trial.evaluate import evaluate_trial, prepare_trial  # noqa: E402
 
 REPEATS = 3
 

@@ -3,12 +3,12 @@
 import logging
 
 import pytest
-
 from conftest import REPO, build, config_data
-from spica_lib.branches import NoViableParallelConfig, enumerate_branches
+
 from spica_lib.config import SmartSearchConfig
-from spica_lib.parallel import ParallelShape, ReplicaConfig
-from spica_lib.pool_table import pool_frame, read_pool, write_pool
+from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
+from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
+from spica_lib.pools.table import pool_frame, read_pool, write_pool
 
 pytestmark = pytest.mark.slow
 

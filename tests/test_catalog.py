@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from spica_lib.catalog import bundled_models, check_catalog, resolve_backend_version, supported_databases
+from spica_lib.facts.catalog import bundled_models, check_catalog, resolve_backend_version, supported_databases
 
 pytestmark = pytest.mark.slow
 

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, config_data, write_yaml
-from spica_lib.cli import main
+
+from spica_lib.cli.main import main
 
 pytestmark = pytest.mark.slow
 
@@ -66,10 +66,10 @@ def test_console_script_is_installed():
 
 
 def test_run_keeps_its_own_options_after_the_config_and_passes_only_what_follows_a_lone_dash_dash(monkeypatch):
-    import spica_lib.launcher
+    import spica_lib.run.launcher
 
     calls = []
-    monkeypatch.setattr(spica_lib.launcher, "run_sweep", lambda config, **kw: calls.append((config, kw)) or 0)
+    monkeypatch.setattr(spica_lib.run.launcher, "run_sweep", lambda config, **kw: calls.append((config, kw)) or 0)
     assert main(["run", "c.yaml", "--profile", "profiles/slurm", "--", "--dry-run", "--retries", "1"]) == 0
     assert main(["run", "c.yaml"]) == 0
     assert calls == [

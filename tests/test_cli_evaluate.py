@@ -3,9 +3,9 @@
 import json
 
 import pytest
-
 from conftest import REPO
-from spica_lib.cli import main
+
+from spica_lib.cli.main import main
 
 pytestmark = pytest.mark.slow
 DEFAULT = str(REPO / "config" / "default.yaml")

@@ -1,9 +1,9 @@
 """`spica pools`: pool sizes per mode and backend, and why anything was dropped."""
 
 import pytest
-
 from conftest import REPO, config_data, write_yaml
-from spica_lib.cli import main
+
+from spica_lib.cli.main import main
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,8 @@
 """goal and sweep: targets, SLA requirements, Pareto objectives, and the sweep's bounds."""
 
 import pytest
-
 from conftest import build, config_data, rejected
+
 from spica_lib.config import OptimizationTarget as T
 
 SLA = {"ttft_ms": 2000, "itl_ms": 50}

@@ -1,8 +1,8 @@
 """The whole file: YAML reading, unknown keys at every level, and the error format."""
 
 import pytest
-
 from conftest import REPO, build, config_data, rejected, write_yaml
+
 from spica_lib.config import ConfigError, SmartSearchConfig
 
 

@@ -1,8 +1,8 @@
 """search_space: choices, composites, pinned scalars, cross-field rules, parallel pins."""
 
 import pytest
-
 from conftest import build, config_data, rejected
+
 from spica_lib.config.search_space import ATOMIC_CHOICES
 
 SCALING_DICT = {

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from conftest import TRACE, build, config_data, rejected
 
 SYNTH = {"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None}

@@ -3,11 +3,11 @@
 import os
 
 import pytest
-
 from conftest import build, config_data
-from spica_lib.deployment import build_deployment
-from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
-from spica_lib.sample import unroll_sample
+
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.replay.plan import build_deployment
+from spica_lib.trial.unroll import unroll_sample
 
 AGG = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
 DISAGG = {

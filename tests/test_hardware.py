@@ -2,8 +2,8 @@
 
 import pytest
 
-from spica_lib.hardware import UnknownHardware, model_facts, resolve_model_hardware, shape_problem, system_facts
-from spica_lib.parallel import ParallelShape
+from spica_lib.facts.hardware import UnknownHardware, model_facts, resolve_model_hardware, shape_problem, system_facts
+from spica_lib.facts.parallel import ParallelShape
 
 pytestmark = pytest.mark.slow
 

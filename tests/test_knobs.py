@@ -1,7 +1,8 @@
 """Which knobs each branch searches."""
 
 from conftest import build, config_data
-from spica_lib.knobs import branch_knob_choices, combinations
+
+from spica_lib.pools.knobs import branch_knob_choices, combinations
 
 
 def space(**search_space):

@@ -2,9 +2,9 @@
 
 import pytest
 
-from spica_lib.catalog import resolve_backend_version
-from spica_lib.kv_capacity import MEMORY_FRACTION_KIND, KvEstimateError, KvEstimator, KvSettings, NoPerfDatabase
-from spica_lib.parallel import ParallelShape
+from spica_lib.facts.catalog import resolve_backend_version
+from spica_lib.facts.kv_capacity import MEMORY_FRACTION_KIND, KvEstimateError, KvEstimator, KvSettings, NoPerfDatabase
+from spica_lib.facts.parallel import ParallelShape
 
 pytestmark = pytest.mark.slow
 DEFAULT = KvSettings(max_num_tokens=8192, memory_fraction=0.9)

@@ -1,11 +1,11 @@
 """kv_load_ratio -> concurrency, on hand-computed capacities and on the real estimator."""
 
 import pytest
-
 from conftest import build, config_data
-from spica_lib.kv_capacity import KvEstimate, KvEstimator
-from spica_lib.kv_load import InfeasibleKVCapacity, resolve_kv_load
-from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+
+from spica_lib.facts.kv_capacity import KvEstimate, KvEstimator
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 
 
 class FixedKvEstimator:

@@ -4,22 +4,20 @@ import json
 import math
 
 import pytest
-
 from conftest import TRACE, build, config_data
-from spica_lib.load_predictor import (
-    PresetScore,
+
+from spica_lib.config.presets import LOAD_PREDICTOR_PRESETS
+from spica_lib.predictor.dynamo import dynamo_predictor
+from spica_lib.predictor.plan import PresetScore, merge_scores, plan_predictor_jobs
+from spica_lib.predictor.scoring import (
     Window,
     build_windows,
-    dynamo_predictor,
-    merge_scores,
     minimum_windows,
-    plan_predictor_jobs,
     run_job,
     score_candidate,
     warmup_windows,
     window_loss,
 )
-from spica_lib.presets import LOAD_PREDICTOR_PRESETS
 
 TRACE_WORKLOAD = {"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(TRACE)}
 GOODPUT = {"target": "goodput", "sla": {"ttft_ms": 1000, "itl_ms": 50}}

@@ -1,6 +1,6 @@
 """Pure enumeration of worker shapes, replica configs and disagg pairs."""
 
-from spica_lib.parallel import (
+from spica_lib.facts.parallel import (
     DisaggConfig,
     ParallelShape,
     ReplicaConfig,

@@ -1,10 +1,10 @@
 """Stage `policies`: the two filter rules, their artifact, and the 'nothing left' errors."""
 
 import pytest
-
 from conftest import build, config_data
+
 from spica_lib.config import ConfigError
-from spica_lib.policies import apply_policy_filters, filter_scaling_policies
+from spica_lib.config.policies import apply_policy_filters, filter_scaling_policies
 
 TPUT_DICT = {
     "enable_throughput_scaling": True,

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from spica_lib.presets import (
+from spica_lib.config.presets import (
     LOAD_PREDICTOR_PRESETS,
     fpm_sampling,
     load_predictor,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
-from spica_lib.projection import ParallelConfigProjector
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.search.projection import ParallelConfigProjector
 
 
 def agg(tp=1, dp=1, ep=1, moe_tp=1, replicas=1):

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from spica_lib.branches import REPLAY_UNSUPPORTED
-from spica_lib.catalog import resolve_backend_version
+from spica_lib.facts.catalog import resolve_backend_version
+from spica_lib.pools.branches import REPLAY_UNSUPPORTED
 
 pytestmark = pytest.mark.slow
 

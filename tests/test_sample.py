@@ -1,10 +1,10 @@
 """Unrolling a selection and a layout into the flat sample."""
 
 import pytest
-
 from conftest import build, config_data
-from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
-from spica_lib.sample import unroll_sample
+
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.trial.unroll import unroll_sample
 
 AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
 DISAGG_KNOBS = {

@@ -5,16 +5,14 @@ import math
 import pytest
 
 from spica_lib.config import OptimizationTarget as T
-from spica_lib.score import (
+from spica_lib.results.ranking import dominates, pareto_front, rank
+from spica_lib.trial.score import (
     Candidate,
     average_gpus,
-    dominates,
     is_within_budget,
     make_candidate,
     objective_value,
     objective_vector,
-    pareto_front,
-    rank,
     signed_score,
 )
 

@@ -5,15 +5,15 @@ dedup and caching, replacements, unsupported pairs, the budget gate, stalls, ran
 """
 
 import pytest
-
 from conftest import build, config_data
-from spica_lib.branches import BranchSpec, PoolRecord
-from spica_lib.kv_capacity import KvSettings
-from spica_lib.merge import collect_candidates, ordered, summarise
-from spica_lib.parallel import ParallelShape, ReplicaConfig
-from spica_lib.sampler import BranchSpace
-from spica_lib.search import REPLACEMENT_FACTOR, SearchContext, suggest_round, tell_round
-from spica_lib.trial import TrialRecord, TrialResult
+
+from spica_lib.facts.kv_capacity import KvSettings
+from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
+from spica_lib.pools.branches import BranchSpec, PoolRecord
+from spica_lib.results.merge import collect_candidates, ordered, summarise
+from spica_lib.search.rounds import REPLACEMENT_FACTOR, SearchContext, suggest_round, tell_round
+from spica_lib.search.space import BranchSpace
+from spica_lib.trial.spec import TrialRecord, TrialResult
 
 pytestmark = pytest.mark.slow  # imports Vizier (JAX)
 
@@ -233,7 +233,7 @@ def test_branch_space_decodes_composites_and_pins():
 
 
 def test_goodput_misses_are_told_how_far_they_missed():
-    from spica_lib.search import designer_metrics
+    from spica_lib.search.metrics import designer_metrics
 
     goal = build(config_data(goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 1000, "itl_ms": 50}})).goal
     met = TrialResult(status="feasible", score=12.0, used_gpus=1, metrics={})

@@ -10,7 +10,6 @@ import time
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, write_yaml
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import REPO, write_yaml
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

@@ -6,11 +6,12 @@ import random
 import pandas as pd
 import psutil
 import pytest
-
 from conftest import TRACE, build, config_data
-from spica_lib.kv_capacity import KvEstimator
-from spica_lib.parallel import DisaggConfig, ParallelShape, ReplicaConfig
-from spica_lib.trial import evaluate_trial, prepare_failure, prepare_trial, read_trial, run_trial_job, write_trial
+
+from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.trial.evaluate import evaluate_trial, prepare_failure, prepare_trial
+from spica_lib.trial.store import read_trial, run_trial_job, write_trial
 
 pytestmark = pytest.mark.slow
 VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
@@ -135,7 +136,7 @@ def test_goodput_absent_without_sla_and_present_with_it():
 
 def replay_children():
     return [
-        p for p in psutil.process_iter(["cmdline"]) if "spica_lib.replay_child" in " ".join(p.info["cmdline"] or [])
+        p for p in psutil.process_iter(["cmdline"]) if "spica_lib.replay.child" in " ".join(p.info["cmdline"] or [])
     ]
 
 

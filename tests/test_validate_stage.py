@@ -4,12 +4,12 @@ import json
 import os
 
 import pytest
-
 from conftest import TRACE, config_data, write_yaml
-from spica_lib.artifacts import read_model, write_model
+
+from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.config import ConfigError
-from spica_lib.run import locate_config, prepare_run
-from spica_lib.validate import ValidatedConfig, build_validated_config
+from spica_lib.config.validate import ValidatedConfig, build_validated_config
+from spica_lib.run.layout import locate_config, prepare_run
 
 pytestmark = pytest.mark.slow
 

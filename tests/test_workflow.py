@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, TRACE, config_data, write_yaml
-from spica_lib.artifacts import read_model
-from spica_lib.branches import BranchSpec
-from spica_lib.pool_table import read_pool
-from spica_lib.policies import PolicyFilter
-from spica_lib.validate import ValidatedConfig
+
+from spica_lib.base.artifacts import read_model
+from spica_lib.config.policies import PolicyFilter
+from spica_lib.config.validate import ValidatedConfig
+from spica_lib.pools.branches import BranchSpec
+from spica_lib.pools.table import read_pool
 
 pytestmark = pytest.mark.slow
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "workflow" / "Snakefile"), "--cores", "2"]

@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field, StrictFloat, StrictInt, model_validator
 
-from spica_lib.config.base import StrictModel
+from spica_lib.config.strict import StrictModel
 
 Number = StrictInt | StrictFloat
 

@@ -8,15 +8,10 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
-from spica_lib.config.base import ConfigError, StrictModel, problems_from
 from spica_lib.config.goal import OptimizationGoal, OptimizationTarget
 from spica_lib.config.search_space import SearchSpace
-from spica_lib.config.sweep import (
-    DEFAULT_ALGORITHM,
-    DEFAULT_PARETO_ALGORITHM,
-    MULTI_OBJECTIVE_ALGORITHMS,
-    SweepConfig,
-)
+from spica_lib.config.strict import ConfigError, StrictModel, problems_from
+from spica_lib.config.sweep import DEFAULT_ALGORITHM, DEFAULT_PARETO_ALGORITHM, MULTI_OBJECTIVE_ALGORITHMS, SweepConfig
 from spica_lib.config.workload import LOAD_DRIVERS, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]

@@ -2,7 +2,7 @@
 
 Four kinds of field: atomic list knobs (one entry pins, several are searched; every entry must be
 one of the allowed choices), pinned scalars, composite knobs (preset ids or self-contained dicts,
-see `spica_lib.presets`) and `parallel_configs` (empty means "enumerate every legal shape").
+see `spica_lib.config.presets`) and `parallel_configs` (empty means "enumerate every legal shape").
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
 
-from spica_lib.config.base import StrictModel, first_error
-from spica_lib.presets import COMPOSITE_KNOBS, CompositeEntry
+from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry
+from spica_lib.config.strict import StrictModel, first_error
 
 Number = StrictInt | StrictFloat
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, StrictFloat, StrictInt
 
-from spica_lib.config.base import StrictModel
+from spica_lib.config.strict import StrictModel
 
 # Vizier designers that work on this stack. gp_ucb_pe is Vizier's DEFAULT designer.
 Algorithm = Literal["gp_ucb_pe", "eagle", "nsga2", "gp_bandit", "random", "quasi_random"]

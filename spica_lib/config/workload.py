@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_validator
 
-from spica_lib.config.base import StrictModel
-from spica_lib.trace import TraceFormatError, check_mooncake_head
+from spica_lib.config.strict import StrictModel
+from spica_lib.config.trace import TraceFormatError, check_mooncake_head
 
 Number = StrictInt | StrictFloat
 SYNTHETIC_ONLY = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio")

@@ -35,7 +35,7 @@ checkpoint suggest:
         RUN.log("rounds/{branch}/{round}/suggest"),
     localrule: True
     script:
-        "../../scripts/suggest.py"
+        "../scripts/suggest.py"
 
 
 # A trial job that dies without writing its file was killed from outside (SLURM time limit, node
@@ -72,7 +72,7 @@ rule trial:
         trial_slots=1,
         trial_attempt=lambda wildcards, attempt: attempt,  # 1, then +1 per retry (params cannot see it)
     script:
-        "../../scripts/trial.py"
+        "../scripts/trial.py"
 
 
 def round_trials(wildcards):
@@ -96,4 +96,4 @@ rule tell:
         RUN.log("rounds/{branch}/{round}/tell"),
     localrule: True
     script:
-        "../../scripts/tell.py"
+        "../scripts/tell.py"

@@ -1,0 +1,1 @@
+"""Files, logs and versions every stage shares: atomic artifact writes, canonical JSON, stage logs."""

@@ -1,0 +1,118 @@
+"""`spica`: command-line entry points around the library (the workflow itself runs in Snakemake).
+
+spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
+spica schema          JSON Schema of the config file, for editors
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from spica_lib.cli.reports import pools_report, summary, trial_report
+from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config.policies import apply_policy_filters
+from spica_lib.config.validate import build_validated_config
+from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
+
+EXIT_OK, EXIT_CONFIG = 0, 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="spica", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("validate", help="check a config and summarise the search it describes")
+    check.add_argument("config", help="path to a SmartSearchConfig YAML file")
+    pools = commands.add_parser("pools", help="build the candidate pools and say what was dropped")
+    pools.add_argument("config", help="path to a SmartSearchConfig YAML file")
+    evaluate = commands.add_parser("evaluate", help="replay and score one hand-written candidate")
+    evaluate.add_argument("config", help="path to a SmartSearchConfig YAML file")
+    evaluate.add_argument("--candidate", required=True, help="candidate as a JSON/YAML file or inline JSON")
+    evaluate.add_argument("--json", action="store_true", help="print the whole trial record as JSON")
+    evaluate.add_argument("--per-request", metavar="PARQUET", help="also write one row per request to this file")
+    run = commands.add_parser("run", help="run or resume the sweep with Snakemake")
+    run.add_argument(
+        "config", nargs="?", default="config/default.yaml", help="config file (default: config/default.yaml)"
+    )
+    run.add_argument("--cores", type=int, default=None, help="local cores (default: 2, or the profile's)")
+    run.add_argument("--profile", help="a Snakemake profile folder, e.g. profiles/slurm")
+    run.add_argument("--run", dest="run_name", help="name the run folder instead of using the config hash")
+    run.epilog = "Anything after a lone `--` goes to Snakemake unchanged, e.g. `spica run c.yaml -- --dry-run`."
+    commands.add_parser("schema", help="print the JSON Schema of the config file")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Split off Snakemake's arguments ourselves: argparse's REMAINDER would also swallow our own options
+    # given after the config path (`spica run c.yaml --profile p` must not hand --profile to Snakemake).
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_args(argv[:cut]), argv[cut + 1 :]
+    if extra and args.command != "run":
+        parser.error("arguments after `--` are only for `spica run`")
+    if args.command == "run":
+        from spica_lib.run.launcher import run_sweep
+
+        cores = args.cores if args.cores is not None else (None if args.profile else 2)
+        return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
+    if args.command == "evaluate":
+        return _evaluate(args.config, args.candidate, args.json, args.per_request)
+    if args.command == "schema":
+        print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
+        return EXIT_OK
+    if args.command == "pools":
+        return _pools(args.config)
+    return _validate(args.config)
+
+
+def _pools(path: str) -> int:
+    try:
+        validated = build_validated_config(path)
+        policies = apply_policy_filters(validated.config)
+        branches = enumerate_branches(validated.config, policies.kept)
+    except (ConfigError, NoViableParallelConfig) as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    print(pools_report(validated, branches))
+    return EXIT_OK
+
+
+def _validate(path: str) -> int:
+    try:
+        validated = build_validated_config(path)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    print(summary(path, validated))
+    return EXIT_OK
+
+
+def _evaluate(path: str, candidate: str, as_json: bool, per_request: str | None) -> int:
+    from spica_lib.cli.candidate import candidate_selection, read_candidate
+    from spica_lib.facts.catalog import resolve_backend_version
+    from spica_lib.facts.kv_capacity import KvEstimator
+    from spica_lib.trial.evaluate import evaluate_trial, prepare_failure, prepare_trial
+    from spica_lib.trial.spec import TrialRecord
+
+    try:
+        validated = build_validated_config(path)
+        config = validated.config
+        selection, parallel = candidate_selection(config, read_candidate(candidate))
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    ss = config.search_space
+    version = resolve_backend_version(ss.hardware_sku, selection["backend"])
+    if version is None:
+        print(f"no perf database for backend {selection['backend']} on {ss.hardware_sku}", file=sys.stderr)
+        return EXIT_CONFIG
+    estimator = KvEstimator(ss.model_name, ss.hardware_sku, {selection["backend"]: version})
+    try:
+        spec = prepare_trial(config, selection, parallel, backend_version=version, estimator=estimator)
+    except Exception as exc:  # a candidate that cannot be built is reported like the search reports it
+        result = prepare_failure(exc, parallel.total_gpus)
+        print(f"{result.status}: {result.reason}")
+        return 1
+    result = evaluate_trial(spec, max_eval_seconds=config.sweep.max_eval_seconds, per_request_path=per_request)
+    if as_json:
+        print(TrialRecord(key=spec.key(), spec=spec, result=result).model_dump_json(indent=2))
+    else:
+        print(trial_report(spec, result))
+    return EXIT_OK if result.status == "feasible" else 1

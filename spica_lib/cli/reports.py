@@ -1,0 +1,118 @@
+"""What the `spica` commands print: the config summary, the pools report and a trial report."""
+
+from __future__ import annotations
+
+from spica_lib.config import SmartSearchConfig
+from spica_lib.config.policies import apply_policy_filters
+from spica_lib.config.validate import ValidatedConfig
+from spica_lib.pools.branches import Branch
+from spica_lib.pools.knobs import branch_knob_choices, combinations
+
+
+def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
+    ss = validated.config.search_space
+    spec0 = branches[0].spec
+    lines = [
+        f"{ss.model_name} on {ss.hardware_sku}, gpu_budget {ss.gpu_budget}, sequences of {spec0.max_seq_len} tokens"
+    ]
+    for branch in branches:
+        spec = branch.spec
+        sizes = ", ".join(f"{b} {n}" for b, n in spec.pool_size_by_backend.items())
+        lines.append(
+            f"  {spec.deployment_mode:<7} {spec.status}: {spec.pool_size} layouts" + (f" ({sizes})" if sizes else "")
+        )
+        for skipped in spec.skipped_backends:
+            lines.append(f"          backend {skipped.backend} left out: {skipped.reason}")
+        for dropped in spec.dropped_shapes:
+            lines.append(f"          {dropped.backend} {dropped.role} {dropped.shape} dropped: {dropped.reason}")
+    return "\n".join(lines)
+
+
+def summary(path: str, validated: ValidatedConfig) -> str:
+    """One screen: what will be searched, against what traffic, for which goal."""
+    config = validated.config
+    ss, sweep = config.search_space, config.sweep
+    policies = apply_policy_filters(config)
+    versions = validated.catalog.perf_db_versions
+    backends = ", ".join(f"{b} (perf DB {v})" if v else f"{b} (no perf DB: skipped)" for b, v in versions.items())
+    lines = [
+        f"{path}: valid — run id {validated.run}",
+        f"  model      {ss.model_name} on {ss.hardware_sku}, gpu_budget {ss.gpu_budget}"
+        + (f" (at least {ss.min_gpu_budget})" if ss.min_gpu_budget else ""),
+        f"  backends   {backends}",
+        f"  workload   {_workload_line(config)}",
+        f"  goal       {_goal_line(config)}",
+        f"  policies   kept {[_label(p) for p in policies.kept]}"
+        + (
+            f", dropped {[d.label for d in policies.dropped]} ({policies.dropped[0].reason})"
+            if policies.dropped
+            else ""
+        ),
+        "  branches",
+    ]
+    for mode in dict.fromkeys(ss.deployment_mode):
+        choices = branch_knob_choices(ss, mode, policies.kept)
+        searched = {k: str(len(v)) for k, v in choices.items() if len(v) > 1}
+        if config.workload.kv_load_ratio_range:
+            searched["kv_load_ratio"] = "continuous {} to {}".format(*config.workload.kv_load_ratio_range)
+        pool = "pinned parallel configs" if ss.parallel_configs else "all legal parallel layouts"
+        lines.append(
+            f"    {mode:<7} {combinations(choices)} knob combinations x {pool}; searched: "
+            + (", ".join(f"{k} ({n})" for k, n in searched.items()) or "none")
+        )
+    lines.append(
+        f"  sweep      {sweep.max_rounds} rounds x {sweep.per_round} candidates per branch, "
+        f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments"
+    )
+    return "\n".join(lines)
+
+
+def _workload_line(config: SmartSearchConfig) -> str:
+    w = config.workload
+    if w.is_trace_based:
+        loop = f"closed loop at {w.replay_concurrency} in flight" if w.replay_concurrency else "open loop"
+        return f"trace {w.trace_path} ({loop}, speed-up x{w.arrival_speedup_ratio})"
+    if w.request_rate is not None:
+        load = f"{w.request_rate} req/s open loop, {w.resolved_request_count()} requests"
+    elif w.concurrency is not None:
+        load = f"{w.concurrency} in flight, {w.resolved_request_count()} requests"
+    else:
+        load = f"kv_load_ratio {w.kv_load_ratio} of each candidate's KV capacity"
+    return f"synthetic isl {w.isl} / osl {w.osl}, {load}"
+
+
+def _goal_line(config: SmartSearchConfig) -> str:
+    goal = config.goal
+    head = f"pareto over {[t.value for t in goal.resolved_pareto_objectives]}" if goal.is_pareto else goal.target.value
+    if goal.sla is None:
+        return head
+    bounds = {k: v for k, v in goal.sla.model_dump().items() if v is not None}
+    return f"{head}, SLA " + ", ".join(f"{k} {v}" for k, v in bounds.items())
+
+
+def _label(policy: object) -> str:
+    return policy if isinstance(policy, str) else "custom"
+
+
+def trial_report(spec, result) -> str:
+    lines = [f"{spec.parallel_config.label()} on {spec.sample['backend']} ({spec.deployment_mode}): {result.status}"]
+    if result.reason:
+        lines.append(f"  reason     {result.reason}")
+    lines += [f"  note       {note}" for note in spec.notes]
+    if result.score is not None:
+        head = f"  score      {result.score:.4g} ({spec.goal.target.value})"
+        if result.objectives:
+            head += "  objectives " + ", ".join(f"{k} {v:.4g}" for k, v in result.objectives.items())
+        lines.append(head)
+    from spica_lib.results.merge import HEADLINE_METRICS
+
+    shown = (*HEADLINE_METRICS, "prefix_cache_reused_ratio")
+    for key in shown:
+        if key in result.metrics:
+            lines.append(f"  {key:<38} {result.metrics[key]:.4g}")
+    if result.average_gpus is not None:
+        lines.append(f"  {'average_gpus':<38} {result.average_gpus:.3g} (provisioned {result.used_gpus})")
+    for event in result.scaling_events:
+        lines.append(f"  planner    t={event.at_s:.0f}s {event.component} {event.from_count} -> {event.to_count}")
+    lines.append(f"  replay     {result.replay_seconds:.2f} s in the simulator, {result.wall_seconds:.2f} s wall")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""Stage `validate`: a YAML config becomes `config.json` — normalised, hashed, with its provenance.
+
+`check_config` is the whole gate a config passes before any compute: the schema and cross-field
+rules, the aiconfigurator catalog (SKU, backends, model) and the scaling-policy filters. The
+config hash ignores where the trace lives and covers what it holds, so moving a checkout keeps
+the run id and editing the trace starts a new run.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.base.artifacts import sha256_of
+from spica_lib.base.versions import package_versions
+from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config.policies import apply_policy_filters
+from spica_lib.config.trace import file_sha256
+from spica_lib.facts.catalog import CatalogFacts, check_catalog
+
+SCHEMA_VERSION = 1
+RUN_ID_LENGTH = 12
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class RunInputs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    config_file: str
+    trace_file: str | None
+    trace_sha256: str | None
+
+
+class ValidatedConfig(BaseModel):
+    """Artifact `config.json`: the normalised config every later stage reads, and its provenance."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    run: str
+    config_sha256: str
+    inputs: RunInputs
+    catalog: CatalogFacts
+    versions: dict[str, str]
+    config: SmartSearchConfig
+
+
+def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSearchConfig, CatalogFacts | None]:
+    """Every check a config must pass before compute. Raises ConfigError listing all problems found."""
+    config = SmartSearchConfig.from_yaml(path)
+    problems: list[tuple[str, str]] = []
+    facts = None
+    if check_hardware:
+        ss = config.search_space
+        facts, problems = check_catalog(ss.hardware_sku, ss.model_name, ss.backend)
+    try:
+        apply_policy_filters(config)
+    except ConfigError as exc:
+        problems += exc.problems
+    if problems:
+        raise ConfigError(problems, source=str(path))
+    return config, facts
+
+
+def config_sha256(config: SmartSearchConfig) -> str:
+    """Hash of the normalised config, with the trace identified by its content, not its path."""
+    data = config.model_dump(mode="json")
+    trace = config.workload.trace_path
+    if trace is not None:
+        data["workload"]["trace_path"] = f"sha256:{file_sha256(trace)}"
+    return sha256_of(data)
+
+
+def check_run_name(run: str) -> str:
+    if not RUN_NAME.match(run):
+        raise ConfigError(
+            [("run", f"{run!r} is not a usable run name; use letters, digits, '.', '_' or '-' (at most 64)")]
+        )
+    return run
+
+
+def build_validated_config(path: str | Path, run: str | None = None) -> ValidatedConfig:
+    config, facts = check_config(path)
+    digest = config_sha256(config)
+    trace = config.workload.trace_path
+    return ValidatedConfig(
+        run=check_run_name(run) if run else digest[:RUN_ID_LENGTH],
+        config_sha256=digest,
+        inputs=RunInputs(
+            config_file=str(Path(path).resolve()),
+            trace_file=trace,
+            trace_sha256=file_sha256(trace) if trace else None,
+        ),
+        catalog=facts,
+        versions=package_versions(),
+        config=config,
+    )

@@ -1,0 +1,1 @@
+"""Candidate pools and branches: the knobs each deployment mode searches and the KV-feasible layouts."""

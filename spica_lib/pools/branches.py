@@ -1,0 +1,225 @@
+"""Stage `branches`: one branch per deployment mode, each with its candidate pool and knob choices.
+
+A branch is what one Vizier study searches: the layouts in its pool (each tagged with the backends
+that can run it), the backend as a knob, and the engine, router and planner knobs that matter in
+that mode. A mode where no configured backend has a viable layout is skipped with its reason; if
+every mode is skipped, or pinned layouts are illegal, the stage fails saying what to change.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.config import SmartSearchConfig
+from spica_lib.facts.catalog import resolve_backend_version
+from spica_lib.facts.hardware import HardwareFacts, resolve_model_hardware
+from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
+from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig, parse_pinned_config
+from spica_lib.pools.build import ROLES, BackendPool, DroppedShape, build_backend_pool, role_settings
+from spica_lib.pools.knobs import branch_knob_choices
+
+SCHEMA_VERSION = 1
+log = logging.getLogger(__name__)
+
+# Backends the Dynamo 1.5.1 replay refuses for a mode ("trace replay disaggregation does not
+# support TRT-LLM", checked by tests/test_replay_support.py against the installed replay).
+REPLAY_UNSUPPORTED = {("disagg", "trtllm"): "Dynamo 1.5.1's replay does not support TRT-LLM disaggregation"}
+
+
+class NoViableParallelConfig(ValueError):
+    """No layout can run: the message says which knob to change."""
+
+
+class SkippedBackend(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str
+    reason: str
+
+
+class BranchSpec(BaseModel):
+    """Artifact `branches/<mode>/branch.json`: what a branch searches, and what was left out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    deployment_mode: Literal["agg", "disagg"]
+    status: Literal["ready", "skipped"]
+    skip_reason: str | None = None
+    backends: list[str]
+    backend_versions: dict[str, str]
+    skipped_backends: list[SkippedBackend]
+    knob_choices: dict[str, list[Any]]
+    float_ranges: dict[str, tuple[float, float]]
+    gpu_budget: int
+    min_gpu_budget: int | None
+    max_seq_len: int
+    kv_settings: dict[str, KvSettings]
+    pinned: bool
+    pool_size: int
+    pool_size_by_backend: dict[str, int]
+    dropped_shapes: list[DroppedShape]
+    hardware: HardwareFacts | None
+
+
+class PoolRecord(BaseModel):
+    """One row of `pool.parquet`: a layout, the backends that run it, and KV tokens per rank per role."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: ReplicaConfig | DisaggConfig
+    backends: list[str]
+    kv_tokens: dict[str, dict[str, int]]  # backend -> role -> tokens per rank
+
+
+class Branch(BaseModel):
+    """A branch in memory: its spec and its pool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    spec: BranchSpec
+    pool: list[PoolRecord]
+
+
+def enumerate_branches(config: SmartSearchConfig, policies: list[Any] | None = None) -> list[Branch]:
+    """Every mode's branch, in config order. Raises NoViableParallelConfig when nothing can run."""
+    ss = config.search_space
+    versions = {backend: resolve_backend_version(ss.hardware_sku, backend) for backend in ss.backend}
+    usable = [b for b, v in versions.items() if v]
+    if not usable:
+        raise NoViableParallelConfig(
+            f"no perf database on {ss.hardware_sku} for any of {ss.backend}; change search_space.backend or hardware_sku"
+        )
+    facts = resolve_model_hardware(ss.model_name, ss.hardware_sku, usable[0], versions[usable[0]])
+    max_seq_len = ss.context_length or facts.model.max_context
+    estimator = KvEstimator(ss.model_name, ss.hardware_sku, versions)
+    branches = [
+        _branch(config, mode, versions, facts, estimator, max_seq_len, policies)
+        for mode in dict.fromkeys(ss.deployment_mode)
+    ]
+    if all(branch.spec.status == "skipped" for branch in branches):
+        reasons = [
+            f"  {b.spec.deployment_mode}/{s.backend}: {s.reason}" for b in branches for s in b.spec.skipped_backends
+        ]
+        raise NoViableParallelConfig(
+            f"no deployment_mode has a viable parallel config for {ss.model_name} on {ss.hardware_sku}; raise "
+            "search_space.gpu_budget, lower context_length, or change backend / hardware_sku:\n" + "\n".join(reasons)
+        )
+    return branches
+
+
+def _branch(
+    config: SmartSearchConfig,
+    mode: str,
+    versions: dict[str, str | None],
+    facts: HardwareFacts,
+    estimator: KvEstimator,
+    max_seq_len: int,
+    policies: list[Any] | None,
+) -> Branch:
+    ss = config.search_space
+    pins = [parse_pinned_config(entry, mode) for entry in ss.parallel_configs] or None
+    pools: list[BackendPool] = []
+    skipped: list[SkippedBackend] = []
+    for backend in dict.fromkeys(ss.backend):
+        reason = _unusable_backend(mode, backend, versions)
+        if reason:
+            skipped.append(SkippedBackend(backend=backend, reason=reason))
+            continue
+        pool = build_backend_pool(ss, mode, backend, facts.model, estimator, max_seq_len)
+        if not pool.entries:
+            skipped.append(SkippedBackend(backend=backend, reason=_empty_pool_reason(ss.gpu_budget, pool, max_seq_len)))
+        pools.append(pool)
+    if pins is not None:
+        _check_pins(mode, pins, pools, skipped)
+    records = _merge(pools, pins)
+    knobs = branch_knob_choices(ss, mode, policies)
+    backends = [pool.backend for pool in pools if any(pool.backend in r.backends for r in records)]
+    knobs["backend"] = backends
+    float_ranges: dict[str, tuple[float, float]] = {}
+    if config.workload.kv_load_ratio_range is not None:
+        float_ranges["kv_load_ratio"] = config.workload.kv_load_ratio_range
+    elif config.workload.kv_load_ratio is not None:
+        knobs["kv_load_ratio"] = [float(config.workload.kv_load_ratio)]
+    status = "ready" if records else "skipped"
+    skip_reason = None
+    if not records:
+        skip_reason = (
+            "no configured backend has a viable parallel config ("
+            + "; ".join(f"{s.backend}: {s.reason}" for s in skipped)
+            + ")"
+        )
+        log.warning("deployment_mode %r skipped: %s", mode, skip_reason)
+    spec = BranchSpec(
+        deployment_mode=mode,
+        status=status,
+        skip_reason=skip_reason,
+        backends=backends,
+        backend_versions={b: v for b, v in versions.items() if v},
+        skipped_backends=skipped,
+        knob_choices=knobs,
+        float_ranges=float_ranges,
+        gpu_budget=ss.gpu_budget,
+        min_gpu_budget=ss.min_gpu_budget,
+        max_seq_len=max_seq_len,
+        kv_settings={role: role_settings(ss, role) for role in ROLES[mode]},
+        pinned=pins is not None,
+        pool_size=len(records),
+        pool_size_by_backend={b: sum(b in r.backends for r in records) for b in backends},
+        dropped_shapes=[d for pool in pools for d in pool.dropped],
+        hardware=facts,
+    )
+    return Branch(spec=spec, pool=records)
+
+
+def _unusable_backend(mode: str, backend: str, versions: dict[str, str | None]) -> str | None:
+    if (mode, backend) in REPLAY_UNSUPPORTED:
+        return REPLAY_UNSUPPORTED[(mode, backend)]
+    if not versions.get(backend):
+        return "no aiconfigurator perf database for this backend on the hardware_sku"
+    return None
+
+
+def _empty_pool_reason(gpu_budget: int, pool: BackendPool, max_seq_len: int) -> str:
+    if pool.enumerated == 0:
+        return f"no legal {pool.mode} layout fits in gpu_budget={gpu_budget} (a MoE worker needs at least 2 GPUs)"
+    largest = max(pool.dropped, key=lambda d: d.gpus)
+    return (
+        f"no layout within gpu_budget={gpu_budget} holds a {max_seq_len}-token sequence; "
+        f"the largest worker {largest.shape} ({largest.gpus} GPUs): {largest.reason}"
+    )
+
+
+def _merge(pools: list[BackendPool], pins: list[ParallelConfig] | None) -> list[PoolRecord]:
+    """One record per layout, in first-seen order, with every backend that can run it."""
+    backends: dict[ParallelConfig, list[str]] = {}
+    tokens: dict[ParallelConfig, dict[str, dict[str, int]]] = {}
+    for pool in pools:
+        for entry in pool.entries:
+            backends.setdefault(entry.config, []).append(pool.backend)
+            tokens.setdefault(entry.config, {})[pool.backend] = entry.kv_tokens
+    order = pins if pins is not None else list(backends)
+    return [
+        PoolRecord(config=config, backends=backends[config], kv_tokens=tokens[config])
+        for config in dict.fromkeys(order)
+        if config in backends
+    ]
+
+
+def _check_pins(mode: str, pins: list[ParallelConfig], pools: list[BackendPool], skipped: list[SkippedBackend]) -> None:
+    legal = {entry.config for pool in pools for entry in pool.entries}
+    if not legal:
+        why = "; ".join(f"{s.backend}: {s.reason}" for s in skipped) or "no backend configured"
+        raise NoViableParallelConfig(
+            f"deployment_mode={mode!r}: no configured backend can run the pinned parallel_configs ({why})"
+        )
+    illegal = [pin.label() for pin in pins if pin not in legal]
+    if illegal:
+        raise NoViableParallelConfig(
+            f"pinned parallel_configs {illegal} are not legal and KV-feasible for any configured backend "
+            "(shape not enumerable for this model, over gpu_budget, or KV cache too small); "
+            "remove them or change search_space.backend / gpu_budget"
+        )

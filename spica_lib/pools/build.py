@@ -1,0 +1,146 @@
+"""Candidate pools: for one deployment mode and backend, the legal layouts whose KV cache fits.
+
+A layout is kept when every role's worker shape (agg; or prefill and decode) can be built for the
+model and leaves enough memory for a KV cache holding one full-length sequence. The KV check uses
+each role's own settings: its pinned memory fraction and its smallest batched-token choice, so a
+layout is in the pool when at least one searched setting can run it. KV tokens per rank are kept
+for every role; later stages size concurrency and engines from them.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.config import SearchSpace
+from spica_lib.facts.hardware import ModelFacts, shape_problem
+from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
+from spica_lib.facts.parallel import (
+    DisaggConfig,
+    ParallelConfig,
+    ParallelShape,
+    ReplicaConfig,
+    enumerate_disagg_configs,
+    enumerate_parallel_configs,
+)
+
+ROLES = {"agg": ("agg",), "disagg": ("prefill", "decode")}
+
+
+class DroppedShape(BaseModel):
+    """A worker shape left out of a pool, and why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str
+    role: str
+    shape: str
+    gpus: int
+    reason: str
+
+
+class PoolEntry(BaseModel):
+    """One layout a backend can run, with the KV tokens per rank of each role."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    config: ReplicaConfig | DisaggConfig
+    kv_tokens: dict[str, int]
+
+
+class BackendPool(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: str
+    backend: str
+    backend_version: str
+    entries: list[PoolEntry]
+    dropped: list[DroppedShape]
+    enumerated: int
+
+
+def role_settings(space: SearchSpace, role: str) -> KvSettings:
+    """KV settings of one role: pinned memory fraction, smallest batched-token choice, MTP depth."""
+    return KvSettings(
+        max_num_tokens=min(getattr(space, f"{role}_max_num_batched_tokens")),
+        memory_fraction=float(getattr(space, f"{role}_gpu_memory_utilization")),
+        nextn=space.aic_nextn or 0,
+    )
+
+
+def enumerate_mode(space: SearchSpace, mode: str, backend: str, is_moe: bool) -> list[ParallelConfig]:
+    if mode == "agg":
+        return list(enumerate_parallel_configs(space.gpu_budget, is_moe, backend, min_gpu_budget=space.min_gpu_budget))
+    if mode == "disagg":
+        return list(enumerate_disagg_configs(space.gpu_budget, is_moe, backend, min_gpu_budget=space.min_gpu_budget))
+    raise ValueError(f"deployment_mode must be 'agg' or 'disagg', got {mode!r}")
+
+
+def role_configs(config: ParallelConfig) -> dict[str, ReplicaConfig]:
+    if isinstance(config, DisaggConfig):
+        return {"prefill": config.prefill, "decode": config.decode}
+    return {"agg": config}
+
+
+def build_backend_pool(
+    space: SearchSpace,
+    mode: str,
+    backend: str,
+    model: ModelFacts,
+    estimator: KvEstimator,
+    max_seq_len: int,
+    configs: list[ParallelConfig] | None = None,
+) -> BackendPool:
+    """The KV-feasible subset of `configs` (default: every enumerated layout) for one backend."""
+    configs = enumerate_mode(space, mode, backend, model.is_moe) if configs is None else configs
+    settings = {role: role_settings(space, role) for role in ROLES[mode]}
+    verdicts: dict[tuple[str, ParallelShape], int | str] = {}
+    dropped: list[DroppedShape] = []
+    for config in configs:  # first-seen order: one estimate per distinct (role, shape)
+        for role, replica in role_configs(config).items():
+            key = (role, replica.shape)
+            if key in verdicts:
+                continue
+            verdicts[key] = _verdict(replica.shape, backend, settings[role], model, estimator, max_seq_len)
+            if isinstance(verdicts[key], str):
+                dropped.append(
+                    DroppedShape(
+                        backend=backend,
+                        role=role,
+                        shape=replica.shape.label(),
+                        gpus=replica.shape.gpus,
+                        reason=verdicts[key],
+                    )
+                )
+    entries = []
+    for config in configs:
+        tokens = {role: verdicts[(role, replica.shape)] for role, replica in role_configs(config).items()}
+        if all(isinstance(value, int) for value in tokens.values()):
+            entries.append(PoolEntry(config=config, kv_tokens=tokens))
+    return BackendPool(
+        mode=mode,
+        backend=backend,
+        backend_version=estimator.version(backend),
+        entries=entries,
+        dropped=dropped,
+        enumerated=len(configs),
+    )
+
+
+def _verdict(
+    shape: ParallelShape,
+    backend: str,
+    settings: KvSettings,
+    model: ModelFacts,
+    estimator: KvEstimator,
+    max_seq_len: int,
+) -> int | str:
+    """KV tokens per rank when the shape is usable, otherwise the reason it is not."""
+    problem = shape_problem(shape, model)
+    if problem:
+        return problem
+    estimate = estimator.estimate(shape, backend, settings)
+    if estimate.tokens_per_rank is None:
+        return f"does not fit in GPU memory ({estimate.reason})"
+    if estimate.tokens_per_rank < max_seq_len:
+        return f"KV cache holds {estimate.tokens_per_rank} tokens per rank, less than one {max_seq_len}-token sequence"
+    return estimate.tokens_per_rank

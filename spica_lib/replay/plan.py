@@ -1,0 +1,166 @@
+"""The deployment plan of one candidate: engine arguments per role, worker counts, router and planner.
+
+The plan is plain data (JSON-ready dicts), so it can be hashed, stored in a trial file, handed to
+a child process and turned into Dynamo objects only where the replay runs. Engine arguments carry
+aiconfigurator's native timing fields (`aic_*`), so every simulated step is timed from the perf DB.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from spica_lib.trial.unroll import ROUTER_WEIGHTS
+
+# Each backend names its KV memory fraction differently in the mocker's engine arguments.
+MEMORY_FRACTION_FIELD = {
+    "vllm": "gpu_memory_utilization",
+    "sglang": "mem_fraction_static",
+    "trtllm": "free_gpu_memory_fraction",
+}
+PLANNER_PASSTHROUGH = (
+    "enable_throughput_scaling",
+    "enable_load_scaling",
+    "throughput_adjustment_interval_seconds",
+    "load_adjustment_interval_seconds",
+    "max_num_fpm_samples",
+    "fpm_sample_bucket_size",
+    "load_scaling_down_sensitivity",
+    "load_min_observations",
+    "load_predictor",
+    "load_predictor_log1p",
+    "prophet_window_size",
+    "kalman_q_level",
+    "kalman_q_trend",
+    "kalman_r",
+    "kalman_min_points",
+)
+
+
+class DeploymentPlan(BaseModel):
+    """What the replay runs. Static (no planner) exactly when `planner_config` is None."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    deployment_mode: Literal["agg", "disagg"]
+    agg_engine_args: dict[str, Any] | None = None
+    prefill_engine_args: dict[str, Any] | None = None
+    decode_engine_args: dict[str, Any] | None = None
+    num_workers: int = 0
+    num_prefill_workers: int = 0
+    num_decode_workers: int = 0
+    router_mode: Literal["round_robin", "kv_router"] = "round_robin"
+    router_config: dict[str, float] | None = None
+    planner_config: dict[str, Any] | None = None
+
+    @property
+    def is_static(self) -> bool:
+        return self.planner_config is None
+
+    @property
+    def routing_targets(self) -> int:
+        """Workers x attention-DP ranks the router can choose among (agg), or the smaller disagg pool."""
+        if self.deployment_mode == "agg":
+            return self.num_workers * int(self.agg_engine_args.get("aic_attention_dp_size") or 1)
+        return min(self.num_prefill_workers, self.num_decode_workers)
+
+    @model_validator(mode="after")
+    def _roles_match_mode(self) -> DeploymentPlan:
+        if self.deployment_mode == "agg" and (self.agg_engine_args is None or self.num_workers < 1):
+            raise ValueError("an agg plan needs agg_engine_args and at least one worker")
+        if self.deployment_mode == "disagg" and (self.prefill_engine_args is None or self.decode_engine_args is None):
+            raise ValueError("a disagg plan needs prefill_engine_args and decode_engine_args")
+        return self
+
+
+def engine_args(sample: dict[str, Any], role: str, backend_version: str) -> dict[str, Any]:
+    """MockEngineArgs keyword arguments for one role (`agg`, `prefill` or `decode`)."""
+    shape = "" if role == "agg" else f"{role}_"
+    backend = sample["backend"]
+    args: dict[str, Any] = {
+        "worker_type": "aggregated" if role == "agg" else role,
+        "engine_type": backend,
+        "aic_backend": backend,
+        "aic_backend_version": backend_version,
+        "aic_system": sample["hardware_sku"],
+        "aic_model_path": sample["model_name"],
+        "aic_tp_size": sample[f"{shape}tp"],
+        "aic_attention_dp_size": sample[f"{shape}attention_dp"],
+        "max_num_batched_tokens": sample[f"{role}_max_num_batched_tokens"],
+        "max_num_seqs": sample[f"{role}_max_num_seqs"],
+        "block_size": sample[f"{role}_block_size"],
+        MEMORY_FRACTION_FIELD[backend]: sample[f"{role}_gpu_memory_utilization"],
+        "enable_prefix_caching": sample[f"{role}_enable_prefix_caching"],
+    }
+    if sample[f"{shape}moe_tp"] * sample[f"{shape}moe_ep"] > 1:
+        args["aic_moe_tp_size"] = sample[f"{shape}moe_tp"]
+        args["aic_moe_ep_size"] = sample[f"{shape}moe_ep"]
+    if sample.get("aic_nextn"):
+        args["aic_nextn"] = sample["aic_nextn"]
+    if sample.get("startup_time") is not None:
+        args["startup_time"] = sample["startup_time"]
+    return args
+
+
+def planner_config(
+    sample: dict[str, Any], optimization_target: str, sla_ttft_ms: float | None, sla_itl_ms: float | None
+) -> dict[str, Any] | None:
+    """The Dynamo PlannerConfig payload, or None when the candidate's policy does not scale."""
+    if not (sample.get("enable_throughput_scaling") or sample.get("enable_load_scaling")):
+        return None
+    if optimization_target == "sla" and (sla_ttft_ms is None or sla_itl_ms is None):
+        raise ValueError(
+            "SLA-based planner scaling (optimization_target='sla') needs both ttft_ms and itl_ms; "
+            "an e2e-only SLA cannot set the planner's scaling target"
+        )
+    mode = sample["deployment_mode"]
+    config: dict[str, Any] = {
+        "mode": mode,
+        "optimization_target": optimization_target,
+        # Reports and the live dashboard cost seconds per replay and write files nobody reads here.
+        "report_interval_hours": None,
+        "live_dashboard_port": 0,
+        "metric_pulling_prometheus_extra_query_params": None,
+        "max_gpu_budget": sample["gpu_budget"],
+    }
+    # An unset interval (the mode is off) is left to the planner's default: it takes no None there.
+    config.update({key: sample[key] for key in PLANNER_PASSTHROUGH if sample.get(key) is not None})
+    for key in ("min_gpu_budget", "min_endpoint"):
+        if sample.get(key) is not None:
+            config[key] = sample[key]
+    if mode == "disagg":
+        config["prefill_engine_num_gpu"] = sample["prefill_tp"] * sample["prefill_attention_dp"]
+        config["decode_engine_num_gpu"] = sample["decode_tp"] * sample["decode_attention_dp"]
+    else:
+        config["decode_engine_num_gpu"] = sample["tp"] * sample["attention_dp"]
+    if optimization_target == "sla":
+        config["ttft_ms"] = sla_ttft_ms
+        config["itl_ms"] = sla_itl_ms
+    return config
+
+
+def build_deployment(
+    sample: dict[str, Any],
+    *,
+    backend_version: str,
+    optimization_target: str = "sla",
+    sla_ttft_ms: float | None = None,
+    sla_itl_ms: float | None = None,
+) -> DeploymentPlan:
+    mode = sample["deployment_mode"]
+    router_mode = sample.get("router_mode", "round_robin")
+    router = {k: float(sample[k]) for k in ROUTER_WEIGHTS if k in sample} if router_mode == "kv_router" else None
+    planner = planner_config(sample, optimization_target, sla_ttft_ms, sla_itl_ms)
+    common = {"deployment_mode": mode, "router_mode": router_mode, "router_config": router, "planner_config": planner}
+    if mode == "agg":
+        return DeploymentPlan(
+            **common, agg_engine_args=engine_args(sample, "agg", backend_version), num_workers=sample["replicas"]
+        )
+    return DeploymentPlan(
+        **common,
+        prefill_engine_args=engine_args(sample, "prefill", backend_version),
+        decode_engine_args=engine_args(sample, "decode", backend_version),
+        num_prefill_workers=sample["prefill_replicas"],
+        num_decode_workers=sample["decode_replicas"],
+    )

@@ -1,0 +1,115 @@
+"""Running one deployment plan through NVIDIA Dynamo's offline replay (the mocker).
+
+`ReplayRequest` is everything the replay needs, as plain data; `run_replay` turns it into Dynamo
+calls and returns the report as plain data. It runs inside the child process started by
+`spica_lib.replay.runner` (a replay cannot be interrupted from Python, so a time limit needs a process to
+kill). Dynamo is imported only here, and only when a replay runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spica_lib.config import SLATarget, Workload
+from spica_lib.replay.plan import DeploymentPlan
+
+TRACE_BLOCK_SIZE = 512  # tokens per Mooncake hash id
+
+
+class ReplayRequest(BaseModel):
+    """One replay: the plan, the traffic, the closed-loop cap and the SLA used for goodput."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    plan: DeploymentPlan
+    workload: Workload
+    concurrency: int | None = None  # per-candidate closed-loop cap (kv_load_ratio workloads)
+    sla: SLATarget | None = None
+    # Fixed, not the sweep seed: changing the search's seed must not change the traffic it is scored on.
+    # Fixed, not the sweep seed: changing the search seed must not change the traffic it is scored on.
+    arrival_seed: int = 42
+    trace_block_size: int = TRACE_BLOCK_SIZE
+    benchmark_granularity: int = 8
+
+
+class ScalingEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_s: float
+    component: str
+    from_count: int
+    to_count: int
+
+
+class ReplayOutcome(BaseModel):
+    """The replay's summary (numeric keys only) and what the planner did."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metrics: dict[str, float]
+    scaling_events: list[ScalingEvent] = Field(default_factory=list)
+    replay_seconds: float
+
+
+def _router_and_engines(plan: DeploymentPlan) -> tuple[dict[str, Any], dict[str, Any]]:
+    kwargs: dict[str, Any] = {
+        "router_mode": plan.router_mode,
+        "planner_config": plan.planner_config,
+    }
+    if plan.deployment_mode == "agg":
+        kwargs["num_workers"] = plan.num_workers
+        return kwargs, {"extra_engine_args": plan.agg_engine_args}
+    kwargs.update(num_prefill_workers=plan.num_prefill_workers, num_decode_workers=plan.num_decode_workers)
+    return kwargs, {"prefill_engine_args": plan.prefill_engine_args, "decode_engine_args": plan.decode_engine_args}
+
+
+def _load(request: ReplayRequest) -> tuple[str, list[Any], dict[str, Any]]:
+    w = request.workload
+    if w.is_trace_based:
+        kwargs = {
+            "arrival_speedup_ratio": w.arrival_speedup_ratio,
+            "trace_block_size": request.trace_block_size,
+            "replay_concurrency": w.replay_concurrency,
+        }
+        return "trace", [w.trace_path], kwargs
+    kwargs = {
+        "turns_per_session": w.turns_per_session,
+        "shared_prefix_ratio": w.shared_prefix_ratio,
+        "num_prefix_groups": w.num_prefix_groups,
+        "inter_turn_delay_ms": w.inter_turn_delay_ms,
+        "arrival_seed": request.arrival_seed,
+    }
+    cap = w.effective_in_flight_cap(request.concurrency)
+    if cap is not None:
+        kwargs["replay_concurrency"] = cap
+    else:
+        kwargs["request_rate"] = w.request_rate
+    return "synthetic", [w.isl, w.osl, w.resolved_request_count(request.concurrency)], kwargs
+
+
+def replay_call(request: ReplayRequest) -> dict[str, Any]:
+    """The request as one plain-data Dynamo call (see `spica_lib.replay.call`)."""
+    function, args, load = _load(request)
+    common, engines = _router_and_engines(request.plan)
+    kwargs = {**common, **load, "benchmark_granularity": request.benchmark_granularity}
+    if request.sla is not None:
+        kwargs.update(sla_ttft_ms=request.sla.ttft_ms, sla_itl_ms=request.sla.itl_ms, sla_e2e_ms=request.sla.e2e_ms)
+    return {
+        "function": function,
+        "args": args,
+        "kwargs": kwargs,
+        "engines": engines,
+        "router_config": request.plan.router_config,
+    }
+
+
+def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:
+    """Run the replay in this process; with `per_request_path`, also write one Parquet row per request.
+
+    Raises whatever Dynamo raises.
+    """
+    from spica_lib.replay.call import execute_call
+
+    return ReplayOutcome.model_validate(execute_call(replay_call(request), per_request_path))

@@ -1,0 +1,196 @@
+"""Stage `merge`: every branch's trials become one ranked list (or a Pareto front) and a summary.
+
+Outputs: `candidates.parquet` (every feasible candidate: branch, round, trial key, score,
+objectives, headline metrics and its flat config), `ranked.csv` (scalar goals: best first, ties to
+fewer GPUs) or `pareto.csv` (non-dominated candidates along the last objective), and
+`summary.json` (tallies, failure reasons with counts, best value, replay time).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+import pandas as pd
+from pydantic import BaseModel, ConfigDict
+from spica_lib.config import SmartSearchConfig
+from spica_lib.trial.score import Candidate
+from spica_lib.results.ranking import pareto_front, rank
+from spica_lib.search.history import BranchHistory
+from spica_lib.trial.spec import TrialRecord
+
+SCHEMA_VERSION = 1
+HEADLINE_METRICS = (
+    "output_throughput_tok_s",
+    "goodput_output_throughput_tok_s",
+    "mean_ttft_ms",
+    "p99_ttft_ms",
+    "mean_itl_ms",
+    "mean_e2e_latency_ms",
+    "mean_output_token_throughput_per_user",
+    "gpu_hours",
+    "duration_ms",
+    "completed_requests",
+)
+TALLY_KEYS = ("feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit")
+
+
+class SweepSummary(BaseModel):
+    """Artifact `summary.json`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    goal: str
+    tallies: dict[str, int]
+    unique_trials: int
+    failure_reasons: dict[str, int]
+    best_score: float | None
+    front_size: int | None
+    replay_cpu_seconds: float
+    replay_wall_seconds: float
+    optimizer_seconds: float
+    branches: dict[str, dict[str, Any]]
+    line: str
+
+
+class CandidateRow(BaseModel):
+    """One feasible candidate, as a row of candidates.parquet / ranked.csv / pareto.csv."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    branch: str
+    round: int
+    candidate: Candidate
+    average_gpus: float | None
+
+
+def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialRecord]) -> list[CandidateRow]:
+    rows, seen = [], set()
+    for history in histories:
+        for observation in history.observations:
+            key = observation.key
+            if key is None or key in seen or key not in records:
+                continue
+            record = records[key]
+            if record.result.status != "feasible":
+                continue
+            seen.add(key)
+            result = record.result
+            candidate = Candidate(
+                config=record.spec.sample,
+                used_gpus=result.used_gpus,
+                score=result.score,
+                metrics=result.metrics,
+                objectives=result.objectives,
+            )
+            rows.append(
+                CandidateRow(
+                    key=key,
+                    branch=history.deployment_mode,
+                    round=observation.round,
+                    candidate=candidate,
+                    average_gpus=result.average_gpus,
+                )
+            )
+    return rows
+
+
+def ordered(config: SmartSearchConfig, rows: list[CandidateRow]) -> list[CandidateRow]:
+    """Ranked best first (scalar goal) or the Pareto front (Pareto goal)."""
+    by_candidate = {id(r.candidate): r for r in rows}
+    candidates = [r.candidate for r in rows]
+    if config.goal.is_pareto:
+        chosen = pareto_front(candidates, config.goal.resolved_pareto_objectives)
+    else:
+        chosen = rank(candidates)
+    return [by_candidate[id(c)] for c in chosen]
+
+
+def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
+    records = []
+    for position, row in enumerate(rows, start=1):
+        c = row.candidate
+        out: dict[str, Any] = {"rank": position} if with_rank else {}
+        out.update(
+            branch=row.branch,
+            round=row.round,
+            key=row.key,
+            score=c.score,
+            used_gpus=c.used_gpus,
+            average_gpus=row.average_gpus,
+        )
+        out.update({f"objective_{k}": v for k, v in (c.objectives or {}).items()})
+        out.update({k: c.metrics.get(k) for k in HEADLINE_METRICS})
+        out.update({f"config_{k}": _cell(v) for k, v in c.config.items()})
+        records.append(out)
+    return pd.DataFrame(records)
+
+
+def _cell(value: Any) -> Any:
+    # Composite entries may be dicts; one column type per file keeps Parquet and CSV readable.
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
+
+
+def summarise(
+    config: SmartSearchConfig,
+    histories: list[BranchHistory],
+    records: dict[str, TrialRecord],
+    best: list[CandidateRow],
+    optimizer_seconds: float = 0.0,
+) -> SweepSummary:
+    tallies = Counter({key: 0 for key in TALLY_KEYS})
+    reasons: Counter[str] = Counter()
+    branches = {}
+    for history in histories:
+        counts = Counter(o.status for o in history.observations)
+        tallies.update(counts)
+        reasons.update(o.reason for o in history.observations if o.status in ("failed", "timed_out") and o.reason)
+        branches[history.deployment_mode] = {
+            "rounds": len(history.tallies),
+            "observations": len(history.observations),
+            "stalled": history.stalled,
+            "stall_reason": history.stall_reason,
+            "counts": dict(counts),
+        }
+    results = [r.result for r in records.values()]
+    is_pareto = config.goal.is_pareto
+    summary = SweepSummary(
+        goal=config.goal.target.value,
+        tallies=dict(tallies),
+        unique_trials=len(records),
+        failure_reasons=dict(reasons.most_common()),
+        best_score=max((r.candidate.score for r in best), default=None),
+        front_size=len(best) if is_pareto else None,
+        replay_cpu_seconds=sum(r.cpu_seconds for r in results),
+        replay_wall_seconds=sum(r.wall_seconds for r in results),
+        optimizer_seconds=optimizer_seconds,
+        branches=branches,
+        line="",
+    )
+    summary.line = summary_line(config, summary)
+    return summary
+
+
+def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
+    t = summary.tallies
+    attempts = t["feasible"] + t["infeasible"] + t["failed"] + t["timed_out"]
+    line = (
+        f"spica done: {t['feasible']}/{attempts} replay attempt(s) feasible, {t['infeasible']} gated, "
+        f"{t['unsupported']} backend-unsupported, {t['failed']} replay-failed, {t['timed_out']} timed out, "
+        f"{t['cache_hit']} cache hit(s)"
+    )
+    if summary.best_score is None:
+        line += " — NO feasible candidate (check backends / SLA / gpu_budget / replay errors)"
+    elif summary.front_size is not None:
+        line += f"; pareto front: {summary.front_size} non-dominated candidate(s)"
+    else:
+        line += f"; best {config.goal.target.value}={summary.best_score:.4g}"
+    if summary.failure_reasons:
+        shown = [f"{r} (x{n})" if n > 1 else r for r, n in list(summary.failure_reasons.items())[:3]]
+        more = len(summary.failure_reasons) - 3
+        line += (
+            "\nfailure reason(s): " + " | ".join(shown) + (f" | +{more} more distinct reason(s)" if more > 0 else "")
+        )
+    return line

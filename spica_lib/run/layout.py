@@ -1,0 +1,164 @@
+"""Where a run lives: its id, its folder under `results/`, and the path of every artifact in it.
+
+The Snakefile calls `prepare_run` while it is parsed, so a bad config stops the workflow before a
+single job starts or a single file is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config.policies import apply_policy_filters
+from spica_lib.config.validate import build_validated_config
+from spica_lib.predictor.plan import PredictorPlan, plan_predictor_jobs
+
+RESULTS_ROOT = "results"
+DEFAULT_CONFIG = "config/default.yaml"
+
+
+class RunLayout(BaseModel):
+    """The results tree of one run. Every stage's output path is named here and nowhere else."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run: str
+    config_file: str
+    config_sha256: str
+    trace_file: str | None
+    modes: list[str]
+    predictor_jobs: list[tuple[int, str]]  # (throughput interval, candidate label) to score
+    max_rounds: int
+    is_pareto: bool
+    max_eval_seconds: float | None
+    parallel_evals: int
+    root: str = RESULTS_ROOT
+
+    @property
+    def dir(self) -> str:
+        return f"{self.root}/{self.run}"
+
+    @property
+    def config_json(self) -> str:
+        return f"{self.dir}/config.json"
+
+    @property
+    def policies_json(self) -> str:
+        return f"{self.dir}/policies.json"
+
+    def pool_parquet(self, mode: str) -> str:
+        return f"{self.dir}/branches/{mode}/pool.parquet"
+
+    def branch_json(self, mode: str) -> str:
+        return f"{self.dir}/branches/{mode}/branch.json"
+
+    @property
+    def load_predictor_parquet(self) -> str:
+        return f"{self.dir}/load_predictor.parquet"
+
+    @property
+    def load_predictor_json(self) -> str:
+        return f"{self.dir}/load_predictor.json"
+
+    def predictor_score(self, interval: int | str, label: str) -> str:
+        return f"{self.dir}/load_predictor/scores/{interval}/{label}.json"
+
+    def suggestions(self, branch: str, round_index: int | str) -> str:
+        return f"{self.dir}/rounds/{branch}/{round_index}/suggestions.json"
+
+    def observations(self, branch: str, round_index: int | str) -> str:
+        return f"{self.dir}/rounds/{branch}/{round_index}/observations.json"
+
+    def spec(self, key: str) -> str:
+        return f"{self.dir}/specs/{key}.json"
+
+    def trial(self, branch: str, round_index: int | str, key: str) -> str:
+        """A trial lives under the round that first asked for it, so each round is one folder (and one SLURM group)."""
+        return f"{self.dir}/rounds/{branch}/{round_index}/trials/{key}.json"
+
+    def journal(self, key: str) -> str:
+        """Every finished trial is kept here too, out of Snakemake's reach (see trial.run_trial_job)."""
+        return f"{self.dir}/journal/{key}.json"
+
+    @property
+    def last_round(self) -> int:
+        return self.max_rounds - 1
+
+    @property
+    def candidates_parquet(self) -> str:
+        return f"{self.dir}/candidates.parquet"
+
+    @property
+    def result_csv(self) -> str:
+        """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
+        return f"{self.dir}/{'pareto' if self.is_pareto else 'ranked'}.csv"
+
+    @property
+    def summary_json(self) -> str:
+        return f"{self.dir}/summary.json"
+
+    def log(self, stage: str) -> str:
+        return f"{self.dir}/logs/{stage}.log"
+
+
+def locate_config(snakemake_config: dict[str, Any], configfiles: list[str], default: str = DEFAULT_CONFIG) -> str:
+    """The Spica YAML for this invocation: `--config spica=FILE`, else the last `--configfile`, else the default."""
+    if snakemake_config.get("spica"):
+        chosen = str(snakemake_config["spica"])
+    elif configfiles:
+        chosen = str(configfiles[-1])
+    else:
+        chosen = default
+    return _stable_path(chosen)
+
+
+def _stable_path(path: str) -> str:
+    # Snakemake compares input paths as strings: spell one file one way, however it was given.
+    resolved = Path(path).resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd()))
+    except ValueError:
+        return str(resolved)
+
+
+def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_ROOT) -> RunLayout:
+    """Validate the config and name its run; refuse to mix a different config into an existing run."""
+    validated = build_validated_config(config_file, run)
+    layout = RunLayout(
+        run=validated.run,
+        config_file=config_file,
+        config_sha256=validated.config_sha256,
+        trace_file=validated.inputs.trace_file,
+        modes=list(dict.fromkeys(validated.config.search_space.deployment_mode)),
+        predictor_jobs=[(job.interval, job.label) for job in predictor_plan(validated.config).jobs],
+        max_rounds=validated.config.sweep.max_rounds,
+        is_pareto=validated.config.goal.is_pareto,
+        max_eval_seconds=validated.config.sweep.max_eval_seconds,
+        parallel_evals=validated.config.sweep.parallel_evals,
+        root=root,
+    )
+    existing = Path(layout.config_json)
+    if existing.is_file():
+        # Only the hash is needed; a full model read would also re-check the recorded trace path.
+        recorded = json.loads(existing.read_text(encoding="utf-8")).get("config_sha256", "")
+        if recorded != validated.config_sha256:
+            raise ConfigError(
+                [
+                    (
+                        "run",
+                        f"results/{layout.run} already holds a run of a different config (sha256 {recorded[:12]}); "
+                        "pick another run name, or drop `run=` to use the config's own id",
+                    )
+                ],
+                source=config_file,
+            )
+    return layout
+
+
+def predictor_plan(config: SmartSearchConfig) -> PredictorPlan:
+    """The load-predictor jobs of a run (the same plan the stage's merge rule recomputes)."""
+    return plan_predictor_jobs(config, apply_policy_filters(config).kept)

@@ -1,0 +1,80 @@
+"""The search's artifact models: a round's suggestions, the observations told to Vizier, the branch history."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+Outcome = Literal["new", "duplicate", "cached", "unsupported", "infeasible", "failed"]
+ObservedStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit"]
+
+
+class Suggested(BaseModel):
+    """One Vizier suggestion of a round and what became of it before any replay."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vizier_id: int
+    params: dict[str, Any]
+    selection: dict[str, Any] | None = None
+    layout: str | None = None
+    key: str | None = None
+    outcome: Outcome
+    reason: str | None = None
+    projection_distance: float | None = None
+    mode_projected: bool = False
+
+
+class RoundSuggestions(BaseModel):
+    """Artifact `rounds/<branch>/<k>/suggestions.json` (the round's checkpoint)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    deployment_mode: str
+    round: int
+    skipped: str | None = None  # why the round has no work (branch skipped or stalled earlier)
+    target: int
+    attempts: int = 0
+    optimizer_seconds: float = 0.0  # building, feeding and asking the designer (Vizier imports included)
+    suggested: list[Suggested] = Field(default_factory=list)
+    new_keys: list[str] = Field(default_factory=list)
+
+
+class Observation(BaseModel):
+    """A suggestion's final outcome, as told to the designer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    vizier_id: int
+    round: int
+    params: dict[str, Any]
+    key: str | None
+    status: ObservedStatus
+    reason: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)  # what Vizier sees (objective(s))
+
+
+class RoundTally(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    round: int
+    attempts: int
+    new_trials: int
+    counts: dict[str, int]
+
+
+class BranchHistory(BaseModel):
+    """Artifact `rounds/<branch>/<k>/observations.json`: every observation of the branch so far."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    deployment_mode: str
+    round: int
+    stalled: bool = False
+    stall_reason: str | None = None
+    observations: list[Observation] = Field(default_factory=list)
+    tallies: list[RoundTally] = Field(default_factory=list)

@@ -1,0 +1,254 @@
+"""The search loop, one round of one branch at a time: suggest, then (after the replays) tell.
+
+`suggest_round` rebuilds the branch's Vizier designer from the round history, asks for
+candidates and turns each into a trial spec. Candidates that need no replay are answered at
+once and told back to the designer before it is asked for replacements (up to 11x the round's
+target): a backend that cannot run the projected layout (`unsupported`), a layout over the GPU
+budget or with too little KV cache (`infeasible`), a spec that cannot be built (`failed`), and a
+trial the branch already ran (`cached`, told with its stored result). Only new, unique specs
+become trial jobs. `tell_round` reads the trial files and appends the round to the history; a
+round with fewer new trials than its target stalls the branch, whose later rounds are then empty.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spica_lib.config import OptimizationGoal, SmartSearchConfig
+from spica_lib.config.presets import CompositeEntry
+from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.pools.branches import BranchSpec, PoolRecord
+from spica_lib.search.designers import (
+    WORST,
+    make_designer,
+    plain_parameters,
+    problem_statement,
+    round_seed,
+    vizier_trial,
+)
+from spica_lib.search.history import BranchHistory, Observation, RoundSuggestions, RoundTally, Suggested
+from spica_lib.search.metrics import designer_metrics, search_objectives
+from spica_lib.search.space import BranchSpace
+from spica_lib.trial.evaluate import prepare_failure, prepare_trial
+from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
+
+REPLACEMENT_FACTOR = 11  # a round may ask Vizier for up to 11x its target (the batch + 10x replacements)
+
+
+class SearchContext(BaseModel):
+    """What every round of a run needs besides its branch."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    config: SmartSearchConfig
+    predictor_winners: dict[float, CompositeEntry] = Field(default_factory=dict)
+    estimator: KvEstimator | None = None
+
+
+def suggest_round(
+    context: SearchContext,
+    spec: BranchSpec,
+    pool: list[PoolRecord],
+    round_index: int,
+    history: BranchHistory | None,
+    known_results: dict[str, TrialResult],
+) -> tuple[RoundSuggestions, list[TrialSpec]]:
+    """Ask Vizier for this round's candidates; return the round file and the new trial specs."""
+    sweep = context.config.sweep
+    target = sweep.per_round
+    empty = RoundSuggestions(deployment_mode=spec.deployment_mode, round=round_index, target=target)
+    if spec.status != "ready":
+        return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
+    if history is not None and history.stalled:
+        return empty.model_copy(update={"skipped": f"branch stalled in an earlier round: {history.stall_reason}"}), []
+    clock = time.perf_counter()
+    space = BranchSpace(spec, pool)
+    objectives = search_objectives(context.config.goal)
+    problem = problem_statement(space, objectives)
+    past = history.observations if history else []
+    designer = make_designer(
+        sweep.algorithm, problem, round_seed(sweep.seed, spec.deployment_mode, round_index), sweep.seed, len(past)
+    )
+    _tell(designer, [_completed(o, objectives, sweep.algorithm) for o in past])
+    known_keys = {o.key: o for o in past if o.key}
+    round_file = empty
+    optimizer = time.perf_counter() - clock
+    specs: list[TrialSpec] = []
+    next_id = len(past) + 1
+    cap = REPLACEMENT_FACTOR * target
+    while len(specs) < target and round_file.attempts < cap:
+        ask = min(target - len(specs), cap - round_file.attempts)
+        clock = time.perf_counter()
+        batch = designer.suggest(ask)
+        optimizer += time.perf_counter() - clock
+        if not batch:
+            break
+        round_file.attempts += len(batch)
+        answered = []
+        for suggestion in batch:
+            params = plain_parameters(suggestion)
+            item, new_spec = _triage(context, space, next_id, params, known_keys, known_results, specs)
+            next_id += 1
+            round_file.suggested.append(item)
+            if new_spec is not None:
+                specs.append(new_spec)
+            elif item.outcome != "duplicate":
+                answered.append(
+                    _completed(
+                        _immediate_observation(item, round_index, known_results, context), objectives, sweep.algorithm
+                    )
+                )
+        clock = time.perf_counter()
+        _tell(designer, answered)
+        optimizer += time.perf_counter() - clock
+    round_file.new_keys = [s.key() for s in specs]
+    round_file.optimizer_seconds = optimizer
+    return round_file, specs
+
+
+def _triage(
+    context: SearchContext,
+    space: BranchSpace,
+    vizier_id: int,
+    params: dict[str, Any],
+    known_keys: dict[str, Observation],
+    known_results: dict[str, TrialResult],
+    pending: list[TrialSpec],
+) -> tuple[Suggested, TrialSpec | None]:
+    selection = space.decode(params)
+    layout = selection.parallel_config
+    base = {
+        "vizier_id": vizier_id,
+        "params": params,
+        "selection": selection.values,
+        "layout": layout.label(),
+        "projection_distance": selection.projection.distance if selection.projection else None,
+        "mode_projected": bool(selection.projection and selection.projection.mode_projected),
+    }
+    backend = selection.values["backend"]
+    record = next((r for r in space.pool if r.config == layout), None)
+    if record is None or backend not in record.backends:
+        return Suggested(
+            **base, outcome="unsupported", reason=f"backend '{backend}' does not support this parallel config"
+        ), None
+    if layout.total_gpus > space.spec.gpu_budget:
+        reason = f"over gpu_budget: used_gpus={layout.total_gpus} > gpu_budget={space.spec.gpu_budget}"
+        return Suggested(**base, outcome="infeasible", reason=reason), None
+    try:
+        trial = prepare_trial(
+            context.config,
+            selection.values,
+            layout,
+            backend_version=space.spec.backend_versions[backend],
+            estimator=context.estimator,
+            predictor_winners=context.predictor_winners,
+        )
+    except Exception as exc:  # recorded like a failed replay, without one
+        failure = prepare_failure(exc, layout.total_gpus)
+        return Suggested(**base, outcome=failure.status, reason=failure.reason), None
+    key = trial.key()
+    if key in known_keys or key in known_results:
+        return Suggested(**base, key=key, outcome="cached"), None
+    if any(p.key() == key for p in pending):
+        return Suggested(**base, key=key, outcome="duplicate"), None
+    return Suggested(**base, key=key, outcome="new"), trial
+
+
+def _immediate_observation(
+    item: Suggested, round_index: int, known_results: dict[str, TrialResult], context: SearchContext
+) -> Observation:
+    if item.outcome == "cached":
+        return _observed(item, round_index, known_results[item.key], context.config.goal, cached=True)
+    return Observation(
+        vizier_id=item.vizier_id,
+        round=round_index,
+        params=item.params,
+        key=item.key,
+        status=item.outcome,
+        reason=item.reason,
+    )
+
+
+def _observed(
+    item: Suggested, round_index: int, result: TrialResult, goal: OptimizationGoal, cached: bool
+) -> Observation:
+    feasible = result.status == "feasible"
+    status = "cache_hit" if cached and feasible else result.status
+    return Observation(
+        vizier_id=item.vizier_id,
+        round=round_index,
+        params=item.params,
+        key=item.key,
+        status=status,
+        reason=None if feasible else result.reason,
+        metrics=designer_metrics(result, goal) if feasible else {},
+    )
+
+
+def _completed(observation: Observation, objectives: list[tuple[str, bool]], algorithm: str) -> Any:
+    if observation.metrics:
+        return vizier_trial(observation.vizier_id, observation.params, observation.metrics, None)
+    # NSGA2 ranks every trial by its metrics, so an infeasible one still needs (the worst) values.
+    worst = {name: (-WORST if maximize else WORST) for name, maximize in objectives} if algorithm == "nsga2" else None
+    return vizier_trial(observation.vizier_id, observation.params, worst, observation.reason or observation.status)
+
+
+def _tell(designer: Any, trials: list[Any]) -> None:
+    if not trials:
+        return
+    from vizier import algorithms as vza
+
+    designer.update(vza.CompletedTrials(trials), vza.ActiveTrials())
+
+
+def tell_round(
+    goal: OptimizationGoal,
+    suggestions: RoundSuggestions,
+    records: dict[str, TrialRecord],
+    known_results: dict[str, TrialResult],
+    history: BranchHistory | None,
+) -> BranchHistory:
+    """Append the round's outcomes to the branch history and decide whether the branch stalls."""
+    previous = history or BranchHistory(deployment_mode=suggestions.deployment_mode, round=-1)
+    observations = list(previous.observations)
+    counts: dict[str, int] = {}
+    for item in suggestions.suggested:
+        if item.outcome in ("new", "duplicate"):
+            result = records[item.key].result
+            observed = _observed(item, suggestions.round, result, goal, cached=item.outcome == "duplicate")
+        elif item.outcome == "cached":
+            observed = _observed(item, suggestions.round, known_results[item.key], goal, cached=True)
+        else:
+            observed = Observation(
+                vizier_id=item.vizier_id,
+                round=suggestions.round,
+                params=item.params,
+                key=item.key,
+                status=item.outcome,
+                reason=item.reason,
+            )
+        observations.append(observed)
+        counts[observed.status] = counts.get(observed.status, 0) + 1
+    stalled, stall_reason = previous.stalled, previous.stall_reason
+    if not stalled and suggestions.skipped is None and len(suggestions.new_keys) < suggestions.target:
+        stalled = True
+        stall_reason = (
+            f"round {suggestions.round}: {suggestions.attempts} Vizier suggestion(s) gave "
+            f"{len(suggestions.new_keys)}/{suggestions.target} new configuration(s)"
+        )
+    if suggestions.skipped is not None and not stalled:
+        stalled, stall_reason = True, suggestions.skipped
+    tally = RoundTally(
+        round=suggestions.round, attempts=suggestions.attempts, new_trials=len(suggestions.new_keys), counts=counts
+    )
+    return BranchHistory(
+        deployment_mode=suggestions.deployment_mode,
+        round=suggestions.round,
+        stalled=stalled,
+        stall_reason=stall_reason,
+        observations=observations,
+        tallies=[*previous.tallies, tally],
+    )

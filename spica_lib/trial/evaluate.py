@@ -1,0 +1,141 @@
+"""Preparing and evaluating a trial: unroll, size the load, build the plan; gate, replay and score.
+
+Every outcome — feasible, infeasible, failed, timed out, unsupported — is a `TrialResult` with its
+reason; nothing is raised for a bad candidate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spica_lib.base.versions import package_versions
+from spica_lib.config import OptimizationTarget, SmartSearchConfig
+from spica_lib.config.presets import CompositeEntry
+from spica_lib.config.trace import file_sha256
+from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.facts.parallel import ParallelConfig
+from spica_lib.replay.plan import build_deployment
+from spica_lib.replay.request import ReplayRequest
+from spica_lib.replay.runner import run_in_child
+from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
+from spica_lib.trial.score import average_gpus, make_candidate
+from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
+from spica_lib.trial.unroll import unroll_sample
+
+GOODPUT_KEY = "goodput_output_throughput_tok_s"
+
+
+def prepare_trial(
+    config: SmartSearchConfig,
+    selection: dict[str, Any],
+    parallel_config: ParallelConfig,
+    *,
+    backend_version: str,
+    estimator: KvEstimator | None = None,
+    predictor_winners: dict[float, CompositeEntry] | None = None,
+) -> TrialSpec:
+    """Unroll, size the load and build the plan. Raises InfeasibleKVCapacity or a build error."""
+    workload, goal = config.workload, config.goal
+    sample = unroll_sample(config.search_space, selection, parallel_config, predictor_winners)
+    sample["backend_version"] = backend_version
+    concurrency = workload.concurrency
+    if "kv_load_ratio" in selection:
+        if estimator is None:
+            raise ValueError("a kv_load_ratio candidate needs a KV estimator")
+        load = resolve_kv_load(sample, workload, parallel_config, selection["kv_load_ratio"], estimator)
+        concurrency = load.concurrency
+        sample["kv_load_ratio"] = load.ratio
+        sample["kv_load_concurrency_capacity"] = load.concurrency_capacity
+        sample["kv_load_capacity_tokens"] = load.role_capacity_tokens[load.load_role]
+        sample.update({f"{role}_kv_capacity_tokens": tokens for role, tokens in load.role_capacity_tokens.items()})
+    if concurrency is not None:
+        sample["concurrency"] = concurrency
+    sla = goal.sla
+    plan = build_deployment(
+        sample,
+        backend_version=backend_version,
+        optimization_target=goal.target.planner_optimization_target,
+        sla_ttft_ms=sla.ttft_ms if sla else None,
+        sla_itl_ms=sla.itl_ms if sla else None,
+    )
+    notes = []
+    if plan.router_mode == "kv_router" and plan.deployment_mode == "agg" and plan.routing_targets < 2:
+        # The replay refuses a KV router with a single target; with one target it routes like round robin.
+        plan = plan.model_copy(update={"router_mode": "round_robin", "router_config": None})
+        notes.append("kv_router with a single worker/DP rank replayed as round_robin (nothing to choose between)")
+    trace = workload.trace_path
+    return TrialSpec(
+        deployment_mode=selection["deployment_mode"],
+        selection=selection,
+        parallel_config=parallel_config,
+        sample=sample,
+        replay=ReplayRequest(plan=plan, workload=workload, concurrency=concurrency, sla=sla),
+        goal=goal,
+        gpu_budget=config.search_space.gpu_budget,
+        trace_sha256=file_sha256(trace) if trace else None,
+        notes=notes,
+    )
+
+
+def rejected_before_replay(status: TrialStatus, reason: str, used_gpus: int) -> TrialResult:
+    """A trial that never reached the replay (unsupported pair, KV infeasible, build error)."""
+    return TrialResult(status=status, reason=reason, used_gpus=used_gpus, versions=package_versions())
+
+
+def prepare_failure(exc: Exception, used_gpus: int) -> TrialResult:
+    if isinstance(exc, InfeasibleKVCapacity):
+        return rejected_before_replay("infeasible", f"candidate KV capacity infeasible: {exc}", used_gpus)
+    return rejected_before_replay("failed", f"candidate build failed: {type(exc).__name__}: {exc}", used_gpus)
+
+
+def evaluate_trial(
+    spec: TrialSpec, *, max_eval_seconds: float | None = None, per_request_path: str | None = None
+) -> TrialResult:
+    """Replay and score one trial. Never raises for a bad candidate: the result says what happened."""
+    used = spec.used_gpus
+    if used > spec.gpu_budget:
+        return rejected_before_replay(
+            "infeasible", f"over gpu_budget: used_gpus={used} > gpu_budget={spec.gpu_budget}", used
+        )
+    run = run_in_child(spec.replay, max_eval_seconds, per_request_path)
+    base = {
+        "used_gpus": used,
+        "wall_seconds": run.wall_seconds,
+        "cpu_seconds": run.cpu_seconds,
+        "versions": package_versions(),
+    }
+    if run.status != "ok":
+        return TrialResult(status=run.status, reason=run.reason, **base)
+    outcome = run.report.outcome
+    metrics = outcome.metrics
+    timing = {"replay_seconds": outcome.replay_seconds, "scaling_events": outcome.scaling_events}
+    needs_goodput = [t for t in spec.goal.objectives if t.needs_sla]
+    if needs_goodput and GOODPUT_KEY not in metrics:
+        reason = f"replay reported no {GOODPUT_KEY} for a goodput objective (no per-request SLA accounting)"
+        return TrialResult(status="failed", reason=reason, metrics=metrics, **base, **timing)
+    target = spec.goal.target
+    objectives = spec.goal.resolved_pareto_objectives if target is OptimizationTarget.PARETO else None
+    candidate = make_candidate(spec.sample, metrics, target, objectives)
+    return TrialResult(
+        status="feasible",
+        metrics=candidate.metrics,
+        objectives=candidate.objectives,
+        score=candidate.score,
+        average_gpus=average_gpus(metrics),
+        **base,
+        **timing,
+    )
+
+
+def killed_outside(spec: TrialSpec, attempt: int) -> TrialResult:
+    """The result of a trial whose every earlier job died without writing it.
+
+    Replay errors and our own timeout are always written as results, so a job that leaves no file was
+    killed from outside (a scheduler time limit, a node failure, scancel, the OOM killer). The last
+    attempt records that instead of replaying, so the round can be told and the sweep goes on.
+    """
+    reason = (
+        f"killed outside the replay in {attempt - 1} attempt(s) (scheduler time limit, node failure, "
+        "cancellation or out of memory); see the trial's job logs"
+    )
+    return TrialResult(status="failed", reason=reason, used_gpus=spec.used_gpus, versions=package_versions())

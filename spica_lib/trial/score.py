@@ -1,0 +1,93 @@
+"""Scoring a replay report for the goal, ranking candidates and finding the Pareto front.
+
+GPU cost is time-averaged: `gpu_hours` over the replay's simulated duration, so a planner that
+scales down between bursts is charged for what it actually held. Latency is minimised, everything
+else maximised; a missing metric counts as the worst value (0, or +inf latency).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.config import OptimizationTarget
+
+MS_PER_HOUR = 3_600_000.0
+
+
+def average_gpus(report: dict[str, float]) -> float:
+    """GPUs held on average over the replay (0 when the report cannot tell)."""
+    gpu_hours, duration_ms = report.get("gpu_hours"), report.get("duration_ms")
+    if not gpu_hours or not duration_ms or gpu_hours <= 0 or duration_ms <= 0:
+        return 0.0
+    return gpu_hours / (duration_ms / MS_PER_HOUR)
+
+
+def _per_gpu(value: float, report: dict[str, float]) -> float:
+    gpus = average_gpus(report)
+    return value / gpus if gpus > 0 else 0.0
+
+
+def objective_value(report: dict[str, float], target: OptimizationTarget) -> float:
+    """The raw (unsigned) value of one scalar target."""
+    throughput = report.get("output_throughput_tok_s", 0.0)
+    goodput = report.get("goodput_output_throughput_tok_s", 0.0)
+    values = {
+        OptimizationTarget.THROUGHPUT: lambda: throughput,
+        OptimizationTarget.THROUGHPUT_PER_GPU: lambda: _per_gpu(throughput, report),
+        OptimizationTarget.THROUGHPUT_PER_USER: lambda: report.get("mean_output_token_throughput_per_user", 0.0),
+        OptimizationTarget.E2E_LATENCY: lambda: report.get("mean_e2e_latency_ms", math.inf),
+        OptimizationTarget.GOODPUT: lambda: goodput,
+        OptimizationTarget.GOODPUT_PER_GPU: lambda: _per_gpu(goodput, report),
+    }
+    if target is OptimizationTarget.PARETO:
+        raise ValueError("'pareto' has several objectives; use objective_vector and pareto_front")
+    if target not in values:
+        raise ValueError(f"unknown optimization target: {target!r}")
+    return float(values[target]())
+
+
+def signed_score(report: dict[str, float], target: OptimizationTarget) -> float:
+    """Higher is better: the value for maximised targets, its negation for latency."""
+    value = objective_value(report, target)
+    return value if target.maximize else -value
+
+
+def objective_vector(report: dict[str, float], objectives: Sequence[OptimizationTarget]) -> dict[str, float]:
+    return {target.value: objective_value(report, target) for target in objectives}
+
+
+def is_within_budget(used_gpus: int, gpu_budget: int) -> bool:
+    return used_gpus <= gpu_budget
+
+
+class Candidate(BaseModel):
+    """A scored deployment: its flat config, metrics, score (higher is better) and Pareto objectives."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: dict[str, Any]
+    used_gpus: int
+    score: float
+    metrics: dict[str, float]
+    objectives: dict[str, float] | None = None
+
+
+def make_candidate(
+    config: dict[str, Any],
+    report: dict[str, float],
+    target: OptimizationTarget,
+    pareto_objectives: Sequence[OptimizationTarget] | None = None,
+) -> Candidate:
+    metrics = {k: float(v) for k, v in report.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    used = int(config.get("used_gpus", 0))
+    if target is OptimizationTarget.PARETO:
+        if not pareto_objectives:
+            raise ValueError("a pareto candidate needs pareto_objectives")
+        objectives = objective_vector(report, pareto_objectives)
+        headline = objectives[pareto_objectives[0].value]
+        return Candidate(config=config, used_gpus=used, score=headline, metrics=metrics, objectives=objectives)
+    return Candidate(config=config, used_gpus=used, score=signed_score(report, target), metrics=metrics)

@@ -1,0 +1,76 @@
+"""The trial file's models: the spec (everything needed to reproduce one replay), the result and the record.
+
+`TrialSpec.key()` is the canonical-JSON hash of the spec: it names the trial file, so an identical
+candidate is never replayed twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spica_lib.base.artifacts import sha256_of
+from spica_lib.config import OptimizationGoal
+from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
+from spica_lib.replay.request import ReplayRequest, ScalingEvent
+
+SCHEMA_VERSION = 1
+TrialStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported"]
+
+
+class TrialSpec(BaseModel):
+    """Everything needed to reproduce one replay. Its hash (`key`) is the trial's identity."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = SCHEMA_VERSION
+    deployment_mode: Literal["agg", "disagg"]
+    selection: dict[str, Any]
+    parallel_config: ReplicaConfig | DisaggConfig
+    sample: dict[str, Any]
+    replay: ReplayRequest
+    goal: OptimizationGoal
+    gpu_budget: int
+    trace_sha256: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def used_gpus(self) -> int:
+        return self.parallel_config.total_gpus
+
+    def key(self) -> str:
+        """SHA-256 of the canonical JSON, with the trace named by its content rather than its path."""
+        data = self.model_dump(mode="json")
+        if self.trace_sha256 is not None:
+            data["replay"]["workload"]["trace_path"] = f"sha256:{self.trace_sha256}"
+        return sha256_of(data)
+
+
+class TrialResult(BaseModel):
+    """How a trial ended, with its metrics and score when it was feasible."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: TrialStatus
+    reason: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    objectives: dict[str, float] | None = None
+    score: float | None = None
+    used_gpus: int
+    average_gpus: float | None = None
+    scaling_events: list[ScalingEvent] = Field(default_factory=list)
+    wall_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    replay_seconds: float = 0.0
+    versions: dict[str, str] = Field(default_factory=dict)
+
+
+class TrialRecord(BaseModel):
+    """Artifact `rounds/<branch>/<k>/trials/<key>.json`: a trial's spec and its result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    spec: TrialSpec
+    result: TrialResult

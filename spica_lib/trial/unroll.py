@@ -1,0 +1,124 @@
+"""Unrolling: a selection (knob values chosen by the search) and a parallel layout become one flat
+`sample` dict — every field a deployment needs, named as the config names them.
+
+Only the active mode's engine fields appear, KV-router weights only under the KV router, and planner
+fields only when the chosen policy scales. The load-predictor winner for the policy's throughput
+interval is folded in when the policy scales on throughput.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spica_lib.config import SearchSpace
+from spica_lib.config.presets import CompositeEntry, fpm_sampling, load_predictor, load_sensitivity, scaling_policy
+from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig
+
+PINNED_FIELDS = (
+    "model_name",
+    "hardware_sku",
+    "gpu_budget",
+    "min_gpu_budget",
+    "min_endpoint",
+    "context_length",
+    "startup_time",
+    "aic_nextn",
+    "num_g2_blocks",
+    "kv_bytes_per_token",
+    "bandwidth_g1_to_g2_gbps",
+    "bandwidth_g2_to_g1_gbps",
+    "offload_batch_size",
+)
+SHAPE_FIELDS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep")
+ROUTER_WEIGHTS = (
+    "overlap_score_credit",
+    "prefill_load_scale",
+    "host_cache_hit_weight",
+    "disk_cache_hit_weight",
+    "router_temperature",
+)
+ADMISSION_FIELDS = (
+    "active_decode_blocks_threshold",
+    "active_prefill_tokens_threshold",
+    "active_prefill_tokens_threshold_frac",
+    "no_admission_control",
+)
+
+
+def unroll_sample(
+    space: SearchSpace,
+    selection: dict[str, Any],
+    parallel_config: ParallelConfig,
+    predictor_winners: dict[float, CompositeEntry] | None = None,
+) -> dict[str, Any]:
+    """The flat deployment description of one candidate. Raises KeyError if a searched knob is missing."""
+    mode = selection["deployment_mode"]
+    sample: dict[str, Any] = {"deployment_mode": mode, "backend": selection["backend"]}
+    sample.update({name: getattr(space, name) for name in PINNED_FIELDS})
+    sample.update(_parallel_fields(mode, parallel_config))
+    sample.update(_engine_fields(space, selection, mode))
+    sample.update(_router_fields(space, selection))
+    sample.update(_planner_fields(selection, predictor_winners or {}))
+    return sample
+
+
+def _parallel_fields(mode: str, config: ParallelConfig) -> dict[str, Any]:
+    if mode == "agg":
+        if not isinstance(config, ReplicaConfig):
+            raise TypeError(f"an agg candidate needs a replica config, got {type(config).__name__}")
+        return {**_role_shape("", config), "used_gpus": config.total_gpus}
+    if not isinstance(config, DisaggConfig):
+        raise TypeError(f"a disagg candidate needs a prefill/decode config, got {type(config).__name__}")
+    return {
+        **_role_shape("prefill_", config.prefill),
+        **_role_shape("decode_", config.decode),
+        "used_gpus": config.total_gpus,
+    }
+
+
+def _role_shape(prefix: str, replica: ReplicaConfig) -> dict[str, Any]:
+    fields = {f"{prefix}{name}": getattr(replica.shape, name) for name in SHAPE_FIELDS}
+    fields[f"{prefix}strategy"] = replica.shape.strategy
+    fields[f"{prefix}replicas"] = replica.replicas
+    return fields
+
+
+def _engine_fields(space: SearchSpace, selection: dict[str, Any], mode: str) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for role in ("agg",) if mode == "agg" else ("prefill", "decode"):
+        for knob in ("max_num_batched_tokens", "max_num_seqs"):
+            fields[f"{role}_{knob}"] = selection[f"{role}_{knob}"]
+        for pinned in ("block_size", "gpu_memory_utilization", "enable_prefix_caching"):
+            fields[f"{role}_{pinned}"] = getattr(space, f"{role}_{pinned}")
+    return fields
+
+
+def _router_fields(space: SearchSpace, selection: dict[str, Any]) -> dict[str, Any]:
+    mode = selection.get("router_mode", "round_robin")
+    fields: dict[str, Any] = {"router_mode": mode}
+    if mode == "kv_router":
+        fields.update({k: selection[k] for k in ROUTER_WEIGHTS if k in selection})
+        fields.update({k: getattr(space, k) for k in ADMISSION_FIELDS})
+    return fields
+
+
+def _planner_fields(selection: dict[str, Any], winners: dict[float, CompositeEntry]) -> dict[str, Any]:
+    entry = selection["planner_scaling_policy"]
+    policy = scaling_policy(entry)
+    fields: dict[str, Any] = {
+        "planner_scaling_policy": entry,
+        "enable_throughput_scaling": policy.enable_throughput_scaling,
+        "enable_load_scaling": policy.enable_load_scaling,
+    }
+    if not policy.scales:
+        return fields
+    fields["throughput_adjustment_interval_seconds"] = policy.throughput_adjustment_interval_seconds
+    fields["load_adjustment_interval_seconds"] = policy.load_adjustment_interval_seconds
+    fields.update(fpm_sampling(selection["planner_fpm_sampling"]).model_dump())
+    fields.update(load_sensitivity(selection["planner_load_sensitivity"]).model_dump())
+    interval = policy.throughput_adjustment_interval_seconds
+    if policy.enable_throughput_scaling and interval is not None:
+        winner = winners.get(float(interval))
+        if winner is not None:
+            fields.update(load_predictor(winner).fields())
+    return fields
