@@ -11,13 +11,11 @@ from typing import Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
 
+from spica_lib.config.fields import ADMISSION_FIELDS, BACKENDS, DEPLOYMENT_MODES, PARALLEL_KEYS, ROLES
 from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry
 from spica_lib.config.strict import StrictModel, first_error
 
 Number = StrictInt | StrictFloat
-
-DEPLOYMENT_MODES = ("disagg", "agg")
-BACKENDS = ("vllm", "sglang", "trtllm")
 
 # Allowed choices for every atomic list knob. The default of each knob is this full list.
 ATOMIC_CHOICES: dict[str, tuple[Any, ...]] = {
@@ -36,21 +34,6 @@ ATOMIC_CHOICES: dict[str, tuple[Any, ...]] = {
     "disk_cache_hit_weight": (0.0, 0.25, 0.5),
     "router_temperature": (0.0, 0.2, 0.5, 1.0),
 }
-
-ROUTER_KV_KNOBS = (
-    "overlap_score_credit",
-    "prefill_load_scale",
-    "host_cache_hit_weight",
-    "disk_cache_hit_weight",
-    "router_temperature",
-)
-ADMISSION_PINS = (
-    "active_decode_blocks_threshold",
-    "active_prefill_tokens_threshold",
-    "active_prefill_tokens_threshold_frac",
-    "no_admission_control",
-)
-SHAPE_KEYS = ("tp", "attention_dp", "moe_tp", "moe_ep", "pp", "replicas")
 
 
 def _choices(name: str) -> Any:
@@ -181,12 +164,12 @@ class SearchSpace(StrictModel):
     def _parallel_entries(cls, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for index, entry in enumerate(entries):
             if "prefill" in entry or "decode" in entry:
-                extra = sorted(set(entry) - {"prefill", "decode"})
+                extra = sorted(set(entry) - set(ROLES["disagg"]))
                 if extra or "prefill" not in entry or "decode" not in entry:
                     raise ValueError(
                         f"entry {index}: a disagg entry has exactly the keys 'prefill' and 'decode', got {sorted(entry)}"
                     )
-                for role in ("prefill", "decode"):
+                for role in ROLES["disagg"]:
                     _check_shape(f"entry {index}.{role}", entry[role])
             else:
                 _check_shape(f"entry {index}", entry)
@@ -211,7 +194,7 @@ class SearchSpace(StrictModel):
     def _check_admission_pins(self) -> None:
         if "kv_router" not in self.router_mode:
             return  # round robin ignores admission control, so the pins are inert
-        used = [name for name in ADMISSION_PINS if getattr(self, name) not in (None, False)]
+        used = [name for name in ADMISSION_FIELDS if getattr(self, name) not in (None, False)]
         if used:
             raise ValueError(
                 f"router admission-control knobs {used} are not supported by the Dynamo replay API "
@@ -242,9 +225,9 @@ def _check_shape(where: str, shape: Any) -> None:
         raise ValueError(f"{where}: a parallel shape is a dict like {{tp: 2, replicas: 2}}, got {shape!r}")
     if "tp" not in shape:
         raise ValueError(f"{where}: a parallel shape needs 'tp', got {shape}")
-    unknown = sorted(set(shape) - set(SHAPE_KEYS))
+    unknown = sorted(set(shape) - set(PARALLEL_KEYS))
     if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {list(SHAPE_KEYS)}")
+        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {list(PARALLEL_KEYS)}")
     for key, value in shape.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{where}: {key} must be a positive integer, got {value!r}")

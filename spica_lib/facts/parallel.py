@@ -115,6 +115,12 @@ class DisaggConfig(BaseModel):
 ParallelConfig = ReplicaConfig | DisaggConfig
 
 
+def role_configs(config: ParallelConfig) -> dict[str, ReplicaConfig]:
+    if isinstance(config, DisaggConfig):
+        return {"prefill": config.prefill, "decode": config.decode}
+    return {"agg": config}
+
+
 def _powers_of_two_up_to(limit: int) -> list[int]:
     out, value = [], 1
     while value <= limit:

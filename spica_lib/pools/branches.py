@@ -14,11 +14,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import SmartSearchConfig
+from spica_lib.config.fields import ROLES
 from spica_lib.facts.catalog import resolve_backend_version
 from spica_lib.facts.hardware import HardwareFacts, resolve_model_hardware
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
 from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig, parse_pinned_config
-from spica_lib.pools.build import ROLES, BackendPool, DroppedShape, build_backend_pool, role_settings
+from spica_lib.pools.build import BackendPool, DroppedShape, build_backend_pool, role_settings
 from spica_lib.pools.knobs import branch_knob_choices
 
 SCHEMA_VERSION = 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import SearchSpace
+from spica_lib.config.fields import ROLES
 from spica_lib.facts.hardware import ModelFacts, shape_problem
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
 from spica_lib.facts.parallel import (
@@ -21,9 +22,8 @@ from spica_lib.facts.parallel import (
     ReplicaConfig,
     enumerate_disagg_configs,
     enumerate_parallel_configs,
+    role_configs,
 )
-
-ROLES = {"agg": ("agg",), "disagg": ("prefill", "decode")}
 
 
 class DroppedShape(BaseModel):
@@ -73,12 +73,6 @@ def enumerate_mode(space: SearchSpace, mode: str, backend: str, is_moe: bool) ->
     if mode == "disagg":
         return list(enumerate_disagg_configs(space.gpu_budget, is_moe, backend, min_gpu_budget=space.min_gpu_budget))
     raise ValueError(f"deployment_mode must be 'agg' or 'disagg', got {mode!r}")
-
-
-def role_configs(config: ParallelConfig) -> dict[str, ReplicaConfig]:
-    if isinstance(config, DisaggConfig):
-        return {"prefill": config.prefill, "decode": config.decode}
-    return {"agg": config}
 
 
 def build_backend_pool(

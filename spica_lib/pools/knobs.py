@@ -12,27 +12,8 @@ import math
 from typing import Any
 
 from spica_lib.config import SearchSpace
+from spica_lib.config.fields import OFFLOAD_WEIGHTS, PLANNER_KNOBS, ROUTER_KNOBS, engine_knobs
 from spica_lib.config.presets import CompositeEntry, scaling_policy
-
-ROUTER_KNOBS = (
-    "router_mode",
-    "overlap_score_credit",
-    "prefill_load_scale",
-    "host_cache_hit_weight",
-    "disk_cache_hit_weight",
-    "router_temperature",
-)
-OFFLOAD_WEIGHTS = ("host_cache_hit_weight", "disk_cache_hit_weight")
-PLANNER_KNOBS = ("planner_scaling_policy", "planner_fpm_sampling", "planner_load_sensitivity")
-ENGINE_KNOBS = {
-    "agg": ("agg_max_num_batched_tokens", "agg_max_num_seqs"),
-    "disagg": (
-        "prefill_max_num_batched_tokens",
-        "prefill_max_num_seqs",
-        "decode_max_num_batched_tokens",
-        "decode_max_num_seqs",
-    ),
-}
 
 
 def branch_knob_choices(
@@ -40,7 +21,7 @@ def branch_knob_choices(
 ) -> dict[str, list[Any]]:
     """Knob -> choices for one deployment mode. `policies` overrides the scaling-policy list (filtered)."""
     policies = list(space.planner_scaling_policy if policies is None else policies)
-    knobs: list[str] = list(ENGINE_KNOBS[mode])
+    knobs: list[str] = list(engine_knobs(mode))
     if set(space.router_mode) == {"round_robin"}:
         knobs.append("router_mode")
     else:

@@ -13,15 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from spica_lib.base.artifacts import atomic_write_parquet
-from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.config.fields import ROLES, SHAPE_FIELDS, role_prefix
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig, role_configs
 from spica_lib.pools.branches import PoolRecord
-from spica_lib.pools.build import ROLES, role_configs
-
-SHAPE_FIELDS = ("tp", "attention_dp", "moe_tp", "moe_ep", "pp")
-
-
-def _prefix(mode: str, role: str) -> str:
-    return "" if mode == "agg" else f"{role}_"
 
 
 def pool_frame(records: list[PoolRecord], mode: str, backends: list[str]) -> pd.DataFrame:
@@ -34,7 +28,7 @@ def pool_frame(records: list[PoolRecord], mode: str, backends: list[str]) -> pd.
             "backends": list(record.backends),
         }
         for role, replica in role_configs(record.config).items():
-            prefix = _prefix(mode, role)
+            prefix = role_prefix(mode, role)
             row.update({f"{prefix}{name}": getattr(replica.shape, name) for name in SHAPE_FIELDS})
             row[f"{prefix}strategy"] = replica.shape.strategy
             row[f"{prefix}replicas"] = replica.replicas
@@ -53,7 +47,7 @@ def pool_frame(records: list[PoolRecord], mode: str, backends: list[str]) -> pd.
 def _columns(mode: str, backends: list[str]) -> list[str]:
     columns = ["config_id", "label", "used_gpus", "backends"]
     for role in ROLES[mode]:
-        prefix = _prefix(mode, role)
+        prefix = role_prefix(mode, role)
         columns += [f"{prefix}{name}" for name in (*SHAPE_FIELDS, "strategy", "replicas", "gpus_per_worker")]
     columns += [f"{role}_kv_tokens_{backend}" for role in ROLES[mode] for backend in backends]
     return columns
@@ -70,7 +64,7 @@ def read_pool(path: str | Path, mode: str) -> list[PoolRecord]:
 
 
 def _record(row: dict, mode: str) -> PoolRecord:
-    roles = {role: _replica(row, _prefix(mode, role)) for role in ROLES[mode]}
+    roles = {role: _replica(row, role_prefix(mode, role)) for role in ROLES[mode]}
     config = roles["agg"] if mode == "agg" else DisaggConfig(prefill=roles["prefill"], decode=roles["decode"])
     backends = [str(b) for b in row["backends"]]
     tokens = {b: {role: int(row[f"{role}_kv_tokens_{b}"]) for role in ROLES[mode]} for b in backends}

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from spica_lib.trial.unroll import ROUTER_WEIGHTS
+from spica_lib.config.fields import ROUTER_WEIGHTS
 
 # Each backend names its KV memory fraction differently in the mocker's engine arguments.
 MEMORY_FRACTION_FIELD = {

@@ -14,8 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import Workload
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
-from spica_lib.facts.parallel import DisaggConfig, ParallelConfig
-from spica_lib.pools.build import role_configs
+from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, role_configs
 
 
 class InfeasibleKVCapacity(ValueError):

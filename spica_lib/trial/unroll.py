@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from spica_lib.config import SearchSpace
+from spica_lib.config.fields import ADMISSION_FIELDS, ENGINE_KNOBS, ENGINE_PINS, ROLES, ROUTER_WEIGHTS, SHAPE_FIELDS
 from spica_lib.config.presets import CompositeEntry, fpm_sampling, load_predictor, load_sensitivity, scaling_policy
 from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig
 
@@ -28,20 +29,6 @@ PINNED_FIELDS = (
     "bandwidth_g1_to_g2_gbps",
     "bandwidth_g2_to_g1_gbps",
     "offload_batch_size",
-)
-SHAPE_FIELDS = ("tp", "pp", "attention_dp", "moe_tp", "moe_ep")
-ROUTER_WEIGHTS = (
-    "overlap_score_credit",
-    "prefill_load_scale",
-    "host_cache_hit_weight",
-    "disk_cache_hit_weight",
-    "router_temperature",
-)
-ADMISSION_FIELDS = (
-    "active_decode_blocks_threshold",
-    "active_prefill_tokens_threshold",
-    "active_prefill_tokens_threshold_frac",
-    "no_admission_control",
 )
 
 
@@ -85,10 +72,10 @@ def _role_shape(prefix: str, replica: ReplicaConfig) -> dict[str, Any]:
 
 def _engine_fields(space: SearchSpace, selection: dict[str, Any], mode: str) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    for role in ("agg",) if mode == "agg" else ("prefill", "decode"):
-        for knob in ("max_num_batched_tokens", "max_num_seqs"):
+    for role in ROLES[mode]:
+        for knob in ENGINE_KNOBS:
             fields[f"{role}_{knob}"] = selection[f"{role}_{knob}"]
-        for pinned in ("block_size", "gpu_memory_utilization", "enable_prefix_caching"):
+        for pinned in ENGINE_PINS:
             fields[f"{role}_{pinned}"] = getattr(space, f"{role}_{pinned}")
     return fields
 
