@@ -104,7 +104,7 @@ def search(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> 
         optimizer.append(suggestions.optimizer_seconds)
         for spec in specs:
             store[spec.key()] = TrialRecord(key=spec.key(), spec=spec, result=table[spec.key()])
-        history = tell_round(config.goal, suggestions, store, {key: r.result for key, r in store.items()}, history)
+        history = tell_round(config.goal, suggestions, {key: r.result for key, r in store.items()}, history)
         if history.stalled:
             break
     best = max((r.result.score for r in store.values()), default=0.0)

@@ -5,11 +5,11 @@ import math
 import pytest
 
 from spica_lib.config import OptimizationTarget as T
-from spica_lib.results.ranking import dominates, pareto_front, rank
+from spica_lib.results.ranking import pareto_front, rank
+from spica_lib.trial.evaluate import over_budget
 from spica_lib.trial.score import (
     Candidate,
     average_gpus,
-    is_within_budget,
     make_candidate,
     objective_value,
     objective_vector,
@@ -60,8 +60,9 @@ def test_pareto_is_not_scalar():
         objective_value(REPORT, T.PARETO)
 
 
-def test_budget():
-    assert is_within_budget(16, 32) and is_within_budget(32, 32) and not is_within_budget(64, 32)
+def test_budget_gate_names_both_numbers_and_lets_an_exact_fit_through():
+    assert over_budget(16, 32) is None and over_budget(32, 32) is None
+    assert over_budget(64, 32) == "over gpu_budget: used_gpus=64 > gpu_budget=32"
 
 
 def test_objective_vector_is_raw():
@@ -105,15 +106,19 @@ def point(per_gpu, per_user):
 OBJ = [T.THROUGHPUT_PER_GPU, T.THROUGHPUT_PER_USER]
 
 
-def test_dominance_respects_direction():
-    assert dominates(
-        {"throughput_per_gpu": 2, "throughput_per_user": 2}, {"throughput_per_gpu": 1, "throughput_per_user": 2}, OBJ
-    )
-    assert not dominates(
-        {"throughput_per_gpu": 2, "throughput_per_user": 1}, {"throughput_per_gpu": 1, "throughput_per_user": 2}, OBJ
-    )
-    latency = [T.E2E_LATENCY]
-    assert dominates({"e2e_latency": 100}, {"e2e_latency": 200}, latency)
+def test_front_respects_each_objectives_direction():
+    def run(per_gpu, latency):
+        return Candidate(
+            config={},
+            used_gpus=1,
+            score=per_gpu,
+            metrics={},
+            objectives={"throughput_per_gpu": per_gpu, "e2e_latency": latency},
+        )
+
+    # Lower latency is better: (10, 100) dominates (10, 200); (20, 300) trades latency for throughput.
+    front = pareto_front([run(10, 200), run(10, 100), run(20, 300), run(5, 400)], [T.THROUGHPUT_PER_GPU, T.E2E_LATENCY])
+    assert [(c.objectives["throughput_per_gpu"], c.objectives["e2e_latency"]) for c in front] == [(10, 100), (20, 300)]
 
 
 def test_front_drops_dominated_and_sorts_along_the_last_objective():

@@ -96,7 +96,7 @@ def sweep(config, spec, pool, rounds, replay):
         suggestions, specs = suggest_round(context, spec, pool, k, history, {key: r.result for key, r in store.items()})
         for trial in specs:
             store[trial.key()] = TrialRecord(key=trial.key(), spec=trial, result=replay(trial))
-        history = tell_round(config.goal, suggestions, store, {key: r.result for key, r in store.items()}, history)
+        history = tell_round(config.goal, suggestions, {key: r.result for key, r in store.items()}, history)
         files.append(suggestions)
     return history, files, store
 

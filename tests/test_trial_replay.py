@@ -8,10 +8,12 @@ import psutil
 import pytest
 from conftest import TRACE, build, config_data
 
+from spica_lib.base.artifacts import write_model
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.trial.evaluate import evaluate_trial, prepare_failure, prepare_trial
-from spica_lib.trial.store import read_trial, run_trial_job, write_trial
+from spica_lib.trial.spec import TrialRecord
+from spica_lib.trial.store import read_trial, run_trial_job
 
 pytestmark = pytest.mark.slow
 VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
@@ -214,8 +216,8 @@ def test_trial_files_round_trip_and_keys_follow_content(tmp_path):
     other = spec_for(config(), agg(2, 2), agg_max_num_seqs=512)
     assert spec.key() == same.key() != other.key()
     result = evaluate_trial(spec, max_eval_seconds=120, per_request_path=str(tmp_path / "requests.parquet"))
-    path = write_trial(tmp_path / "trials", spec, result)
-    assert path.name == f"{spec.key()}.json"
+    path = tmp_path / "trials" / f"{spec.key()}.json"
+    write_model(path, TrialRecord(key=spec.key(), spec=spec, result=result))
     record = read_trial(path)
     assert record.spec == spec and record.result == result
     requests = pd.read_parquet(tmp_path / "requests.parquet")

@@ -1,21 +1,26 @@
 """Writing artifact files safely, and the canonical JSON form used for hashes.
 
-Every artifact is written to a temporary file in the same folder and then renamed over the target,
-so a reader (or a resumed run) sees either the old file or the complete new one, never a torn one.
+Every artifact is written to a uniquely named temporary file in the same folder, flushed to disk,
+then renamed over the target, so a reader (or a resumed run) sees either the old file or the
+complete new one, never a torn one. A failed write leaves no temporary file behind. No pydantic
+import at run time: the replay child writes its report with this too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
-Model = TypeVar("Model", bound=BaseModel)
+Model = TypeVar("Model", bound="BaseModel")
 
 
 def canonical_json(data: Any) -> str:
@@ -27,28 +32,35 @@ def sha256_of(data: Any) -> str:
     return hashlib.sha256(canonical_json(data).encode("utf-8")).hexdigest()
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A fresh temporary path beside `path` to write to; on success it is synced and renamed over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
+        yield Path(temp)
+        descriptor = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
 
 
+def atomic_write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as temp:
+        temp.write_text(text, encoding="utf-8")
+
+
 def atomic_write_parquet(path: str | Path, frame: Any) -> None:
-    """Write a pandas DataFrame as Parquet, atomically (temporary file beside it, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
-    frame.to_parquet(temp, index=False)
-    temp.replace(path)
+    """Write a pandas DataFrame as Parquet, atomically."""
+    with atomic_path(path) as temp:
+        frame.to_parquet(temp, index=False)
 
 
 def write_model(path: str | Path, model: BaseModel) -> None:

@@ -1,4 +1,4 @@
-"""The replay call itself, as plain data in and plain data out (no pydantic, no project imports).
+"""The replay call itself, as plain data in and plain data out (no pydantic; only the base file writer).
 
 `ReplayCall` JSON: {"function": "trace" | "synthetic", "args": [...], "kwargs": {...},
 "engines": {kwarg: MockEngineArgs kwargs}, "router_config": KvRouterConfig kwargs | null}. Kept
@@ -11,6 +11,8 @@ import json
 import os
 import time
 from typing import Any
+
+from spica_lib.base.artifacts import atomic_write_parquet
 
 
 def execute_call(call: dict[str, Any], per_request_path: str | None = None) -> dict[str, Any]:
@@ -53,6 +55,4 @@ def _write_per_request(report: Any, path: str) -> None:
 
     # Nested per-request histories (routing, admissions) become JSON text columns.
     rows = [{k: json.dumps(v) if isinstance(v, list | dict) else v for k, v in r.items()} for r in report.per_request]
-    temp = f"{path}.tmp"
-    pd.DataFrame(rows).to_parquet(temp, index=False)
-    os.replace(temp, path)
+    atomic_write_parquet(path, pd.DataFrame(rows))

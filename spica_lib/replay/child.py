@@ -9,11 +9,11 @@ stay minimal: this process starts once per trial.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import traceback
 
+from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.replay.call import execute_call
 
 
@@ -28,10 +28,7 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         report = {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}
     report["cpu_seconds"] = time.process_time()
-    temp = f"{result_path}.tmp"
-    with open(temp, "w", encoding="utf-8") as handle:
-        json.dump(report, handle)
-    os.replace(temp, result_path)
+    atomic_write_text(result_path, json.dumps(report))
     return 0
 
 

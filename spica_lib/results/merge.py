@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 from collections import Counter
 from typing import Any
+
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
+
 from spica_lib.config import SmartSearchConfig
-from spica_lib.trial.score import Candidate
 from spica_lib.results.ranking import pareto_front, rank
 from spica_lib.search.history import BranchHistory
+from spica_lib.trial.score import Candidate
 from spica_lib.trial.spec import TrialRecord
 
 SCHEMA_VERSION = 1
@@ -138,7 +140,6 @@ def summarise(
     histories: list[BranchHistory],
     records: dict[str, TrialRecord],
     best: list[CandidateRow],
-    optimizer_seconds: float = 0.0,
 ) -> SweepSummary:
     tallies = Counter({key: 0 for key in TALLY_KEYS})
     reasons: Counter[str] = Counter()
@@ -165,7 +166,7 @@ def summarise(
         front_size=len(best) if is_pareto else None,
         replay_cpu_seconds=sum(r.cpu_seconds for r in results),
         replay_wall_seconds=sum(r.wall_seconds for r in results),
-        optimizer_seconds=optimizer_seconds,
+        optimizer_seconds=sum(t.optimizer_seconds for h in histories for t in h.tallies),
         branches=branches,
         line="",
     )

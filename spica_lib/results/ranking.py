@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
-from pydantic import BaseModel, ConfigDict
+
 from spica_lib.config import OptimizationTarget
+from spica_lib.trial.score import Candidate
 
 
 def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
@@ -14,22 +13,23 @@ def rank(candidates: Sequence[Candidate]) -> list[Candidate]:
     return sorted(candidates, key=lambda c: (-c.score, c.used_gpus))
 
 
-def dominates(a: dict[str, float], b: dict[str, float], objectives: Sequence[OptimizationTarget]) -> bool:
-    """a is no worse than b on every objective and strictly better on one."""
-    better = False
-    for target in objectives:
-        x, y = a.get(target.value, 0.0), b.get(target.value, 0.0)
-        if not target.maximize:
-            x, y = -x, -y
-        if x < y:
-            return False
-        better = better or x > y
-    return better
-
-
 def pareto_front(candidates: Sequence[Candidate], objectives: Sequence[OptimizationTarget]) -> list[Candidate]:
-    """Non-dominated candidates, sorted ascending along the last objective. Exact ties are all kept."""
+    """Non-dominated candidates, sorted ascending along the last objective. Exact ties are all kept.
+
+    Optimality is Vizier's (`pyvizier.multimetric`), on points signed so that higher is better.
+    """
+    import numpy as np
+    from vizier.pyvizier import multimetric
+
     pool = [c for c in candidates if c.objectives is not None]
-    front = [c for c in pool if not any(dominates(o.objectives, c.objectives, objectives) for o in pool if o is not c)]
+    if not pool:
+        return []
+    points = np.array([[_signed(c.objectives.get(t.value, 0.0), t) for t in objectives] for c in pool])
+    optimal = multimetric.NaiveParetoOptimalAlgorithm().is_pareto_optimal(points)
+    front = [c for c, keep in zip(pool, optimal, strict=True) if keep]
     last = objectives[-1].value
     return sorted(front, key=lambda c: c.objectives.get(last, 0.0))
+
+
+def _signed(value: float, target: OptimizationTarget) -> float:
+    return value if target.maximize else -value

@@ -7,40 +7,31 @@ single job starts or a single file is written.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config import ConfigError
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import build_validated_config
-from spica_lib.predictor.plan import PredictorPlan, plan_predictor_jobs
+from spica_lib.predictor.plan import plan_predictor_jobs
 
 RESULTS_ROOT = "results"
 DEFAULT_CONFIG = "config/default.yaml"
 
 
-class RunLayout(BaseModel):
-    """The results tree of one run. Every stage's output path is named here and nowhere else."""
+class RunFiles(BaseModel):
+    """The results tree of one run: every artifact's path is spelled here and nowhere else.
+
+    Rule scripts get the run folder as a param and build this to find the files they did not
+    declare one by one (the trial files of a history, say).
+    """
 
     model_config = ConfigDict(frozen=True)
 
-    run: str
-    config_file: str
-    config_sha256: str
-    trace_file: str | None
-    modes: list[str]
-    predictor_jobs: list[tuple[int, str]]  # (throughput interval, candidate label) to score
-    max_rounds: int
-    is_pareto: bool
-    max_eval_seconds: float | None
-    parallel_evals: int
-    root: str = RESULTS_ROOT
-
-    @property
-    def dir(self) -> str:
-        return f"{self.root}/{self.run}"
+    dir: str
 
     @property
     def config_json(self) -> str:
@@ -73,29 +64,34 @@ class RunLayout(BaseModel):
     def observations(self, branch: str, round_index: int | str) -> str:
         return f"{self.dir}/rounds/{branch}/{round_index}/observations.json"
 
-    def spec(self, key: str) -> str:
-        return f"{self.dir}/specs/{key}.json"
+    def round_specs(self, branch: str, round_index: int | str) -> str:
+        """The folder of the specs a round's new trials replay (the suggest checkpoint writes it)."""
+        return f"{self.dir}/rounds/{branch}/{round_index}/specs"
+
+    def spec(self, branch: str, round_index: int | str, key: str) -> str:
+        return f"{self.round_specs(branch, round_index)}/{key}.json"
 
     def trial(self, branch: str, round_index: int | str, key: str) -> str:
         """A trial lives under the round that first asked for it, so each round is one folder (and one SLURM group)."""
         return f"{self.dir}/rounds/{branch}/{round_index}/trials/{key}.json"
 
-    def journal(self, key: str) -> str:
-        """Every finished trial is kept here too, out of Snakemake's reach (see trial.run_trial_job)."""
-        return f"{self.dir}/journal/{key}.json"
+    def trial_files(self, branch: str, refs: Iterable[tuple[str | None, int | None]]) -> dict[str, str]:
+        """Key -> trial file for the (key, trial round) pairs of a branch's observations or suggestions."""
+        return {
+            key: self.trial(branch, round_index, key) for key, round_index in refs if key and round_index is not None
+        }
 
-    @property
-    def last_round(self) -> int:
-        return self.max_rounds - 1
+    def journal(self, key: str) -> str:
+        """Every finished trial is kept here too, out of Snakemake's reach (see trial.store.run_trial_job)."""
+        return f"{self.dir}/journal/{key}.json"
 
     @property
     def candidates_parquet(self) -> str:
         return f"{self.dir}/candidates.parquet"
 
-    @property
-    def result_csv(self) -> str:
+    def result_csv(self, is_pareto: bool) -> str:
         """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
-        return f"{self.dir}/{'pareto' if self.is_pareto else 'ranked'}.csv"
+        return f"{self.dir}/{'pareto' if is_pareto else 'ranked'}.csv"
 
     @property
     def summary_json(self) -> str:
@@ -103,6 +99,29 @@ class RunLayout(BaseModel):
 
     def log(self, stage: str) -> str:
         return f"{self.dir}/logs/{stage}.log"
+
+
+class RunLayout(RunFiles):
+    """A run as the Snakefile plans it: its files, and what the DAG needs to know before any job runs."""
+
+    run: str
+    config_file: str
+    config_sha256: str
+    trace_file: str | None
+    modes: list[str]
+    predictor_jobs: list[tuple[int, str]]  # (throughput interval, candidate label) to score
+    max_rounds: int
+    is_pareto: bool
+    max_eval_seconds: float | None
+    parallel_evals: int
+
+    @property
+    def last_round(self) -> int:
+        return self.max_rounds - 1
+
+    @property
+    def ranking_csv(self) -> str:
+        return self.result_csv(self.is_pareto)
 
 
 def locate_config(snakemake_config: dict[str, Any], configfiles: list[str], default: str = DEFAULT_CONFIG) -> str:
@@ -128,18 +147,21 @@ def _stable_path(path: str) -> str:
 def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_ROOT) -> RunLayout:
     """Validate the config and name its run; refuse to mix a different config into an existing run."""
     validated = build_validated_config(config_file, run)
+    config = validated.config
+    # The DAG needs the scoring jobs before policies.json exists: plan them from the config here.
+    plan = plan_predictor_jobs(config, apply_policy_filters(config).kept)
     layout = RunLayout(
+        dir=f"{root}/{validated.run}",
         run=validated.run,
         config_file=config_file,
         config_sha256=validated.config_sha256,
         trace_file=validated.inputs.trace_file,
-        modes=list(dict.fromkeys(validated.config.search_space.deployment_mode)),
-        predictor_jobs=[(job.interval, job.label) for job in predictor_plan(validated.config).jobs],
-        max_rounds=validated.config.sweep.max_rounds,
-        is_pareto=validated.config.goal.is_pareto,
-        max_eval_seconds=validated.config.sweep.max_eval_seconds,
-        parallel_evals=validated.config.sweep.parallel_evals,
-        root=root,
+        modes=list(dict.fromkeys(config.search_space.deployment_mode)),
+        predictor_jobs=[(job.interval, job.label) for job in plan.jobs],
+        max_rounds=config.sweep.max_rounds,
+        is_pareto=config.goal.is_pareto,
+        max_eval_seconds=config.sweep.max_eval_seconds,
+        parallel_evals=config.sweep.parallel_evals,
     )
     existing = Path(layout.config_json)
     if existing.is_file():
@@ -150,15 +172,10 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
                 [
                     (
                         "run",
-                        f"results/{layout.run} already holds a run of a different config (sha256 {recorded[:12]}); "
+                        f"{layout.dir} already holds a run of a different config (sha256 {recorded[:12]}); "
                         "pick another run name, or drop `run=` to use the config's own id",
                     )
                 ],
                 source=config_file,
             )
     return layout
-
-
-def predictor_plan(config: SmartSearchConfig) -> PredictorPlan:
-    """The load-predictor jobs of a run (the same plan the stage's merge rule recomputes)."""
-    return plan_predictor_jobs(config, apply_policy_filters(config).kept)

@@ -6,6 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from spica_lib.config import OptimizationGoal
+from spica_lib.search.metrics import designer_metrics
+from spica_lib.trial.spec import TrialResult
+
 SCHEMA_VERSION = 1
 Outcome = Literal["new", "duplicate", "cached", "unsupported", "infeasible", "failed"]
 ObservedStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit"]
@@ -25,6 +29,7 @@ class Suggested(BaseModel):
     reason: str | None = None
     projection_distance: float | None = None
     mode_projected: bool = False
+    trial_round: int | None = None  # the round whose folder holds the trial file (new, duplicate, cached)
 
 
 class RoundSuggestions(BaseModel):
@@ -55,6 +60,7 @@ class Observation(BaseModel):
     status: ObservedStatus
     reason: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)  # what Vizier sees (objective(s))
+    trial_round: int | None = None  # where its trial file lives: rounds/<branch>/<trial_round>/trials/<key>.json
 
 
 class RoundTally(BaseModel):
@@ -64,6 +70,7 @@ class RoundTally(BaseModel):
     attempts: int
     new_trials: int
     counts: dict[str, int]
+    optimizer_seconds: float = 0.0
 
 
 class BranchHistory(BaseModel):
@@ -78,3 +85,27 @@ class BranchHistory(BaseModel):
     stall_reason: str | None = None
     observations: list[Observation] = Field(default_factory=list)
     tallies: list[RoundTally] = Field(default_factory=list)
+
+
+def observe(
+    item: Suggested, round_index: int, goal: OptimizationGoal, result: TrialResult | None = None
+) -> Observation:
+    """The one way a suggestion's outcome becomes an observation.
+
+    Without a result the suggestion was answered before any replay (unsupported, infeasible, a
+    failed build) and is told as such. With one, the trial's status is told; a feasible result the
+    branch already had (a cached or duplicate suggestion) is a cache hit.
+    """
+    base = {
+        "vizier_id": item.vizier_id,
+        "round": round_index,
+        "params": item.params,
+        "key": item.key,
+        "trial_round": item.trial_round,
+    }
+    if result is None:
+        return Observation(**base, status=item.outcome, reason=item.reason)
+    if result.status != "feasible":
+        return Observation(**base, status=result.status, reason=result.reason)
+    status = "feasible" if item.outcome == "new" else "cache_hit"
+    return Observation(**base, status=status, metrics=designer_metrics(result, goal))

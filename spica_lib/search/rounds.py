@@ -29,11 +29,11 @@ from spica_lib.search.designers import (
     round_seed,
     vizier_trial,
 )
-from spica_lib.search.history import BranchHistory, Observation, RoundSuggestions, RoundTally, Suggested
-from spica_lib.search.metrics import designer_metrics, search_objectives
+from spica_lib.search.history import BranchHistory, Observation, RoundSuggestions, RoundTally, Suggested, observe
+from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
-from spica_lib.trial.evaluate import prepare_failure, prepare_trial
-from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
+from spica_lib.trial.evaluate import over_budget, prepare_failure, prepare_trial
+from spica_lib.trial.spec import TrialResult, TrialSpec
 
 REPLACEMENT_FACTOR = 11  # a round may ask Vizier for up to 11x its target (the batch + 10x replacements)
 
@@ -90,17 +90,15 @@ def suggest_round(
         answered = []
         for suggestion in batch:
             params = plain_parameters(suggestion)
-            item, new_spec = _triage(context, space, next_id, params, known_keys, known_results, specs)
+            item, new_spec = _triage(context, space, round_index, next_id, params, known_keys, known_results, specs)
             next_id += 1
             round_file.suggested.append(item)
             if new_spec is not None:
                 specs.append(new_spec)
             elif item.outcome != "duplicate":
-                answered.append(
-                    _completed(
-                        _immediate_observation(item, round_index, known_results, context), objectives, sweep.algorithm
-                    )
-                )
+                stored = known_results[item.key] if item.outcome == "cached" else None
+                observed = observe(item, round_index, context.config.goal, stored)
+                answered.append(_completed(observed, objectives, sweep.algorithm))
         clock = time.perf_counter()
         _tell(designer, answered)
         optimizer += time.perf_counter() - clock
@@ -112,6 +110,7 @@ def suggest_round(
 def _triage(
     context: SearchContext,
     space: BranchSpace,
+    round_index: int,
     vizier_id: int,
     params: dict[str, Any],
     known_keys: dict[str, Observation],
@@ -134,9 +133,9 @@ def _triage(
         return Suggested(
             **base, outcome="unsupported", reason=f"backend '{backend}' does not support this parallel config"
         ), None
-    if layout.total_gpus > space.spec.gpu_budget:
-        reason = f"over gpu_budget: used_gpus={layout.total_gpus} > gpu_budget={space.spec.gpu_budget}"
-        return Suggested(**base, outcome="infeasible", reason=reason), None
+    over = over_budget(layout.total_gpus, space.spec.gpu_budget)
+    if over:
+        return Suggested(**base, outcome="infeasible", reason=over), None
     try:
         trial = prepare_trial(
             context.config,
@@ -150,42 +149,12 @@ def _triage(
         failure = prepare_failure(exc, layout.total_gpus)
         return Suggested(**base, outcome=failure.status, reason=failure.reason), None
     key = trial.key()
-    if key in known_keys or key in known_results:
-        return Suggested(**base, key=key, outcome="cached"), None
+    if key in known_results:
+        earlier = known_keys.get(key)
+        return Suggested(**base, key=key, outcome="cached", trial_round=earlier and earlier.trial_round), None
     if any(p.key() == key for p in pending):
-        return Suggested(**base, key=key, outcome="duplicate"), None
-    return Suggested(**base, key=key, outcome="new"), trial
-
-
-def _immediate_observation(
-    item: Suggested, round_index: int, known_results: dict[str, TrialResult], context: SearchContext
-) -> Observation:
-    if item.outcome == "cached":
-        return _observed(item, round_index, known_results[item.key], context.config.goal, cached=True)
-    return Observation(
-        vizier_id=item.vizier_id,
-        round=round_index,
-        params=item.params,
-        key=item.key,
-        status=item.outcome,
-        reason=item.reason,
-    )
-
-
-def _observed(
-    item: Suggested, round_index: int, result: TrialResult, goal: OptimizationGoal, cached: bool
-) -> Observation:
-    feasible = result.status == "feasible"
-    status = "cache_hit" if cached and feasible else result.status
-    return Observation(
-        vizier_id=item.vizier_id,
-        round=round_index,
-        params=item.params,
-        key=item.key,
-        status=status,
-        reason=None if feasible else result.reason,
-        metrics=designer_metrics(result, goal) if feasible else {},
-    )
+        return Suggested(**base, key=key, outcome="duplicate", trial_round=round_index), None
+    return Suggested(**base, key=key, outcome="new", trial_round=round_index), trial
 
 
 def _completed(observation: Observation, objectives: list[tuple[str, bool]], algorithm: str) -> Any:
@@ -207,29 +176,19 @@ def _tell(designer: Any, trials: list[Any]) -> None:
 def tell_round(
     goal: OptimizationGoal,
     suggestions: RoundSuggestions,
-    records: dict[str, TrialRecord],
-    known_results: dict[str, TrialResult],
+    results: dict[str, TrialResult],
     history: BranchHistory | None,
 ) -> BranchHistory:
-    """Append the round's outcomes to the branch history and decide whether the branch stalls."""
+    """Append the round's outcomes to the branch history and decide whether the branch stalls.
+
+    `results` holds the result of every trial the round's suggestions name (new, duplicate, cached).
+    """
     previous = history or BranchHistory(deployment_mode=suggestions.deployment_mode, round=-1)
     observations = list(previous.observations)
     counts: dict[str, int] = {}
     for item in suggestions.suggested:
-        if item.outcome in ("new", "duplicate"):
-            result = records[item.key].result
-            observed = _observed(item, suggestions.round, result, goal, cached=item.outcome == "duplicate")
-        elif item.outcome == "cached":
-            observed = _observed(item, suggestions.round, known_results[item.key], goal, cached=True)
-        else:
-            observed = Observation(
-                vizier_id=item.vizier_id,
-                round=suggestions.round,
-                params=item.params,
-                key=item.key,
-                status=item.outcome,
-                reason=item.reason,
-            )
+        replayed = item.outcome in ("new", "duplicate", "cached")
+        observed = observe(item, suggestions.round, goal, results[item.key] if replayed else None)
         observations.append(observed)
         counts[observed.status] = counts.get(observed.status, 0) + 1
     stalled, stall_reason = previous.stalled, previous.stall_reason
@@ -242,7 +201,11 @@ def tell_round(
     if suggestions.skipped is not None and not stalled:
         stalled, stall_reason = True, suggestions.skipped
     tally = RoundTally(
-        round=suggestions.round, attempts=suggestions.attempts, new_trials=len(suggestions.new_keys), counts=counts
+        round=suggestions.round,
+        attempts=suggestions.attempts,
+        new_trials=len(suggestions.new_keys),
+        counts=counts,
+        optimizer_seconds=suggestions.optimizer_seconds,
     )
     return BranchHistory(
         deployment_mode=suggestions.deployment_mode,

@@ -88,15 +88,21 @@ def prepare_failure(exc: Exception, used_gpus: int) -> TrialResult:
     return rejected_before_replay("failed", f"candidate build failed: {type(exc).__name__}: {exc}", used_gpus)
 
 
+def over_budget(used_gpus: int, gpu_budget: int) -> str | None:
+    """Why a layout is over the GPU budget, or None when it fits (the one budget gate: search and trial use it)."""
+    if used_gpus <= gpu_budget:
+        return None
+    return f"over gpu_budget: used_gpus={used_gpus} > gpu_budget={gpu_budget}"
+
+
 def evaluate_trial(
     spec: TrialSpec, *, max_eval_seconds: float | None = None, per_request_path: str | None = None
 ) -> TrialResult:
     """Replay and score one trial. Never raises for a bad candidate: the result says what happened."""
     used = spec.used_gpus
-    if used > spec.gpu_budget:
-        return rejected_before_replay(
-            "infeasible", f"over gpu_budget: used_gpus={used} > gpu_budget={spec.gpu_budget}", used
-        )
+    over = over_budget(used, spec.gpu_budget)
+    if over:
+        return rejected_before_replay("infeasible", over, used)
     run = run_in_child(spec.replay, max_eval_seconds, per_request_path)
     base = {
         "used_gpus": used,

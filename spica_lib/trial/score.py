@@ -60,10 +60,6 @@ def objective_vector(report: dict[str, float], objectives: Sequence[Optimization
     return {target.value: objective_value(report, target) for target in objectives}
 
 
-def is_within_budget(used_gpus: int, gpu_budget: int) -> bool:
-    return used_gpus <= gpu_budget
-
-
 class Candidate(BaseModel):
     """A scored deployment: its flat config, metrics, score (higher is better) and Pareto objectives."""
 

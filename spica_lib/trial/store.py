@@ -6,7 +6,7 @@ from pathlib import Path
 
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.trial.evaluate import evaluate_trial, killed_outside
-from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
+from spica_lib.trial.spec import TrialRecord, TrialSpec
 
 
 def run_trial_job(
@@ -40,32 +40,10 @@ def run_trial_job(
     return record, False
 
 
-def trial_path(folder: str | Path, key: str) -> Path:
-    return Path(folder) / f"{key}.json"
-
-
-def write_trial(folder: str | Path, spec: TrialSpec, result: TrialResult) -> Path:
-    key = spec.key()
-    path = trial_path(folder, key)
-    write_model(path, TrialRecord(key=key, spec=spec, result=result))
-    return path
-
-
 def read_trial(path: str | Path) -> TrialRecord:
     return read_model(path, TrialRecord)
 
 
-def load_records(run_dir: str | Path, keys: list[str]) -> dict[str, TrialRecord]:
-    """The stored trials for `keys` (each must exist), wherever their round put them in `run_dir`."""
-    found = {path.stem: path for path in sorted(Path(run_dir).glob("rounds/*/*/trials/*.json"))}
-    missing = [key for key in keys if key not in found]
-    if missing:
-        raise FileNotFoundError(f"no trial file under {run_dir}/rounds for key(s) {', '.join(missing)}")
-    return {key: read_trial(found[key]) for key in dict.fromkeys(keys)}
-
-
-def write_spec_once(path: str | Path, spec: TrialSpec) -> None:
-    """Write a spec file unless it exists: its name is its content hash, so a rewrite would only
-    touch its time stamp — and make the workflow replay a finished trial again."""
-    if not Path(path).exists():
-        write_model(path, spec)
+def read_trials(paths: dict[str, str | Path]) -> dict[str, TrialRecord]:
+    """The stored trials, by key, from the files a run's layout names (each must exist)."""
+    return {key: read_trial(path) for key, path in paths.items()}

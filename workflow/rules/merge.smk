@@ -6,7 +6,7 @@ rule merge:
         histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
     output:
         candidates=RUN.candidates_parquet,
-        table=RUN.result_csv,
+        table=RUN.ranking_csv,
         summary=RUN.summary_json,
     log:
         RUN.log("merge"),

@@ -1,6 +1,7 @@
 # The search: per branch and round, a checkpoint asks Vizier for candidates (suggest), one job per
 # new trial replays it (trial), and a tell rule appends the round to the branch history, which the
-# next round's suggest reads. Trial jobs only ever write their own rounds/<branch>/<k>/trials/<key>.json.
+# next round's suggest reads. The checkpoint writes the round's new specs to rounds/<branch>/<k>/specs/;
+# trial jobs only ever write their own rounds/<branch>/<k>/trials/<key>.json.
 import json
 import math
 import os
@@ -31,8 +32,11 @@ checkpoint suggest:
         previous=previous_history,
     output:
         suggestions=RUN.suggestions("{branch}", "{round}"),
+        specs=directory(RUN.round_specs("{branch}", "{round}")),
     log:
         RUN.log("rounds/{branch}/{round}/suggest"),
+    params:
+        run_dir=RUN.dir,
     localrule: True
     script:
         "../scripts/suggest.py"
@@ -52,7 +56,7 @@ rule trial:
     message:
         "Replaying trial {wildcards.key} (round {wildcards.round} of {wildcards.branch})"
     input:
-        spec=RUN.spec("{key}"),
+        specs=RUN.round_specs("{branch}", "{round}"),
     output:
         trial=RUN.trial("{branch}", "{round}", "{key}"),
     log:
@@ -62,6 +66,7 @@ rule trial:
     group:
         "trials_{branch}_r{round}"
     params:
+        spec=RUN.spec("{branch}", "{round}", "{key}"),
         max_eval_seconds=RUN.max_eval_seconds,
         last_attempt=last_trial_attempt,
         journal=RUN.journal("{key}"),
@@ -94,6 +99,8 @@ rule tell:
         history=RUN.observations("{branch}", "{round}"),
     log:
         RUN.log("rounds/{branch}/{round}/tell"),
+    params:
+        run_dir=RUN.dir,
     localrule: True
     script:
         "../scripts/tell.py"

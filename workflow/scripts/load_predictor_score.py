@@ -2,18 +2,20 @@
 
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
+from spica_lib.config.policies import PolicyFilter
 from spica_lib.config.presets import load_predictor
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.predictor.dynamo import lean_imports
+from spica_lib.predictor.plan import plan_predictor_jobs
 from spica_lib.predictor.scoring import run_job
-from spica_lib.run.layout import predictor_plan
 
 smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
 
 with stage_log(smk.log[0]) as log:
     config = read_model(smk.input.config, ValidatedConfig).config
+    plan = plan_predictor_jobs(config, read_model(smk.input.policies, PolicyFilter).kept)
     interval, label = int(smk.wildcards.interval), smk.wildcards.label
-    job = next(j for j in predictor_plan(config).jobs if (j.interval, j.label) == (interval, label))
+    job = next(j for j in plan.jobs if (j.interval, j.label) == (interval, label))
     lean_imports(load_predictor(job.entry).load_predictor)  # this process scores one family only
     score = run_job(
         job,

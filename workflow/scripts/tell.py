@@ -3,20 +3,21 @@
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.config.validate import ValidatedConfig
+from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import tell_round
-from spica_lib.trial.store import load_records
+from spica_lib.trial.store import read_trials
 
 smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
-RUN_DIR = smk.output.history.split("/rounds/")[0]
+files = RunFiles(dir=smk.params.run_dir)
 
 with stage_log(smk.log[0]) as log:
     config = read_model(smk.input.config, ValidatedConfig).config
     suggestions = read_model(smk.input.suggestions, RoundSuggestions)
     history = read_model(smk.input.previous[0], BranchHistory) if smk.input.previous else None
-    keys = [item.key for item in suggestions.suggested if item.key]
-    records = load_records(RUN_DIR, keys)
-    updated = tell_round(config.goal, suggestions, records, {k: r.result for k, r in records.items()}, history)
+    refs = ((item.key, item.trial_round) for item in suggestions.suggested)
+    records = read_trials(files.trial_files(smk.wildcards.branch, refs))
+    updated = tell_round(config.goal, suggestions, {k: r.result for k, r in records.items()}, history)
     write_model(smk.output.history, updated)
     log.info("%s round %d: %s", updated.deployment_mode, suggestions.round, updated.tallies[-1].counts)
     if updated.stalled and (history is None or not history.stalled):

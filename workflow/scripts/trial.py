@@ -12,7 +12,7 @@ from spica_lib.trial.store import run_trial_job
 smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
 
 with stage_log(smk.log[0]) as log:
-    spec = read_model(smk.input.spec, TrialSpec)
+    spec = read_model(smk.params.spec, TrialSpec)  # from the round's specs folder, the declared input
     key = Path(smk.output.trial).stem  # the identity the round assigned; the file name must match it
     if spec.key() != key:
         log.warning("spec %s re-hashes to %s (library changed since the round was suggested)", key, spec.key())
