@@ -27,6 +27,13 @@ def test_bundled_models_include_the_examples():
     assert not any(name.endswith("_hf_quant") for name in models)
 
 
+def test_a_bundled_config_that_would_need_a_download_is_refused_up_front():
+    # aiconfigurator 0.12.0 ships mistralai--Mixtral-8x7B-v0.1_config.json but loads it from the hub.
+    assert "mistralai/Mixtral-8x7B-v0.1" not in bundled_models()
+    _, problems = check_catalog("h200_sxm", "mistralai/Mixtral-8x7B-v0.1", ["vllm"])
+    assert [path for path, _ in problems] == ["search_space.model_name"]
+
+
 def test_known_pair_gives_facts():
     facts, problems = check_catalog("h200_sxm", "Qwen/Qwen3-32B", ["vllm", "sglang"])
     assert problems == []

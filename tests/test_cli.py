@@ -56,13 +56,15 @@ def test_console_script_is_installed():
     spica = shutil.which("spica") or str(REPO / ".venv" / "bin" / "spica")
     done = subprocess.run([spica, "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "validate" in done.stdout
-    done = subprocess.run(
-        [sys.executable, "-m", "spica_lib.cli", "validate", "/nonexistent.yaml"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 2
+    # `python -m spica_lib.cli` reaches every command (evaluate once died there with a NameError).
+    for command in (["validate"], ["evaluate", "--candidate", "{}"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "spica_lib.cli", *command, "/nonexistent.yaml"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 2 and "does not exist" in done.stderr, done.stderr
 
 
 def test_run_keeps_its_own_options_after_the_config_and_passes_only_what_follows_a_lone_dash_dash(monkeypatch):

@@ -14,14 +14,14 @@ SCALING_DICT = {
 
 
 def test_defaults_fill_in():
-    ss = build(config_data()).search_space
-    assert ss.gpu_budget == 32
-    assert ss.deployment_mode == ["disagg", "agg"] and ss.backend == ["vllm"]
-    assert ss.prefill_block_size == 64 and ss.decode_enable_prefix_caching is False
-    assert ss.prefill_max_num_seqs == [1, 2, 4, 8, 16, 32, 64, 128, 256]
-    assert len(ss.load_predictor_candidates) == 11
-    assert "disabled" in ss.planner_scaling_policy and len(ss.planner_scaling_policy) == 7
-    assert ss.router_mode == ["kv_router", "round_robin"]
+    space = build(config_data()).search_space
+    assert space.gpu_budget == 32
+    assert space.deployment_mode == ["disagg", "agg"] and space.backend == ["vllm"]
+    assert space.prefill_block_size == 64 and space.decode_enable_prefix_caching is False
+    assert space.prefill_max_num_seqs == [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    assert len(space.load_predictor_candidates) == 11
+    assert "disabled" in space.planner_scaling_policy and len(space.planner_scaling_policy) == 7
+    assert space.router_mode == ["kv_router", "round_robin"]
 
 
 @pytest.mark.parametrize("knob", sorted(ATOMIC_CHOICES))
@@ -63,9 +63,9 @@ def test_composite_dicts_accepted():
             "load_predictor_candidates": [{"load_predictor": "prophet", "prophet_window_size": 20}],
         }
     )
-    ss = build(data).search_space
-    assert ss.planner_scaling_policy[1] == SCALING_DICT
-    assert ss.load_predictor_candidates == [{"load_predictor": "prophet", "prophet_window_size": 20}]
+    space = build(data).search_space
+    assert space.planner_scaling_policy[1] == SCALING_DICT
+    assert space.load_predictor_candidates == [{"load_predictor": "prophet", "prophet_window_size": 20}]
 
 
 def test_composite_dict_problems():
@@ -95,8 +95,8 @@ def test_composite_dict_problems():
 
 def test_gpu_budget_bounds():
     rejected(config_data(search_space={"gpu_budget": 0}), "search_space.gpu_budget", "greater than or equal to 1")
-    ss = build(config_data(search_space={"gpu_budget": 32, "min_gpu_budget": 8})).search_space
-    assert (ss.min_gpu_budget, ss.gpu_budget) == (8, 32)
+    space = build(config_data(search_space={"gpu_budget": 32, "min_gpu_budget": 8})).search_space
+    assert (space.min_gpu_budget, space.gpu_budget) == (8, 32)
     rejected(
         config_data(search_space={"gpu_budget": 8, "min_gpu_budget": 16}),
         "search_space",
@@ -150,10 +150,10 @@ def test_parallel_pins_need_exactly_one_mode():
     rejected(
         config_data(search_space={"parallel_configs": [{"tp": 1, "replicas": 2}]}), "search_space", "exactly one mode"
     )
-    ss = build(
+    space = build(
         config_data(search_space={"deployment_mode": ["agg"], "parallel_configs": [{"tp": 1, "replicas": 2}]})
     ).search_space
-    assert ss.parallel_configs == [{"tp": 1, "replicas": 2}]
+    assert space.parallel_configs == [{"tp": 1, "replicas": 2}]
 
 
 def test_parallel_pin_shapes():
@@ -193,8 +193,8 @@ def test_parallel_pin_shapes():
 
 
 def test_whole_floats_are_stored_as_the_canonical_choice():
-    ss = build(config_data(search_space={"agg_max_num_batched_tokens": [8192.0]})).search_space
-    assert ss.agg_max_num_batched_tokens == [8192] and isinstance(ss.agg_max_num_batched_tokens[0], int)
+    space = build(config_data(search_space={"agg_max_num_batched_tokens": [8192.0]})).search_space
+    assert space.agg_max_num_batched_tokens == [8192] and isinstance(space.agg_max_num_batched_tokens[0], int)
 
 
 @pytest.mark.parametrize(

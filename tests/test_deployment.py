@@ -20,7 +20,7 @@ SCALING = {"planner_fpm_sampling": "default", "planner_load_sensitivity": "defau
 
 
 def sample_for(config, mode="agg", backend="vllm", policy="disabled", router="round_robin", **space):
-    ss = build(config_data(search_space=space)).search_space
+    search_space = build(config_data(search_space=space)).search_space
     sel = {
         "deployment_mode": mode,
         "backend": backend,
@@ -31,7 +31,7 @@ def sample_for(config, mode="agg", backend="vllm", policy="disabled", router="ro
     sel.update(AGG if mode == "agg" else DISAGG)
     if router == "kv_router":
         sel.update(overlap_score_credit=0.5, prefill_load_scale=1.0, router_temperature=0.0)
-    return unroll_sample(ss, sel, config, {180.0: "prophet_w50_raw"})
+    return unroll_sample(search_space, sel, config, {180.0: "prophet_w50_raw"})
 
 
 TEP = ReplicaConfig(shape=ParallelShape(tp=4, moe_ep=4), replicas=2)
@@ -131,6 +131,13 @@ def test_planner_payload_is_a_valid_dynamo_planner_config(monkeypatch):
         ).planner_config
         parsed = PlannerConfig.model_validate(payload)
         assert parsed.mode == mode and parsed.enable_throughput_scaling and parsed.max_gpu_budget == 32
+
+
+def test_a_payload_dynamos_planner_refuses_fails_when_the_plan_is_built():
+    sample = sample_for(DENSE, policy="hybrid_180_5")
+    sample["fpm_sample_bucket_size"] = 5  # a hand-made sample: config validation would have refused it
+    with pytest.raises(ValueError, match="perfect square"):
+        build_deployment(sample, backend_version="0.24.0", optimization_target="sla", sla_ttft_ms=500, sla_itl_ms=30)
 
 
 def test_an_unset_interval_is_left_out_of_the_planner_payload():

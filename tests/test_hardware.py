@@ -8,15 +8,15 @@ from spica_lib.facts.parallel import ParallelShape
 pytestmark = pytest.mark.slow
 
 
-def test_deepseek_v3_is_moe_with_latent_attention_and_wide_ep_on_h200():
+def test_deepseek_v3_is_moe_with_latent_attention():
     facts = resolve_model_hardware("deepseek-ai/DeepSeek-V3", "h200_sxm", "sglang", "0.5.14")
-    assert facts.model.is_moe and facts.model.uses_mla and facts.enable_wideep
+    assert facts.model.is_moe and facts.model.uses_mla
     assert facts.model.max_context == 163_840 and facts.model.num_experts == 256
 
 
 def test_qwen3_32b_is_dense():
     facts = resolve_model_hardware("Qwen/Qwen3-32B", "h200_sxm", "vllm", "0.24.0")
-    assert not facts.model.is_moe and not facts.enable_wideep
+    assert not facts.model.is_moe
     assert facts.model.max_context == 40_960 and facts.model.num_heads == 64
     assert 60e9 < facts.model.weight_bytes < 70e9  # 32B parameters in bf16
 

@@ -133,8 +133,10 @@ def test_raw_dict_composites():
 
 
 def test_pinned_scalars_are_folded_in():
-    ss = space(gpu_budget=16, min_gpu_budget=8, min_endpoint=2, context_length=4096, startup_time=300, aic_nextn=2)
-    sample = unroll_sample(ss, selection(), TEP4x2)
+    search_space = space(
+        gpu_budget=16, min_gpu_budget=8, min_endpoint=2, context_length=4096, startup_time=300, aic_nextn=2
+    )
+    sample = unroll_sample(search_space, selection(), TEP4x2)
     assert (sample["gpu_budget"], sample["min_gpu_budget"], sample["min_endpoint"]) == (16, 8, 2)
     assert (sample["context_length"], sample["startup_time"], sample["aic_nextn"]) == (4096, 300, 2)
     assert sample["num_g2_blocks"] == 0 and sample["kv_bytes_per_token"] is None

@@ -42,22 +42,22 @@ def read_candidate(text_or_path: str) -> dict[str, Any]:
 
 def candidate_selection(config: SmartSearchConfig, data: dict[str, Any]) -> tuple[dict[str, Any], ParallelConfig]:
     """Check a candidate against the config and return (selection, parallel config)."""
-    ss = config.search_space
-    mode = data.get("deployment_mode", ss.deployment_mode[0])
+    space = config.search_space
+    mode = data.get("deployment_mode", space.deployment_mode[0])
     try:
         check_atomic_knob("deployment_mode", [mode])
     except ValueError as exc:
         raise ConfigError([("candidate.deployment_mode", str(exc))], subject="candidate") from None
     if "parallel" not in data:
         raise ConfigError([("candidate.parallel", "give the layout, e.g. {tp: 2, replicas: 4}")], subject="candidate")
-    choices = branch_knob_choices(ss, mode)
+    choices = branch_knob_choices(space, mode)
     unknown = sorted(set(data) - set(choices) - set(STRUCTURAL_KEYS))
     if unknown:
         allowed = sorted({*STRUCTURAL_KEYS, *choices})
         raise ConfigError(
             [("candidate", f"unknown keys {unknown}; a {mode} candidate takes {allowed}")], subject="candidate"
         )
-    selection: dict[str, Any] = {"deployment_mode": mode, "backend": data.get("backend", ss.backend[0])}
+    selection: dict[str, Any] = {"deployment_mode": mode, "backend": data.get("backend", space.backend[0])}
     problems = []
     for knob, values in choices.items():
         selection[knob] = data.get(knob, values[0])

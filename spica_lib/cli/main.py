@@ -98,12 +98,12 @@ def _evaluate(path: str, candidate: str, as_json: bool, per_request: str | None)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return EXIT_CONFIG
-    ss = config.search_space
-    version = resolve_backend_version(ss.hardware_sku, selection["backend"])
+    space = config.search_space
+    version = resolve_backend_version(space.hardware_sku, selection["backend"])
     if version is None:
-        print(f"no perf database for backend {selection['backend']} on {ss.hardware_sku}", file=sys.stderr)
+        print(f"no perf database for backend {selection['backend']} on {space.hardware_sku}", file=sys.stderr)
         return EXIT_CONFIG
-    estimator = KvEstimator(ss.model_name, ss.hardware_sku, {selection["backend"]: version})
+    estimator = KvEstimator(space.model_name, space.hardware_sku, {selection["backend"]: version})
     try:
         spec = prepare_trial(config, selection, parallel, backend_version=version, estimator=estimator)
     except Exception as exc:  # a candidate that cannot be built is reported like the search reports it

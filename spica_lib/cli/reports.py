@@ -10,10 +10,10 @@ from spica_lib.pools.knobs import branch_knob_choices, combinations
 
 
 def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
-    ss = validated.config.search_space
+    space = validated.config.search_space
     spec0 = branches[0].spec
     lines = [
-        f"{ss.model_name} on {ss.hardware_sku}, gpu_budget {ss.gpu_budget}, sequences of {spec0.max_seq_len} tokens"
+        f"{space.model_name} on {space.hardware_sku}, gpu_budget {space.gpu_budget}, sequences of {spec0.max_seq_len} tokens"
     ]
     for branch in branches:
         spec = branch.spec
@@ -31,14 +31,14 @@ def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
 def summary(path: str, validated: ValidatedConfig) -> str:
     """One screen: what will be searched, against what traffic, for which goal."""
     config = validated.config
-    ss, sweep = config.search_space, config.sweep
+    space, sweep = config.search_space, config.sweep
     policies = apply_policy_filters(config)
     versions = validated.catalog.perf_db_versions
     backends = ", ".join(f"{b} (perf DB {v})" if v else f"{b} (no perf DB: skipped)" for b, v in versions.items())
     lines = [
         f"{path}: valid — run id {validated.run}",
-        f"  model      {ss.model_name} on {ss.hardware_sku}, gpu_budget {ss.gpu_budget}"
-        + (f" (at least {ss.min_gpu_budget})" if ss.min_gpu_budget else ""),
+        f"  model      {space.model_name} on {space.hardware_sku}, gpu_budget {space.gpu_budget}"
+        + (f" (at least {space.min_gpu_budget})" if space.min_gpu_budget else ""),
         f"  backends   {backends}",
         f"  workload   {_workload_line(config)}",
         f"  goal       {_goal_line(config)}",
@@ -50,12 +50,12 @@ def summary(path: str, validated: ValidatedConfig) -> str:
         ),
         "  branches",
     ]
-    for mode in dict.fromkeys(ss.deployment_mode):
-        choices = branch_knob_choices(ss, mode, policies.kept)
+    for mode in dict.fromkeys(space.deployment_mode):
+        choices = branch_knob_choices(space, mode, policies.kept)
         searched = {k: str(len(v)) for k, v in choices.items() if len(v) > 1}
         if config.workload.kv_load_ratio_range:
             searched["kv_load_ratio"] = "continuous {} to {}".format(*config.workload.kv_load_ratio_range)
-        pool = "pinned parallel configs" if ss.parallel_configs else "all legal parallel layouts"
+        pool = "pinned parallel configs" if space.parallel_configs else "all legal parallel layouts"
         lines.append(
             f"    {mode:<7} {combinations(choices)} knob combinations x {pool}; searched: "
             + (", ".join(f"{k} ({n})" for k, n in searched.items()) or "none")

@@ -1,4 +1,5 @@
-"""The config model (`SmartSearchConfig` and its parts) and its validation errors."""
+"""The config a user writes (`SmartSearchConfig` and its parts), its shared field names, presets and
+trace checks, and the validate and policies stages."""
 
 from spica_lib.config.goal import OptimizationGoal, OptimizationTarget, SLATarget
 from spica_lib.config.root import SmartSearchConfig

@@ -53,6 +53,8 @@ class FpmSampling(_Frozen):
     @classmethod
     def _perfect_square(cls, value: int) -> int:
         # The planner lays the buckets out on a square grid; a non-square size fails there, late.
+        # Dynamo's PlannerConfig checks the same (replay.plan uses it per trial), but importing the
+        # planner costs ~1 s, too much for a check that runs at every Snakemake start.
         if math.isqrt(value) ** 2 != value:
             raise ValueError(f"must be a perfect square (1, 4, 9, 16, ...), got {value}")
         return value

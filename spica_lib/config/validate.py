@@ -53,8 +53,8 @@ def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSe
     problems: list[tuple[str, str]] = []
     facts = None
     if check_hardware:
-        ss = config.search_space
-        facts, problems = check_catalog(ss.hardware_sku, ss.model_name, ss.backend)
+        space = config.search_space
+        facts, problems = check_catalog(space.hardware_sku, space.model_name, space.backend)
     try:
         apply_policy_filters(config)
     except ConfigError as exc:

@@ -12,8 +12,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-MODEL_CONFIG_SUFFIX = "_config.json"
-QUANT_SIDECAR_SUFFIX = "_hf_quant_config.json"
 VERSION_SLOT = "current"  # aiconfigurator's default perf-DB slot; resolved to a literal version
 
 
@@ -50,16 +48,14 @@ def resolve_backend_version(sku: str, backend: str) -> str | None:
 
 @functools.cache
 def bundled_models() -> tuple[str, ...]:
-    """Hugging Face ids of the model configs shipped with aiconfigurator, sorted."""
-    import aiconfigurator_core
+    """Hugging Face ids of the models aiconfigurator can describe offline, sorted.
 
-    folder = Path(aiconfigurator_core.__file__).parent / "model_configs"
-    names = []
-    for path in folder.glob(f"*{MODEL_CONFIG_SUFFIX}"):
-        if path.name.endswith(QUANT_SIDECAR_SUFFIX):
-            continue
-        names.append(path.name[: -len(MODEL_CONFIG_SUFFIX)].replace("--", "/", 1))
-    return tuple(sorted(names))
+    Its own list: its model folder also holds configs (Mixtral, Kimi-K2 in 0.12.0) that it would
+    try to download at their first use, which fails on a machine without a hub.
+    """
+    from aiconfigurator_core.sdk.common import get_default_models
+
+    return tuple(sorted(get_default_models()))
 
 
 def model_source(model_name: str) -> str | None:

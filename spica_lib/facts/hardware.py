@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -55,12 +54,6 @@ class HardwareFacts(BaseModel):
 
     model: ModelFacts
     system: SystemFacts
-
-    @property
-    def enable_wideep(self) -> bool:
-        """A MoE model too big for two copies in one node: wide expert parallelism pays off."""
-        node_bytes = self.system.gpus_per_node * self.system.vram_bytes
-        return self.model.is_moe and node_bytes < 2 * self.model.weight_bytes
 
 
 @functools.cache
@@ -143,7 +136,3 @@ def shape_problem(shape: ParallelShape, model: ModelFacts) -> str | None:
             f"moe_tp x moe_ep = {shape.moe_tp * shape.moe_ep}"
         )
     return None
-
-
-def is_local_model(model_name: str) -> bool:
-    return (Path(model_name).expanduser() / "config.json").is_file()

@@ -141,7 +141,11 @@ def enumerate_worker_shapes(
     allow_moe_pure_tp: bool = True,
     moe_backend: str | None = None,
 ) -> list[ParallelShape]:
-    """Every legal worker shape using exactly `gpus` GPUs (pp = 1)."""
+    """Every legal worker shape using exactly `gpus` GPUs (pp = 1).
+
+    Ours, not aiconfigurator's `enumerate_parallel_config`: its real-silicon sweep leaves out DTP
+    (MoE-TP under data-parallel attention), which the reference enumerates (the 176 / 96 counts).
+    """
     if not is_moe:
         return [ParallelShape(tp=gpus)]
     if gpus == 1:

@@ -87,26 +87,26 @@ class Branch(BaseModel):
 
 def enumerate_branches(config: SmartSearchConfig, policies: list[Any] | None = None) -> list[Branch]:
     """Every mode's branch, in config order. Raises NoViableParallelConfig when nothing can run."""
-    ss = config.search_space
-    versions = {backend: resolve_backend_version(ss.hardware_sku, backend) for backend in ss.backend}
+    space = config.search_space
+    versions = {backend: resolve_backend_version(space.hardware_sku, backend) for backend in space.backend}
     usable = [b for b, v in versions.items() if v]
     if not usable:
         raise NoViableParallelConfig(
-            f"no perf database on {ss.hardware_sku} for any of {ss.backend}; change search_space.backend or hardware_sku"
+            f"no perf database on {space.hardware_sku} for any of {space.backend}; change search_space.backend or hardware_sku"
         )
-    facts = resolve_model_hardware(ss.model_name, ss.hardware_sku, usable[0], versions[usable[0]])
-    max_seq_len = ss.context_length or facts.model.max_context
-    estimator = KvEstimator(ss.model_name, ss.hardware_sku, versions)
+    facts = resolve_model_hardware(space.model_name, space.hardware_sku, usable[0], versions[usable[0]])
+    max_seq_len = space.context_length or facts.model.max_context
+    estimator = KvEstimator(space.model_name, space.hardware_sku, versions)
     branches = [
         _branch(config, mode, versions, facts, estimator, max_seq_len, policies)
-        for mode in dict.fromkeys(ss.deployment_mode)
+        for mode in dict.fromkeys(space.deployment_mode)
     ]
     if all(branch.spec.status == "skipped" for branch in branches):
         reasons = [
             f"  {b.spec.deployment_mode}/{s.backend}: {s.reason}" for b in branches for s in b.spec.skipped_backends
         ]
         raise NoViableParallelConfig(
-            f"no deployment_mode has a viable parallel config for {ss.model_name} on {ss.hardware_sku}; raise "
+            f"no deployment_mode has a viable parallel config for {space.model_name} on {space.hardware_sku}; raise "
             "search_space.gpu_budget, lower context_length, or change backend / hardware_sku:\n" + "\n".join(reasons)
         )
     return branches
@@ -121,23 +121,25 @@ def _branch(
     max_seq_len: int,
     policies: list[Any] | None,
 ) -> Branch:
-    ss = config.search_space
-    pins = [parse_pinned_config(entry, mode) for entry in ss.parallel_configs] or None
+    space = config.search_space
+    pins = [parse_pinned_config(entry, mode) for entry in space.parallel_configs] or None
     pools: list[BackendPool] = []
     skipped: list[SkippedBackend] = []
-    for backend in dict.fromkeys(ss.backend):
+    for backend in dict.fromkeys(space.backend):
         reason = _unusable_backend(mode, backend, versions)
         if reason:
             skipped.append(SkippedBackend(backend=backend, reason=reason))
             continue
-        pool = build_backend_pool(ss, mode, backend, facts.model, estimator, max_seq_len)
+        pool = build_backend_pool(space, mode, backend, facts.model, estimator, max_seq_len)
         if not pool.entries:
-            skipped.append(SkippedBackend(backend=backend, reason=_empty_pool_reason(ss.gpu_budget, pool, max_seq_len)))
+            skipped.append(
+                SkippedBackend(backend=backend, reason=_empty_pool_reason(space.gpu_budget, pool, max_seq_len))
+            )
         pools.append(pool)
     if pins is not None:
         _check_pins(mode, pins, pools, skipped)
     records = _merge(pools, pins)
-    knobs = branch_knob_choices(ss, mode, policies)
+    knobs = branch_knob_choices(space, mode, policies)
     backends = [pool.backend for pool in pools if any(pool.backend in r.backends for r in records)]
     knobs["backend"] = backends
     float_ranges: dict[str, tuple[float, float]] = {}
@@ -163,10 +165,10 @@ def _branch(
         skipped_backends=skipped,
         knob_choices=knobs,
         float_ranges=float_ranges,
-        gpu_budget=ss.gpu_budget,
-        min_gpu_budget=ss.min_gpu_budget,
+        gpu_budget=space.gpu_budget,
+        min_gpu_budget=space.min_gpu_budget,
         max_seq_len=max_seq_len,
-        kv_settings={role: role_settings(ss, role) for role in ROLES[mode]},
+        kv_settings={role: role_settings(space, role) for role in ROLES[mode]},
         pinned=pins is not None,
         pool_size=len(records),
         pool_size_by_backend={b: sum(b in r.backends for r in records) for b in backends},

@@ -1,6 +1,6 @@
 """Child-process entry point for one replay: `python -m spica_lib.replay.child CALL RESULT [PER_REQUEST]`.
 
-Reads a replay call (`spica_lib.replay.replay_call`, plain JSON), runs it and writes
+Reads a replay call (`spica_lib.replay.request.replay_call`, plain JSON), runs it and writes
 `{"ok", "outcome" | "error", "cpu_seconds"}` as JSON. A Dynamo error is reported, not raised, so the
 parent can tell a failed replay from a crashed or killed child (no result file at all). Imports
 stay minimal: this process starts once per trial.

@@ -7,6 +7,7 @@ aiconfigurator's native timing fields (`aic_*`), so every simulated step is time
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -137,7 +138,21 @@ def planner_config(
     if optimization_target == "sla":
         config["ttft_ms"] = sla_ttft_ms
         config["itl_ms"] = sla_itl_ms
-    return config
+    return checked_by_dynamo(config)
+
+
+def checked_by_dynamo(payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload, once Dynamo's own `PlannerConfig` accepts it (raises its ValidationError, a ValueError).
+
+    A payload Dynamo refuses then fails when the trial is built, as a failed candidate with
+    Dynamo's message, instead of inside the replay. The planner is imported only here (about 1 s,
+    once per process), so candidates without a planner never pay for it.
+    """
+    os.environ.setdefault("DYN_LOG", "error")
+    from dynamo.planner.config.planner_config import PlannerConfig
+
+    PlannerConfig.model_validate(payload)
+    return payload
 
 
 def build_deployment(

@@ -27,7 +27,6 @@ class ReplayRequest(BaseModel):
     workload: Workload
     concurrency: int | None = None  # per-candidate closed-loop cap (kv_load_ratio workloads)
     sla: SLATarget | None = None
-    # Fixed, not the sweep seed: changing the search's seed must not change the traffic it is scored on.
     # Fixed, not the sweep seed: changing the search seed must not change the traffic it is scored on.
     arrival_seed: int = 42
     trace_block_size: int = TRACE_BLOCK_SIZE
