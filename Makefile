@@ -16,7 +16,9 @@ $(STAMP): requirements/lock.txt requirements/tools.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements/tools.txt
 	# --no-deps: the lock is complete; resolving again would chase ai-dynamo's broken aisimulate pin.
-	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps -r requirements/lock.txt
+	# --compile-bytecode: these machines set PYTHONDONTWRITEBYTECODE, so without it every fresh process
+	# (each Snakemake job) compiles Dynamo, aiconfigurator, pandas and the rest again.
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --compile-bytecode -r requirements/lock.txt
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --no-deps --editable .
 	touch $(STAMP)
 

@@ -1,45 +1,144 @@
-"""Benchmark (a): what the workflow costs around the replays, on the embedded default sweep.
+"""Benchmark: what a sweep costs around its replays, three ways (median of 3 runs from scratch each).
 
-Runs `spica run config/default.yaml --cores 2` from scratch in a scratch folder and reports the
-sweep's wall time against the CPU time of its unique replays (each measured in its trial's child
-process) and the optimizer's own time (designer build, feeding and suggest, Vizier imports
-included). Run: .venv/bin/python bench/sweep_overhead.py [CONFIG]
+1. The embedded default sweep (24 short replays) after install, `--cores 2`: its wall, and the
+   breakdown of where the time went: the one-time work before round 0 (validate ... branches),
+   Dynamo + perf-DB warm-up in the replay jobs, the replays themselves, the optimizer, and the rest
+   (Snakemake's scheduling, job starts, suggest and tell processes).
+2. P1 = wall x cores / sum of warm replay CPU, on a sweep whose replays are real work: the shipped
+   Mooncake trace (3,993 requests per replay), 2 branches x 4 rounds x 4 candidates = 32 trials.
+   "Warm replay CPU" is the CPU time of each trial's forked child: the replay, without imports or
+   perf-DB load. 1.0 would mean both cores did nothing but replay.
+3. Per-round overhead: the same tiny sweep (40-request replays, 2 per round, one branch) with 2 and
+   with 8 rounds; (wall(8) - wall(2)) / 6 is what one more round costs beyond its replays.
+
+Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds ...]
 """
 
 from __future__ import annotations
 
 import json
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
+CORES = 2
+RUNS = 3
 
 
-def main() -> None:
-    config = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "config" / "default.yaml").resolve()
-    with tempfile.TemporaryDirectory() as folder:
+def sweep(data: dict) -> dict:
+    """Run one sweep from scratch; return its wall, summary, trial records and job logs."""
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        config = folder / "spica.yaml"
+        config.write_text(yaml.safe_dump(data, sort_keys=False))
         started = time.perf_counter()
-        subprocess.run(
-            [sys.executable, "-m", "spica_lib.cli", "run", str(config), "--cores", "2"],
+        done = subprocess.run(
+            [sys.executable, "-m", "spica_lib.cli", "run", str(config), "--cores", str(CORES)],
             cwd=folder,
-            check=True,
             capture_output=True,
+            text=True,
+            check=False,
         )
         wall = time.perf_counter() - started
-        summary = json.loads(next(Path(folder).glob("results/*/summary.json")).read_text())
-    cpu, optimizer = summary["replay_cpu_seconds"], summary["optimizer_seconds"]
-    print(
-        "| config | unique trials | sweep wall (s) | replay CPU (s) | optimizer (s) | wall / replay CPU | (wall - optimizer) / replay CPU | optimizer share of wall |"
-    )
+        if done.returncode != 0:
+            raise SystemExit(done.stderr[-3000:])
+        run = next((folder / "results").iterdir())
+        return {
+            "wall": wall,
+            "summary": json.loads((run / "summary.json").read_text()),
+            "trials": [json.loads(p.read_text())["result"] for p in run.glob("rounds/*/*/trials/*/*.json")],
+            "warm_up": [
+                float(s)
+                for log in run.glob("logs/rounds/*/*/replay/*.log")
+                for s in re.findall(r"loaded in ([0-9.]+) s", log.read_text())
+            ],
+            "setup": _setup_seconds(run),
+        }
+
+
+def _setup_seconds(run: Path) -> float:
+    """From the first stage's start to the first suggest's start (validate, policies, predictor, branches)."""
+
+    def first_stamp(log: Path) -> datetime:
+        return datetime.strptime(log.read_text().split(" INFO ")[0].strip()[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+    start = first_stamp(run / "logs" / "validate.log")
+    suggest = min(first_stamp(log) for log in run.glob("logs/rounds/*/0/suggest.log"))
+    return (suggest - start).total_seconds()
+
+
+def median_run(data: dict) -> tuple[dict, list[float]]:
+    runs = sorted((sweep(data) for _ in range(RUNS)), key=lambda r: r["wall"])
+    return runs[len(runs) // 2], [r["wall"] for r in runs]
+
+
+def default_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+
+
+def bench_default() -> None:
+    run, walls = median_run(default_config())
+    warm, replays = sum(run["warm_up"]), sum(t["wall_seconds"] for t in run["trials"])
+    optimizer = run["summary"]["optimizer_seconds"]
+    print("| sweep | trials | wall, median of 3 (s) | runs (s) | before round 0 (s) | warm-up, sum over jobs (s) "
+          "| replays, sum (s) | optimizer (s) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     print(
-        f"| {config.name} | {summary['unique_trials']} | {wall:.1f} | {cpu:.1f} | {optimizer:.1f} | {wall / cpu:.2f} "
-        f"| {(wall - optimizer) / cpu:.2f} | {100 * optimizer / wall:.0f} % |"
+        f"| default.yaml | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
+        f"| {run['setup']:.1f} | {warm:.1f} ({len(run['warm_up'])} jobs) | {replays:.1f} | {optimizer:.1f} |"
     )
+
+
+def p1_config() -> dict:
+    data = default_config()
+    data["search_space"]["router_mode"] = ["round_robin"]
+    data["search_space"]["planner_scaling_policy"] = ["disabled"]
+    data["workload"] = {"trace_path": str(REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl")}
+    data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 40}}
+    data["sweep"].update(max_rounds=4, candidates_per_round=4, max_eval_seconds=300, seed=1)
+    return data
+
+
+def bench_p1() -> None:
+    run, walls = median_run(p1_config())
+    cpu = sum(t["cpu_seconds"] for t in run["trials"])
+    print("| sweep | trials | wall, median of 3 (s) | runs (s) | warm replay CPU, sum (s) | P1 = wall x 2 / CPU |")
+    print("|---|---|---|---|---|---|")
+    print(
+        f"| trace, 32 trials | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
+        f"| {cpu:.1f} | {run['wall'] * CORES / cpu:.2f} |"
+    )
+
+
+def rounds_config(rounds: int) -> dict:
+    data = default_config()
+    data["search_space"]["deployment_mode"] = ["agg"]
+    data["workload"]["num_request_ratio"] = 5  # 40 requests: about 0.05 s per replay
+    data["sweep"].update(max_rounds=rounds, candidates_per_round=2, seed=2)
+    return data
+
+
+def bench_rounds() -> None:
+    short, short_walls = median_run(rounds_config(2))
+    long, long_walls = median_run(rounds_config(8))
+    replays = [sum(t["wall_seconds"] for t in r["trials"]) for r in (short, long)]
+    per_round = ((long["wall"] - replays[1]) - (short["wall"] - replays[0])) / 6
+    print("| rounds | trials | wall, median of 3 (s) | runs (s) | replays, sum (s) |")
+    print("|---|---|---|---|---|")
+    for rounds, run, walls, seconds in ((2, short, short_walls, replays[0]), (8, long, long_walls, replays[1])):
+        print(f"| {rounds} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} | {seconds:.2f} |")
+    print(f"\nper-round overhead (wall minus replays, per extra round): {per_round:.1f} s")
 
 
 if __name__ == "__main__":
-    main()
+    for name in sys.argv[1:] or ["default", "p1", "rounds"]:
+        {"default": bench_default, "p1": bench_p1, "rounds": bench_rounds}[name]()
+        print(flush=True)

@@ -8,6 +8,7 @@ import sys
 import time
 
 import pandas as pd
+import psutil
 import pytest
 import yaml
 from conftest import REPO, write_yaml
@@ -48,7 +49,7 @@ def test_default_sweep_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     assert len(ranked) >= 1 and list(ranked["rank"]) == list(range(1, len(ranked) + 1))
     assert ranked["score"].is_monotonic_decreasing and (ranked["used_gpus"] <= 8).all()
     summary = json.loads((result / "summary.json").read_text())
-    assert summary["unique_trials"] == len(list(result.glob("rounds/*/*/trials/*.json"))) <= 8
+    assert summary["unique_trials"] == len(list(result.glob("rounds/*/*/trials/*/*.json"))) <= 8
     assert set(summary["branches"]) == {"agg", "disagg"}
     assert (
         len(pd.read_parquet(result / "candidates.parquet"))
@@ -74,11 +75,11 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     )
     trials = killed / "results"
     deadline = time.time() + 300
-    while time.time() < deadline and len(list(trials.glob("*/rounds/*/*/trials/*.json"))) < 2:
+    while time.time() < deadline and len(list(trials.glob("*/rounds/*/*/trials/*/*.json"))) < 2:
         time.sleep(0.5)
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
-    finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trials.glob("*/rounds/*/*/trials/*.json")}
+    finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trials.glob("*/rounds/*/*/trials/*/*.json")}
     assert len(finished) >= 2
 
     resumed = run(killed, path)
@@ -89,30 +90,103 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     assert list(ranked[0]["key"]) == list(ranked[1]["key"]) and list(ranked[0]["score"]) == list(ranked[1]["score"])
 
 
-def test_a_trial_job_killed_from_outside_is_recorded_as_failed_on_its_retry_and_the_sweep_finishes(tmp_path):
-    import psutil
+def replay_job_in_flight(process):
+    """A replay job of this sweep with a replay child running, or None."""
+    for candidate in process.children(recursive=True):
+        try:
+            if any(part.endswith("replay.py") for part in candidate.cmdline()) and candidate.children():
+                return candidate
+        except psutil.NoSuchProcess:
+            continue
+    return None
 
+
+def alive(processes):
+    out = []
+    for process in processes:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                out.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def slow_replays_config():
     data = default_config()
     data["search_space"]["deployment_mode"] = ["agg"]
+    data["workload"]["num_request_ratio"] = 400  # 3,200 requests: a replay runs long enough to be caught
     data["sweep"]["max_rounds"] = 1
-    path = write_yaml(tmp_path, data)
+    return data
+
+
+def test_a_replay_job_killed_from_outside_records_its_started_trials_as_failed_and_the_sweep_finishes(tmp_path):
+    path = write_yaml(tmp_path, slow_replays_config())
     process = subprocess.Popen(
         [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     killed, deadline = None, time.time() + 300
     while killed is None and time.time() < deadline and process.poll() is None:
-        for candidate in psutil.Process(process.pid).children(recursive=True):
-            try:
-                if any(part.endswith("trial.py") for part in candidate.cmdline()):  # the trial job, as OOM would
-                    candidate.kill()
-                    killed = candidate.pid
-                    break
-            except psutil.NoSuchProcess:
-                continue
+        job = replay_job_in_flight(psutil.Process(process.pid))
+        if job is not None:
+            replays = job.children()
+            job.kill()  # the whole job, as the OOM killer or a scheduler would
+            killed = replays
         time.sleep(0.05)
     output, _ = process.communicate(timeout=600)
     assert killed is not None and process.returncode == 0, output[-4000:]
-    records = [json.loads(p.read_text()) for p in run_dir(tmp_path).glob("rounds/*/*/trials/*.json")]
+    assert alive(killed) == []  # the job's replays died with it
+    records = [json.loads(p.read_text()) for p in run_dir(tmp_path).glob("rounds/*/*/trials/*/*.json")]
     failed = [r for r in records if r["result"]["status"] == "failed"]
-    assert len(failed) == 1 and failed[0]["result"]["reason"].startswith("killed outside the replay in 1 attempt")
-    assert json.loads((run_dir(tmp_path) / "summary.json").read_text())["tallies"]["failed"] == 1
+    assert len(failed) >= 1  # the trials it had started (forked, or about to be)
+    assert all(r["result"]["reason"].startswith("killed outside the replay in 1 attempt") for r in failed)
+    assert json.loads((run_dir(tmp_path) / "summary.json").read_text())["tallies"]["failed"] == len(failed)
+
+
+def test_stopping_spica_run_stops_every_job_and_replay_and_leaves_no_temporary_file(tmp_path):
+    path = write_yaml(tmp_path, slow_replays_config())
+    process = subprocess.Popen(
+        [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    launcher, deadline, everything = psutil.Process(process.pid), time.time() + 300, []
+    while time.time() < deadline and process.poll() is None and replay_job_in_flight(launcher) is None:
+        time.sleep(0.05)
+    everything = launcher.children(recursive=True)
+    assert replay_job_in_flight(launcher) is not None
+    process.send_signal(signal.SIGTERM)  # only `spica run` itself, as a user's kill would
+    process.wait(timeout=120)
+    deadline = time.time() + 30
+    while time.time() < deadline and alive(everything):
+        time.sleep(0.1)
+    assert alive(everything) == []
+    assert [p for p in (tmp_path / "results").rglob("*") if p.name.endswith(".tmp")] == []
+
+
+TIMINGS = {"wall_seconds", "cpu_seconds", "replay_seconds"}
+WALL_CLOCK_METRICS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
+
+
+def trials_without_timings(run_path):
+    out = {}
+    for path in run_path.glob("rounds/*/*/trials/*/*.json"):
+        record = json.loads(path.read_text())
+        result = {k: v for k, v in record["result"].items() if k not in TIMINGS}
+        result["metrics"] = {k: v for k, v in result["metrics"].items() if k not in WALL_CLOCK_METRICS}
+        out[path.name] = {**record, "result": result}
+    return out
+
+
+def test_one_warm_job_per_round_gives_the_trials_and_ranking_of_one_job_per_trial(tmp_path):
+    data = default_config(seed=4)
+    data["search_space"]["router_mode"] = ["round_robin"]
+    path = write_yaml(tmp_path, data)
+    shared, single = tmp_path / "shared", tmp_path / "single"
+    shared.mkdir(), single.mkdir()
+    assert run(shared, path).returncode == 0
+    done = run(single, path, "--", "--set-resources", "replay:trials_per_job=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(list(run_dir(single).glob("rounds/*/0/trials/*"))) > len(
+        list(run_dir(shared).glob("rounds/*/0/trials/*"))
+    )
+    assert trials_without_timings(run_dir(shared)) == trials_without_timings(run_dir(single))
+    assert (run_dir(shared) / "ranked.csv").read_bytes() == (run_dir(single) / "ranked.csv").read_bytes()

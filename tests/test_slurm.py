@@ -1,6 +1,7 @@
-"""The SLURM profile against a real one-node cluster (.ci/slurm-up.sh): trial jobs go through sbatch,
-grouped per round; the result matches a local run; a hard kill plus scancel resumes without recomputing;
-a trial job SLURM kills is retried, then recorded as failed while the sweep goes on.
+"""The SLURM profile against a real one-node cluster (.ci/slurm-up.sh): replay jobs go through sbatch,
+several trials each; the result matches a local run; a hard kill plus scancel resumes without
+recomputing; a replay job SLURM kills mid-replay is retried, and the trials it had started are
+recorded as failed while the sweep goes on.
 
 Without a cluster these tests skip, saying so; `.ci/run` starts one (root on Debian) and sets
 SPICA_REQUIRE_SLURM=1, which turns a missing cluster into a failure instead.
@@ -73,7 +74,7 @@ def run_dir(folder: Path) -> Path:
 
 
 def trial_files(folder: Path) -> list[Path]:
-    return sorted(folder.glob("results/*/rounds/*/*/trials/*.json"))
+    return sorted(folder.glob("results/*/rounds/*/*/trials/*/*.json"), key=lambda p: (p.parent.parent.parent, p.name))
 
 
 def journaled(folder: Path) -> list[Path]:
@@ -81,12 +82,19 @@ def journaled(folder: Path) -> list[Path]:
 
 
 def slurm_jobs_of_trials(folder: Path) -> dict[str, str]:
-    """Trial key -> the SLURM job its last attempt ran in, from the trial logs."""
+    """Trial key -> the SLURM job its replay job's last attempt ran in, from the replay job logs."""
     jobs = {}
-    for log in folder.glob("results/*/logs/rounds/*/*/trials/*.log"):
-        found = re.findall(r"SLURM job (\d+)", log.read_text())
+    for trial in trial_files(folder):
+        run, branch, round_index, job = (
+            trial.parents[5],
+            trial.parents[3].name,
+            trial.parents[2].name,
+            trial.parent.name,
+        )
+        log = run / "logs" / "rounds" / branch / round_index / "replay" / f"{job}.log"
+        found = re.findall(r"SLURM job (\d+)", log.read_text()) if log.exists() else []
         if found:
-            jobs[log.stem] = found[-1]
+            jobs[trial.stem] = found[-1]
     return jobs
 
 
@@ -137,14 +145,14 @@ def test_the_profile_dry_runs_without_a_cluster(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_a_sweep_on_slurm_runs_its_trials_there_grouped_and_matches_the_local_run(cluster, local_run, tmp_path):
+def test_a_sweep_on_slurm_runs_its_trials_there_several_per_job_and_matches_the_local_run(cluster, local_run, tmp_path):
     local, config = local_run
     done = on_slurm(tmp_path, config)
 
     jobs = slurm_jobs_of_trials(tmp_path)
     trials = trial_files(tmp_path)
     assert len(trials) >= 4 and {t.stem for t in trials} == set(jobs)  # every trial ran inside a SLURM job
-    assert len(set(jobs.values())) < len(jobs)  # packed per round, not one sbatch job per trial
+    assert len(set(jobs.values())) < len(jobs)  # several trials per job, not one sbatch job per trial
     for job in set(jobs.values()):
         state = job_state(job)
         assert "JobState=COMPLETED" in state and "JobName=" in state
@@ -178,10 +186,17 @@ def test_a_hard_kill_and_scancel_resume_without_recomputing_finished_trials(clus
     pd.testing.assert_frame_equal(ranking(tmp_path), ranking(local))
 
 
-def test_a_trial_job_slurm_kills_is_retried_then_recorded_as_failed_and_the_sweep_goes_on(cluster, tmp_path):
+def started(folder: Path) -> list[Path]:
+    return sorted(folder.glob("results/*/journal/*.started"))
+
+
+def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_and_the_sweep_goes_on(
+    cluster, tmp_path
+):
     data = sweep_config()
     data["search_space"]["deployment_mode"] = ["agg"]
     data["sweep"]["max_rounds"] = 1
+    data["workload"]["num_request_ratio"] = 400  # 3,200 requests: replays long enough to be cancelled mid-way
     config = write_yaml(tmp_path, data)
     process = subprocess.Popen(
         [*SPICA, str(config), "--profile", PROFILE, "--", *FAST, "--retries", "1"],
@@ -191,7 +206,7 @@ def test_a_trial_job_slurm_kills_is_retried_then_recorded_as_failed_and_the_swee
     cancelled = None
     while time.time() < deadline and cancelled is None and process.poll() is None:
         jobs = running_jobs()
-        if jobs:  # the round's group job has just started: cancel it before any replay can finish
+        if jobs and started(tmp_path):  # a replay is in flight: cancel its job before it can finish
             cancelled = jobs[0]
             subprocess.run(["scancel", cancelled], check=True, timeout=10)
         time.sleep(0.1)
@@ -206,12 +221,12 @@ def test_a_trial_job_slurm_kills_is_retried_then_recorded_as_failed_and_the_swee
     assert set(slurm_jobs_of_trials(tmp_path).values()) - {cancelled}  # the retry was a new SLURM job
 
 
-def test_partition_and_gpu_gres_set_for_trials_reach_their_slurm_jobs(cluster, tmp_path):
+def test_partition_and_gpu_gres_set_for_replays_reach_their_slurm_jobs(cluster, tmp_path):
     data = sweep_config()
     data["search_space"]["deployment_mode"] = ["agg"]
     data["sweep"]["max_rounds"] = 1
     config = write_yaml(tmp_path, data)
-    cluster_settings = ["--set-resources", "trial:slurm_partition=gpu", "trial:gres=gpu:1", "trial:mem_mb=4000"]
+    cluster_settings = ["--set-resources", "replay:slurm_partition=gpu", "replay:gres=gpu:1", "replay:mem_mb=4000"]
     on_slurm(tmp_path, config, *cluster_settings)
     jobs = set(slurm_jobs_of_trials(tmp_path).values())
     assert jobs

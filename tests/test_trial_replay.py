@@ -13,7 +13,7 @@ from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.trial.evaluate import evaluate_trial, prepare_failure, prepare_trial
 from spica_lib.trial.spec import TrialRecord
-from spica_lib.trial.store import read_trial, run_trial_job
+from spica_lib.trial.store import read_trial, run_replay_job
 
 pytestmark = pytest.mark.slow
 VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
@@ -137,13 +137,11 @@ def test_goodput_absent_without_sla_and_present_with_it():
 
 
 def replay_children():
-    return [
-        p for p in psutil.process_iter(["cmdline"]) if "spica_lib.replay.child" in " ".join(p.info["cmdline"] or [])
-    ]
+    return psutil.Process().children(recursive=True)
 
 
 def test_time_limit_kills_the_replay_and_leaves_no_process():
-    result = evaluate_trial(spec_for(config(num_request_ratio=500), agg(1, 1)), max_eval_seconds=0.5)
+    result = evaluate_trial(spec_for(config(num_request_ratio=10_000), agg(1, 1)), max_eval_seconds=0.5)
     assert result.status == "timed_out" and "max_eval_seconds=0.5" in result.reason
     assert result.wall_seconds < 5
     assert replay_children() == []
@@ -250,30 +248,57 @@ def test_throughput_scaling_with_an_sla_target_runs_through_the_planner(tmp_path
     assert any(e.to_count > e.from_count for e in result.scaling_events)
 
 
-def test_a_trial_job_journals_its_record_and_a_retry_restores_it_instead_of_replaying(tmp_path):
-    spec = spec_for(build(config_data(search_space={"gpu_budget": 2})), agg(2, 2))  # over budget: no replay needed
-    key, journal = spec.key(), tmp_path / "journal" / "k.json"
-    first, restored = run_trial_job(spec, key, journal, attempt=1, last_attempt=1)
-    assert not restored and first.result.status == "infeasible" and read_trial(journal) == first
-    # Snakemake removed the output (the job was cancelled after the write): the last attempt restores it.
-    again, restored = run_trial_job(spec, key, journal, attempt=3, last_attempt=3)
-    assert restored and again == first
+def job(specs, tmp_path, attempt, last_attempt):
+    """One replay job over `specs`, journaled under tmp_path: {key: (record, source)}."""
+    records = run_replay_job(
+        {spec.key(): spec for spec in specs},
+        lambda key: tmp_path / "journal" / f"{key}.json",
+        lambda key: tmp_path / "journal" / f"{key}.started",
+        attempt,
+        last_attempt,
+        max_eval_seconds=120,
+    )
+    return {record.key: (record, source) for record, source in records}
 
 
-def test_a_retry_replays_and_only_the_last_attempt_records_the_kills(tmp_path):
-    spec = spec_for(build(config_data(search_space={"gpu_budget": 2})), agg(2, 2))
-    retried, restored = run_trial_job(spec, spec.key(), tmp_path / "a.json", attempt=2, last_attempt=3)
-    assert not restored and retried.result.status == "infeasible"  # evaluated again
-    last, restored = run_trial_job(spec, spec.key(), tmp_path / "b.json", attempt=3, last_attempt=3)
-    assert not restored and last.result.status == "failed"
-    assert last.result.reason.startswith("killed outside the replay in 2 attempt(s)")
-    assert last.result.used_gpus == 4 and read_trial(tmp_path / "b.json") == last  # journaled like any result
+def test_a_replay_job_journals_its_records_and_a_retry_restores_them_instead_of_replaying(tmp_path):
+    cfg = config()
+    specs = [spec_for(cfg, agg(1, 2)), spec_for(build(config_data(search_space={"gpu_budget": 2})), agg(2, 2))]
+    first = job(specs, tmp_path, attempt=1, last_attempt=1)
+    assert {source for _, source in first.values()} == {"replayed"}
+    assert sorted(r.result.status for r, _ in first.values()) == ["feasible", "infeasible"]
+    assert all(read_trial(tmp_path / "journal" / f"{key}.json") == r for key, (r, _) in first.items())
+    assert not list((tmp_path / "journal").glob("*.started"))
+    # Snakemake removed the job's output (a cancel after the replays): the next attempt restores them.
+    again = job(specs, tmp_path, attempt=3, last_attempt=3)
+    assert {key: r for key, (r, _) in again.items()} == {key: r for key, (r, _) in first.items()}
+    assert {source for _, source in again.values()} == {"journal"}
+
+
+def test_the_last_attempt_records_only_the_trials_an_earlier_job_started_as_killed(tmp_path):
+    cfg = build(config_data(search_space={"gpu_budget": 2}))
+    started, fresh = spec_for(cfg, agg(2, 2)), spec_for(cfg, agg(4, 1))  # over budget: no replay needed
+    (tmp_path / "journal").mkdir()
+    (tmp_path / "journal" / f"{started.key()}.started").touch()  # its job died mid-replay
+    retried = job([started, fresh], tmp_path / "retry", attempt=2, last_attempt=3)
+    assert {r.result.status for r, _ in retried.values()} == {"infeasible"}  # not the last attempt: replayed
+    last = job([started, fresh], tmp_path, attempt=3, last_attempt=3)
+    record, source = last[started.key()]
+    assert source == "killed" and record.result.status == "failed" and record.result.used_gpus == 4
+    assert record.result.reason.startswith("killed outside the replay in 2 attempt(s)")
+    assert last[fresh.key()][1] == "replayed" and last[fresh.key()][0].result.status == "infeasible"
+    assert read_trial(tmp_path / "journal" / f"{started.key()}.json") == record  # journaled like any result
+    assert not (tmp_path / "journal" / f"{started.key()}.started").exists()
 
 
 def test_a_journal_entry_for_another_spec_is_not_restored(tmp_path):
     cfg = build(config_data(search_space={"gpu_budget": 2}))
     one, other = spec_for(cfg, agg(2, 2)), spec_for(cfg, agg(4, 1))
-    journal = tmp_path / "k.json"
-    run_trial_job(one, one.key(), journal, attempt=1, last_attempt=1)
-    record, restored = run_trial_job(other, other.key(), journal, attempt=1, last_attempt=1)
-    assert not restored and record.spec == other
+    (tmp_path / "journal").mkdir()
+    (tmp_path / "journal" / f"{other.key()}.json").write_text(
+        TrialRecord(
+            key=other.key(), spec=one, result=job([one], tmp_path / "x", 1, 1)[one.key()][0].result
+        ).model_dump_json()
+    )
+    record, source = job([other], tmp_path, attempt=1, last_attempt=1)[other.key()]
+    assert source == "replayed" and record.spec == other

@@ -15,7 +15,10 @@ def stage_log(path: str) -> Iterator[logging.Logger]:
     logger = logging.getLogger("spica.stage")
     logger.setLevel(logging.INFO)
     logger.propagate = False  # libraries (absl via Vizier) configure the root logger; print once
-    handlers = [logging.FileHandler(path, mode="w", encoding="utf-8"), logging.StreamHandler()]
+    Path(path).write_text("", encoding="utf-8")
+    # Appending, so the handler reopens the file if a library closes every handler (Dynamo's planner
+    # reconfigures logging when it loads); a closed "w" handler drops every later line silently.
+    handlers = [logging.FileHandler(path, mode="a", encoding="utf-8"), logging.StreamHandler()]
     for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)

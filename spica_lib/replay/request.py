@@ -1,9 +1,8 @@
 """Running one deployment plan through NVIDIA Dynamo's offline replay (the mocker).
 
-`ReplayRequest` is everything the replay needs, as plain data; `run_replay` turns it into Dynamo
-calls and returns the report as plain data. It runs inside the child process started by
-`spica_lib.replay.runner` (a replay cannot be interrupted from Python, so a time limit needs a process to
-kill). Dynamo is imported only here, and only when a replay runs.
+`ReplayRequest` is everything the replay needs, as plain data; `replay_call` turns it into the
+plain-data call that `spica_lib.replay.call` makes, in a child forked by `spica_lib.replay.worker`
+(a replay cannot be interrupted from Python, so a time limit needs a process to kill).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ directory, so that is checked first: a live one means the lock is real and is le
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -77,4 +78,27 @@ def run_sweep(
             return 1
         print("clearing the lock left by an interrupted run", file=sys.stderr)
         subprocess.run([*command, "--unlock"], check=True, capture_output=True)
-    return subprocess.run(command).returncode
+    return run_forwarding_signals(command)
+
+
+def run_forwarding_signals(command: list[str]) -> int:
+    """Run Snakemake and pass SIGTERM / SIGHUP on to it, so stopping `spica run` stops the sweep.
+
+    Snakemake then stops its jobs, and each replay worker its children. (Ctrl-C reaches the whole
+    foreground process group by itself.)
+    """
+    child = subprocess.Popen(command)
+
+    def forward(signum: int, frame: object) -> None:
+        child.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue  # Snakemake got the same Ctrl-C: wait for it to stop its jobs
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -71,15 +71,25 @@ class RunFiles(BaseModel):
     def spec(self, branch: str, round_index: int | str, key: str) -> str:
         return f"{self.round_specs(branch, round_index)}/{key}.json"
 
-    def trial(self, branch: str, round_index: int | str, key: str) -> str:
-        """A trial lives under the round that first asked for it, so each round is one folder (and one SLURM group)."""
-        return f"{self.dir}/rounds/{branch}/{round_index}/trials/{key}.json"
+    def trial_batch(self, branch: str, round_index: int | str, batch: int | str) -> str:
+        """The trial files one replay job of a round writes (the job's declared output folder)."""
+        return f"{self.dir}/rounds/{branch}/{round_index}/trials/{batch}"
 
-    def trial_files(self, branch: str, refs: Iterable[tuple[str | None, int | None]]) -> dict[str, str]:
-        """Key -> trial file for the (key, trial round) pairs of a branch's observations or suggestions."""
+    def trial(self, branch: str, round_index: int | str, batch: int | str, key: str) -> str:
+        """A trial lives under the round that first asked for it, in the folder of the job that replayed it."""
+        return f"{self.trial_batch(branch, round_index, batch)}/{key}.json"
+
+    def trial_files(self, branch: str, places: Iterable[Any]) -> dict[str, str]:
+        """Key -> trial file, for a branch's observations or suggestions (with key, trial_round, trial_batch)."""
         return {
-            key: self.trial(branch, round_index, key) for key, round_index in refs if key and round_index is not None
+            p.key: self.trial(branch, p.trial_round, p.trial_batch, p.key)
+            for p in places
+            if p.key and p.trial_round is not None and p.trial_batch is not None
         }
+
+    def started(self, key: str) -> str:
+        """Marks a trial whose replay started and is not journaled yet (see trial.store.run_replay_job)."""
+        return f"{self.dir}/journal/{key}.started"
 
     def journal(self, key: str) -> str:
         """Every finished trial is kept here too, out of Snakemake's reach (see trial.store.run_trial_job)."""

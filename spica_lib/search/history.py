@@ -29,7 +29,8 @@ class Suggested(BaseModel):
     reason: str | None = None
     projection_distance: float | None = None
     mode_projected: bool = False
-    trial_round: int | None = None  # the round whose folder holds the trial file (new, duplicate, cached)
+    trial_round: int | None = None  # where the trial file is (new, duplicate, cached): its round ...
+    trial_batch: int | None = None  # ... and the replay job of that round that wrote it
 
 
 class RoundSuggestions(BaseModel):
@@ -46,6 +47,12 @@ class RoundSuggestions(BaseModel):
     optimizer_seconds: float = 0.0  # building, feeding and asking the designer (Vizier imports included)
     suggested: list[Suggested] = Field(default_factory=list)
     new_keys: list[str] = Field(default_factory=list)
+    trials_per_job: int | None = None  # None: one replay job for all of the round's new trials
+
+    def batches(self) -> list[list[str]]:
+        """The new trials of each replay job of the round, in order."""
+        size = self.trials_per_job or max(1, len(self.new_keys))
+        return [self.new_keys[start : start + size] for start in range(0, len(self.new_keys), size)]
 
 
 class Observation(BaseModel):
@@ -60,7 +67,8 @@ class Observation(BaseModel):
     status: ObservedStatus
     reason: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)  # what Vizier sees (objective(s))
-    trial_round: int | None = None  # where its trial file lives: rounds/<branch>/<trial_round>/trials/<key>.json
+    trial_round: int | None = None  # where its trial file is: rounds/<branch>/<trial_round>/trials/<trial_batch>/
+    trial_batch: int | None = None
 
 
 class RoundTally(BaseModel):
@@ -102,6 +110,7 @@ def observe(
         "params": item.params,
         "key": item.key,
         "trial_round": item.trial_round,
+        "trial_batch": item.trial_batch,
     }
     if result is None:
         return Observation(**base, status=item.outcome, reason=item.reason)

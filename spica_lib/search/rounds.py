@@ -55,11 +55,17 @@ def suggest_round(
     round_index: int,
     history: BranchHistory | None,
     known_results: dict[str, TrialResult],
+    trials_per_job: int | None = None,
 ) -> tuple[RoundSuggestions, list[TrialSpec]]:
-    """Ask Vizier for this round's candidates; return the round file and the new trial specs."""
+    """Ask Vizier for this round's candidates; return the round file and the new trial specs.
+
+    The new trials go to replay jobs of `trials_per_job` each (all in one job when None).
+    """
     sweep = context.config.sweep
     target = sweep.per_round
-    empty = RoundSuggestions(deployment_mode=spec.deployment_mode, round=round_index, target=target)
+    empty = RoundSuggestions(
+        deployment_mode=spec.deployment_mode, round=round_index, target=target, trials_per_job=trials_per_job
+    )
     if spec.status != "ready":
         return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
     if history is not None and history.stalled:
@@ -104,6 +110,10 @@ def suggest_round(
         optimizer += time.perf_counter() - clock
     round_file.new_keys = [s.key() for s in specs]
     round_file.optimizer_seconds = optimizer
+    batch_of = {key: index for index, keys in enumerate(round_file.batches()) for key in keys}
+    for item in round_file.suggested:
+        if item.outcome in ("new", "duplicate"):
+            item.trial_batch = batch_of[item.key]
     return round_file, specs
 
 
@@ -151,7 +161,8 @@ def _triage(
     key = trial.key()
     if key in known_results:
         earlier = known_keys.get(key)
-        return Suggested(**base, key=key, outcome="cached", trial_round=earlier and earlier.trial_round), None
+        place = {"trial_round": earlier.trial_round, "trial_batch": earlier.trial_batch} if earlier else {}
+        return Suggested(**base, key=key, outcome="cached", **place), None
     if any(p.key() == key for p in pending):
         return Suggested(**base, key=key, outcome="duplicate", trial_round=round_index), None
     return Suggested(**base, key=key, outcome="new", trial_round=round_index), trial

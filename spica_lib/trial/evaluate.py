@@ -6,6 +6,8 @@ reason; nothing is raised for a bad candidate.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from spica_lib.base.versions import package_versions
@@ -15,8 +17,8 @@ from spica_lib.config.trace import file_sha256
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.plan import build_deployment
-from spica_lib.replay.request import ReplayRequest
-from spica_lib.replay.runner import run_in_child
+from spica_lib.replay.request import ReplayOutcome, ReplayRequest, replay_call
+from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, make_candidate
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
@@ -95,24 +97,60 @@ def over_budget(used_gpus: int, gpu_budget: int) -> str | None:
     return f"over gpu_budget: used_gpus={used_gpus} > gpu_budget={gpu_budget}"
 
 
+def evaluate_trials(
+    specs: dict[str, TrialSpec],
+    *,
+    max_eval_seconds: float | None = None,
+    parallel: int = 1,
+    warm: bool = False,
+    per_request: dict[str, str] | None = None,
+    on_warm: Callable[[float], None] | None = None,
+    on_start: Callable[[str], None] | None = None,
+) -> Iterator[tuple[str, TrialResult]]:
+    """Gate, replay and score trials (key -> spec), `parallel` at a time; yield each result as it ends.
+
+    Every replay runs in a child forked from this process, killed at `max_eval_seconds`. With
+    `warm`, Dynamo and the perf DBs the trials need are loaded here first, so no child pays for
+    them. Never raises for a bad candidate: the result says what happened.
+    """
+    calls = {}
+    for key, spec in specs.items():
+        over = over_budget(spec.used_gpus, spec.gpu_budget)
+        if over:
+            yield key, rejected_before_replay("infeasible", over, spec.used_gpus)
+        else:
+            calls[key] = replay_call(spec.replay)
+    if not calls:
+        return
+    with ReplayWorker(parallel=parallel, timeout=max_eval_seconds) as worker:
+        if warm:
+            seconds = worker.warm(calls)
+            if on_warm is not None:
+                on_warm(seconds)
+        for outcome in worker.run(calls, per_request, on_start):
+            yield outcome.key, score_replay(specs[outcome.key], outcome)
+
+
 def evaluate_trial(
     spec: TrialSpec, *, max_eval_seconds: float | None = None, per_request_path: str | None = None
 ) -> TrialResult:
-    """Replay and score one trial. Never raises for a bad candidate: the result says what happened."""
-    used = spec.used_gpus
-    over = over_budget(used, spec.gpu_budget)
-    if over:
-        return rejected_before_replay("infeasible", over, used)
-    run = run_in_child(spec.replay, max_eval_seconds, per_request_path)
+    """Replay and score one trial (in one child, with no warm-up: there is nothing to share it with)."""
+    per_request = {"trial": str(Path(per_request_path).resolve())} if per_request_path else None
+    results = evaluate_trials({"trial": spec}, max_eval_seconds=max_eval_seconds, per_request=per_request)
+    return next(result for _, result in results)
+
+
+def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
+    """The trial result of a finished child: its failure, or its metrics scored for the goal."""
     base = {
-        "used_gpus": used,
+        "used_gpus": spec.used_gpus,
         "wall_seconds": run.wall_seconds,
         "cpu_seconds": run.cpu_seconds,
         "versions": package_versions(),
     }
     if run.status != "ok":
         return TrialResult(status=run.status, reason=run.reason, **base)
-    outcome = run.report.outcome
+    outcome = ReplayOutcome.model_validate(run.report["outcome"])
     metrics = outcome.metrics
     timing = {"replay_seconds": outcome.replay_seconds, "scaling_events": outcome.scaling_events}
     needs_goodput = [t for t in spec.goal.objectives if t.needs_sla]

@@ -2,42 +2,79 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 from spica_lib.base.artifacts import read_model, write_model
-from spica_lib.trial.evaluate import evaluate_trial, killed_outside
+from spica_lib.trial.evaluate import evaluate_trials, killed_outside
 from spica_lib.trial.spec import TrialRecord, TrialSpec
 
+Source = Literal["journal", "replayed", "killed"]
 
-def run_trial_job(
-    spec: TrialSpec,
-    key: str,
-    journal: str | Path,
+
+def run_replay_job(
+    specs: dict[str, TrialSpec],
+    journal: Callable[[str], str | Path],
+    started: Callable[[str], str | Path],
     attempt: int,
     last_attempt: int,
     *,
     max_eval_seconds: float | None = None,
-) -> tuple[TrialRecord, bool]:
-    """What a trial job writes, and whether it came from the journal rather than a replay now.
+    parallel: int = 1,
+    on_warm: Callable[[float], None] | None = None,
+) -> Iterator[tuple[TrialRecord, Source]]:
+    """The trials of one replay job (key -> spec), each yielded with where its record came from.
 
-    Every finished trial is journaled before its output is written. Snakemake deletes the output of a
-    job it sees fail — also when a cancel or time limit hits between the write and the job's exit —
-    so a retried or resumed job restores the journaled record instead of replaying it again.
-    On a retry that is the last allowed attempt, with nothing journaled, the earlier jobs were
-    killed from outside; that is recorded (see `killed_outside`) so the round can be told.
+    Every finished trial is journaled (`journal(key)`) before it is yielded for its trial file.
+    Snakemake deletes the output of a job it sees fail, also when a cancel or time limit hits
+    after the replays, so a retried or resumed job restores journaled records instead of
+    replaying them. A trial is marked (`started(key)`) when its child is forked; on the last allowed
+    attempt, a trial an earlier job started but never finished was killed from outside (a time
+    limit, a node failure, a cancel, the OOM killer): that is recorded (`killed_outside`) instead
+    of replaying it again. Trials never started are replayed.
     """
-    journal = Path(journal)
-    if journal.exists():
-        record = read_trial(journal)
-        if record.key == key and record.spec == spec:
-            return record, True
-    if 1 < attempt >= last_attempt:
-        result = killed_outside(spec, attempt)
-    else:
-        result = evaluate_trial(spec, max_eval_seconds=max_eval_seconds)
-    record = TrialRecord(key=key, spec=spec, result=result)
-    write_model(journal, record)
-    return record, False
+    pending: dict[str, TrialSpec] = {}
+    for key, spec in specs.items():
+        restored = _restore(Path(journal(key)), key, spec)
+        if restored is not None:
+            yield restored, "journal"
+        elif 1 < attempt >= last_attempt and Path(started(key)).exists():
+            record = TrialRecord(key=key, spec=spec, result=killed_outside(spec, attempt))
+            yield _journaled(journal, started, record), "killed"
+        else:
+            pending[key] = spec
+
+    def mark(key: str) -> None:
+        Path(started(key)).parent.mkdir(parents=True, exist_ok=True)
+        Path(started(key)).touch()
+
+    results = evaluate_trials(
+        pending,
+        max_eval_seconds=max_eval_seconds,
+        parallel=parallel,
+        warm=True,
+        on_warm=on_warm,
+        on_start=mark,
+    )
+    for key, result in results:
+        record = TrialRecord(key=key, spec=pending[key], result=result)
+        yield _journaled(journal, started, record), "replayed"
+
+
+def _restore(path: Path, key: str, spec: TrialSpec) -> TrialRecord | None:
+    if not path.exists():
+        return None
+    record = read_trial(path)
+    return record if record.key == key and record.spec == spec else None
+
+
+def _journaled(
+    journal: Callable[[str], str | Path], started: Callable[[str], str | Path], record: TrialRecord
+) -> TrialRecord:
+    write_model(journal(record.key), record)
+    Path(started(record.key)).unlink(missing_ok=True)
+    return record
 
 
 def read_trial(path: str | Path) -> TrialRecord:

@@ -1,24 +1,31 @@
-# The search: per branch and round, a checkpoint asks Vizier for candidates (suggest), one job per
-# new trial replays it (trial), and a tell rule appends the round to the branch history, which the
-# next round's suggest reads. The checkpoint writes the round's new specs to rounds/<branch>/<k>/specs/;
-# trial jobs only ever write their own rounds/<branch>/<k>/trials/<key>.json.
-import json
+# The search: per branch and round, a checkpoint asks Vizier for candidates (suggest) and writes the
+# round's new specs; replay jobs (all of a round's new trials in one job, or `trials_per_job` each)
+# replay them in a warm worker; a tell rule appends the round to the branch history, which the next
+# round's suggest reads. A replay job writes only its own rounds/<branch>/<k>/trials/<job>/ folder.
 import math
 import os
 
-# Trial jobs may run `parallel_evals` at once (Snakemake's --resources can lower it further).
-workflow.global_resources.setdefault("trial_slots", RUN.parallel_evals)
+from spica_lib.base.artifacts import read_model
+from spica_lib.search.history import RoundSuggestions
 
 
 wildcard_constraints:
     branch=r"agg|disagg",
     round=r"\d+",
-    key=r"[0-9a-f]{64}",
+    batch=r"\d+",
 
 
 def previous_history(wildcards):
     r = int(wildcards.round)
     return [] if r == 0 else [RUN.observations(wildcards.branch, r - 1)]
+
+
+def trials_per_job():
+    # A profile sets `set-resources: replay: trials_per_job: N` (the SLURM one does); locally a
+    # round's new trials share one job, so Dynamo and the perf DB load once per round.
+    value = workflow.resource_settings.overwrite_resources.get("replay", {}).get("trials_per_job")
+    value = getattr(value, "value", value)  # Snakemake wraps a profile's resources
+    return int(value) if value else None
 
 
 checkpoint suggest:
@@ -37,54 +44,59 @@ checkpoint suggest:
         RUN.log("rounds/{branch}/{round}/suggest"),
     params:
         run_dir=RUN.dir,
+        trials_per_job=trials_per_job(),
     localrule: True
     script:
         "../scripts/suggest.py"
 
 
-# A trial job that dies without writing its file was killed from outside (SLURM time limit, node
-# failure, scancel, OOM): our own timeout and replay errors are always written as results. Snakemake
-# retries it; the last allowed attempt records the kill instead of replaying, so the round can close.
-def last_trial_attempt(wildcards):
+# A replay job that dies without writing its folder was killed from outside (SLURM time limit, node
+# failure, scancel, OOM): our own timeouts and replay errors are always written as results. Snakemake
+# retries it; on the last allowed attempt a trial an earlier job started and never finished is
+# recorded as killed instead of replayed again, so the round can close.
+def last_replay_attempt(wildcards):
     # Cluster jobs run Snakemake with --retries 0, so the main process, which evaluates this before it
     # submits, hands its count down through the environment (sbatch exports it to the job).
     os.environ.setdefault("SPICA_TRIAL_RETRIES", str(workflow.execution_settings.retries))
     return int(os.environ["SPICA_TRIAL_RETRIES"]) + 1
 
 
-rule trial:
+def replay_runtime(wildcards, input, threads):
+    """Minutes: the job's trials in waves of `threads`, each up to max_eval_seconds, plus 5."""
+    trials = len(read_model(input.suggestions, RoundSuggestions).batches()[int(wildcards.batch)])
+    waves = math.ceil(trials / max(1, threads))
+    return waves * math.ceil((RUN.max_eval_seconds or 3600) / 60) + 5
+
+
+rule replay:
     message:
-        "Replaying trial {wildcards.key} (round {wildcards.round} of {wildcards.branch})"
+        "Replaying job {wildcards.batch} of round {wildcards.round} of {wildcards.branch}"
     input:
+        suggestions=RUN.suggestions("{branch}", "{round}"),
         specs=RUN.round_specs("{branch}", "{round}"),
     output:
-        trial=RUN.trial("{branch}", "{round}", "{key}"),
+        trials=directory(RUN.trial_batch("{branch}", "{round}", "{batch}")),
     log:
-        RUN.log("rounds/{branch}/{round}/trials/{key}"),
-    # One group per (branch, round): `--group-components trials_{branch}_r{round}=N` packs N
-    # trials into one cluster job. Rounds must not share a group (a later round depends on an earlier one).
-    group:
-        "trials_{branch}_r{round}"
+        RUN.log("rounds/{branch}/{round}/replay/{batch}"),
     params:
-        spec=RUN.spec("{branch}", "{round}", "{key}"),
+        run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
-        last_attempt=last_trial_attempt,
-        journal=RUN.journal("{key}"),
-    threads: 1
+        last_attempt=last_replay_attempt,
+    # `parallel_evals` replays at once across the sweep, split between the branches, so their jobs
+    # (and the warm-ups that dominate short replays) run side by side.
+    threads: max(1, RUN.parallel_evals // len(RUN.modes))
     resources:
-        mem_mb=4000,
-        runtime=math.ceil((RUN.max_eval_seconds or 3600) / 60) + 5,
-        trial_slots=1,
+        mem_mb=lambda wildcards, threads: 4000 * threads,
+        runtime=replay_runtime,
         trial_attempt=lambda wildcards, attempt: attempt,  # 1, then +1 per retry (params cannot see it)
     script:
-        "../scripts/trial.py"
+        "../scripts/replay.py"
 
 
-def round_trials(wildcards):
+def round_replays(wildcards):
     path = checkpoints.suggest.get(branch=wildcards.branch, round=wildcards.round).output.suggestions
-    with open(path, encoding="utf-8") as handle:
-        keys = json.load(handle)["new_keys"]
-    return [RUN.trial(wildcards.branch, wildcards.round, key) for key in keys]
+    jobs = len(read_model(path, RoundSuggestions).batches())
+    return [RUN.trial_batch(wildcards.branch, wildcards.round, batch) for batch in range(jobs)]
 
 
 rule tell:
@@ -93,7 +105,7 @@ rule tell:
     input:
         config=rules.validate.output.config,
         suggestions=RUN.suggestions("{branch}", "{round}"),
-        trials=round_trials,
+        trials=round_replays,
         previous=previous_history,
     output:
         history=RUN.observations("{branch}", "{round}"),

@@ -16,8 +16,7 @@ with stage_log(smk.log[0]) as log:
     histories = [read_model(path, BranchHistory) for path in smk.input.histories]
     records = {}
     for history in histories:
-        refs = ((o.key, o.trial_round) for o in history.observations)
-        records.update(read_trials(files.trial_files(history.deployment_mode, refs)))
+        records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
     rows = collect_candidates(histories, records)
     best = ordered(config, rows)
     atomic_write_parquet(smk.output.candidates, frame(rows))

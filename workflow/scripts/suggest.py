@@ -24,15 +24,16 @@ with stage_log(smk.log[0]) as log:
     pool = read_pool(smk.input.pool, spec.deployment_mode) if spec.status == "ready" else []
     history = read_model(smk.input.previous[0], BranchHistory) if smk.input.previous else None
     past = history.observations if history else []
-    known = read_trials(files.trial_files(branch, ((o.key, o.trial_round) for o in past)))
+    known = read_trials(files.trial_files(branch, past))
     space = config.search_space
     context = SearchContext(
         config=config,
         predictor_winners=read_model(smk.input.predictor, LoadPredictorResult).winners(),
         estimator=KvEstimator(space.model_name, space.hardware_sku, spec.backend_versions),
     )
+    known_results = {k: r.result for k, r in known.items()}
     suggestions, specs = suggest_round(
-        context, spec, pool, round_index, history, {k: r.result for k, r in known.items()}
+        context, spec, pool, round_index, history, known_results, trials_per_job=smk.params.trials_per_job
     )
     Path(smk.output.specs).mkdir(parents=True, exist_ok=True)  # the folder is declared even when the round is empty
     for trial in specs:

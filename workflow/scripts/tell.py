@@ -15,8 +15,7 @@ with stage_log(smk.log[0]) as log:
     config = read_model(smk.input.config, ValidatedConfig).config
     suggestions = read_model(smk.input.suggestions, RoundSuggestions)
     history = read_model(smk.input.previous[0], BranchHistory) if smk.input.previous else None
-    refs = ((item.key, item.trial_round) for item in suggestions.suggested)
-    records = read_trials(files.trial_files(smk.wildcards.branch, refs))
+    records = read_trials(files.trial_files(smk.wildcards.branch, suggestions.suggested))
     updated = tell_round(config.goal, suggestions, {k: r.result for k, r in records.items()}, history)
     write_model(smk.output.history, updated)
     log.info("%s round %d: %s", updated.deployment_mode, suggestions.round, updated.tallies[-1].counts)

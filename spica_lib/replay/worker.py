@@ -1,0 +1,257 @@
+"""The replay worker: Dynamo loaded once per job, every replay in a child forked from the warm process.
+
+A fresh process pays Dynamo's import and the perf-DB load (seconds) before its first simulated
+step; a child forked from a process that has already replayed pays neither. Each replay still
+runs in its own process, so a time limit is a kill and a crash is one failed trial, not a lost job.
+
+No child outlives the worker: each child asks the kernel for SIGKILL when its parent dies
+(`PR_SET_PDEATHSIG`, which also covers a SIGKILL of the worker), and the worker kills its
+children itself on SIGTERM / SIGINT or any error. Results come back over pipes, so nothing is
+written to disk that a kill could leave behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from spica_lib.replay.call import execute_call
+
+PR_SET_PDEATHSIG = 1
+STDERR_TAIL = 2000
+POLL_SECONDS = 0.05
+# A replay of a handful of requests: enough to load the perf DB behind a (system, backend, version).
+WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "kwargs": {"replay_concurrency": 1}}
+
+
+@dataclass
+class ChildOutcome:
+    """How one forked replay ended: its report (when it wrote one), or why not."""
+
+    key: str
+    status: str  # "ok" | "failed" | "timed_out"
+    reason: str | None
+    report: dict[str, Any] | None
+    wall_seconds: float
+    cpu_seconds: float
+
+
+@dataclass
+class _Running:
+    key: str
+    pid: int
+    started: float
+    deadline: float | None
+    out: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
+    open_pipes: int = 2
+
+
+def warm_up_call(call: dict[str, Any]) -> dict[str, Any]:
+    """The same engines, router and planner as `call`, on a few tiny requests."""
+    kwargs = {k: v for k, v in call["kwargs"].items() if k not in _LOAD_KWARGS}
+    kwargs.update(WARM_UP_LOAD["kwargs"])
+    return {**call, "function": WARM_UP_LOAD["function"], "args": WARM_UP_LOAD["args"], "kwargs": kwargs}
+
+
+_LOAD_KWARGS = (
+    "arrival_speedup_ratio",
+    "trace_block_size",
+    "replay_concurrency",
+    "request_rate",
+    "turns_per_session",
+    "shared_prefix_ratio",
+    "num_prefix_groups",
+    "inter_turn_delay_ms",
+    "arrival_seed",
+)
+
+
+def warm_up_groups(calls: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One warm-up call per distinct set of engine timing sources (system, backend, version) and planner use."""
+    groups: dict[str, dict[str, Any]] = {}
+    for call in calls.values():
+        engines = sorted(
+            (args.get("aic_system"), args.get("aic_backend"), args.get("aic_backend_version"))
+            for args in call["engines"].values()
+        )
+        signature = json.dumps([engines, call["kwargs"].get("planner_config") is not None])
+        groups.setdefault(signature, warm_up_call(call))
+    return list(groups.values())
+
+
+class ReplayWorker:
+    """Runs replay calls in forked children, `parallel` at a time, each killed at its time limit.
+
+    Use as a context manager: leaving the block (normally, on an error, or on SIGTERM / SIGINT,
+    which it turns into exceptions) kills every child still running.
+    """
+
+    def __init__(self, parallel: int = 1, timeout: float | None = None):
+        self.parallel = max(1, parallel)
+        self.timeout = timeout
+        self.running: dict[int, _Running] = {}
+        self._previous_handlers: dict[int, Any] = {}
+
+    def __enter__(self) -> ReplayWorker:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            self._previous_handlers[signum] = signal.signal(signum, _raise_exit)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill_all()
+        for signum, handler in self._previous_handlers.items():
+            signal.signal(signum, handler)
+
+    def warm(self, calls: dict[str, dict[str, Any]]) -> float:
+        """Load Dynamo and the perf DBs these calls need, in this process; return the seconds spent.
+
+        A failing warm-up is not fatal: the children then pay the load themselves and report errors.
+        """
+        started = time.perf_counter()
+        for call in warm_up_groups(calls):
+            with contextlib.suppress(Exception):
+                execute_call(call)
+        return time.perf_counter() - started
+
+    def run(
+        self,
+        calls: dict[str, dict[str, Any]],
+        per_request: dict[str, str] | None = None,
+        on_start: Callable[[str], None] | None = None,
+    ) -> Iterator[ChildOutcome]:
+        """Replay every call (key -> call), yielding each outcome as soon as its child ends.
+
+        `on_start(key)` runs just before the child for that key is forked.
+        """
+        waiting = list(calls.items())
+        selector = selectors.DefaultSelector()
+        try:
+            while waiting or self.running:
+                while waiting and len(self.running) < self.parallel:
+                    key, call = waiting.pop(0)
+                    if on_start is not None:
+                        on_start(key)
+                    self._start(selector, key, call, (per_request or {}).get(key))
+                yield from self._collect(selector)
+        finally:
+            selector.close()
+
+    def kill_all(self) -> None:
+        for pid in list(self.running):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self.running.pop(pid, None)
+
+    def _start(self, selector: selectors.BaseSelector, key: str, call: dict[str, Any], per_request: str | None) -> None:
+        out_read, out_write = os.pipe()
+        err_read, err_write = os.pipe()
+        parent = os.getpid()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child never returns from here
+            os.close(out_read)
+            os.close(err_read)
+            _child(parent, call, per_request, out_write, err_write)
+        os.close(out_write)
+        os.close(err_write)
+        started = time.perf_counter()
+        deadline = started + self.timeout if self.timeout else None
+        running = _Running(key=key, pid=pid, started=started, deadline=deadline)
+        self.running[pid] = running
+        for descriptor, stream in ((out_read, "out"), (err_read, "err")):
+            os.set_blocking(descriptor, False)
+            selector.register(descriptor, selectors.EVENT_READ, (running, stream))
+
+    def _collect(self, selector: selectors.BaseSelector) -> Iterator[ChildOutcome]:
+        """Read what the children wrote; yield the ones that ended or ran out of time."""
+        for selected, _ in selector.select(timeout=POLL_SECONDS):
+            running, stream = selected.data
+            chunk = os.read(selected.fd, 1 << 16)
+            if chunk:
+                buffer = running.out if stream == "out" else running.err
+                buffer.extend(chunk)
+                if stream == "err" and len(buffer) > 4 * STDERR_TAIL:
+                    del buffer[: -2 * STDERR_TAIL]
+                continue
+            selector.unregister(selected.fd)
+            os.close(selected.fd)
+            running.open_pipes -= 1
+        now = time.perf_counter()
+        for running in list(self.running.values()):
+            if running.deadline is not None and now > running.deadline:
+                yield self._end(selector, running, timed_out=True)
+            elif running.open_pipes == 0:
+                yield self._end(selector, running, timed_out=False)
+
+    def _end(self, selector: selectors.BaseSelector, running: _Running, timed_out: bool) -> ChildOutcome:
+        if timed_out:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(running.pid, signal.SIGKILL)
+        _, status, usage = os.wait4(running.pid, 0)
+        del self.running[running.pid]
+        for key, selected in list(selector.get_map().items()):
+            if selected.data[0] is running:
+                selector.unregister(key)
+                os.close(key)
+        wall = time.perf_counter() - running.started
+        cpu = usage.ru_utime + usage.ru_stime
+        base = {"key": running.key, "wall_seconds": wall, "cpu_seconds": cpu}
+        if timed_out:
+            reason = f"replay exceeded max_eval_seconds={self.timeout:g} and was stopped"
+            return ChildOutcome(status="timed_out", reason=reason, report=None, **base)
+        try:
+            report = json.loads(running.out.decode("utf-8"))
+        except ValueError:
+            tail = running.err.decode("utf-8", errors="replace")[-STDERR_TAIL:].strip()
+            return ChildOutcome(status="failed", reason=f"{_death(status)}: {tail}", report=None, **base)
+        if not report["ok"]:
+            return ChildOutcome(status="failed", reason=f"replay failed: {report['error']}", report=report, **base)
+        return ChildOutcome(status="ok", reason=None, report=report, **base)
+
+
+def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int, err: int) -> None:
+    """Body of a forked child: replay, report over the pipe, exit without running the parent's cleanup."""
+    code = 1
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the worker died before the request above took effect
+            os._exit(1)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        os.dup2(err, 2)
+        try:
+            report = {"ok": True, "outcome": execute_call(call, per_request)}
+        except Exception as exc:  # a replay error is a result: the trial is recorded as failed
+            traceback.print_exc()
+            report = {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}
+        with os.fdopen(out, "w", encoding="utf-8") as handle:
+            json.dump(report, handle)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _death(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        signum = os.WTERMSIG(status)
+        return f"replay process killed by signal {signal.Signals(signum).name} ({signum})"
+    return f"replay process died (exit code {os.waitstatus_to_exitcode(status)})"
+
+
+def _raise_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)

@@ -1,0 +1,141 @@
+"""The replay worker: warm batches give the same results, and no replay outlives its worker.
+
+The process-lifetime tests use a fake replay call (named `fake_*`) that sleeps or crashes: they
+test our own control flow (forking, time limits, kills), not Dynamo. The batch test uses the real
+replay.
+"""
+
+import faulthandler
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+from conftest import build, config_data
+
+import spica_lib.replay.worker as worker_module
+from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
+from spica_lib.replay.worker import ReplayWorker
+from spica_lib.trial.evaluate import evaluate_trial, evaluate_trials, prepare_trial
+
+WALL_CLOCK_METRICS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
+
+
+def fake_sleep(call, per_request=None):
+    time.sleep(60)
+
+
+def fake_crash(call, per_request=None):
+    faulthandler.disable()  # pytest's handler would print the crash of this deliberate segfault
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def fake_exit(call, per_request=None):
+    os._exit(3)
+
+
+def fake_echo(call, per_request=None):
+    return {"metrics": {"x": float(call["x"])}, "scaling_events": [], "replay_seconds": 0.0}
+
+
+def outcomes(calls, monkeypatch, fake, parallel=2, timeout=None):
+    monkeypatch.setattr(worker_module, "execute_call", fake)
+    with ReplayWorker(parallel=parallel, timeout=timeout) as worker:
+        return {o.key: o for o in worker.run(calls)}
+
+
+def test_children_report_back_and_crashes_are_failed_trials_with_their_cause(monkeypatch):
+    done = outcomes({str(i): {"x": i} for i in range(5)}, monkeypatch, fake_echo)
+    assert {k: o.report["outcome"]["metrics"]["x"] for k, o in done.items()} == {str(i): float(i) for i in range(5)}
+    crashed = outcomes({"a": {}}, monkeypatch, fake_crash)["a"]
+    assert crashed.status == "failed" and "killed by signal SIGSEGV" in crashed.reason
+    exited = outcomes({"a": {}}, monkeypatch, fake_exit)["a"]
+    assert exited.status == "failed" and "exit code 3" in exited.reason
+
+
+def test_the_time_limit_kills_the_child_and_the_others_go_on(monkeypatch):
+    monkeypatch.setattr(worker_module, "execute_call", fake_sleep)
+    with ReplayWorker(parallel=2, timeout=0.5) as worker:
+        started = time.perf_counter()
+        done = list(worker.run({"a": {}, "b": {}, "c": {}}))
+        assert time.perf_counter() - started < 10
+        assert not worker.running
+    assert sorted(o.key for o in done) == ["a", "b", "c"] and {o.status for o in done} == {"timed_out"}
+    assert psutil.Process().children() == []
+
+
+WORKER_SCRIPT = """
+import threading, time
+import spica_lib.replay.worker as worker_module
+from spica_lib.replay.worker import ReplayWorker
+
+def fake_sleep(call, per_request=None):
+    time.sleep(120)
+
+worker_module.execute_call = fake_sleep
+with ReplayWorker(parallel=2) as worker:
+    threading.Thread(target=lambda: list(worker.run({"a": {}, "b": {}})), daemon=True).start()
+    while len(worker.running) < 2:
+        time.sleep(0.01)
+    print(" ".join(str(pid) for pid in worker.running), flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_no_replay_outlives_its_worker(tmp_path, signum):
+    worker = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(WORKER_SCRIPT)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    children = [int(pid) for pid in worker.stdout.readline().split()]
+    assert len(children) == 2 and all(psutil.pid_exists(pid) for pid in children)
+    worker.send_signal(signum)
+    worker.wait(timeout=30)
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(pid) for pid in children):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in children)
+    assert list(tmp_path.iterdir()) == []  # nothing written, so nothing left behind
+
+
+def _alive(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+def test_a_warm_batch_gives_the_results_of_one_replay_at_a_time():
+    config = build(config_data())
+
+    def spec(tp, replicas, seqs=256):
+        selection = {
+            "deployment_mode": "agg",
+            "backend": "vllm",
+            "agg_max_num_batched_tokens": 8192,
+            "agg_max_num_seqs": seqs,
+            "router_mode": "round_robin",
+            "planner_scaling_policy": "disabled",
+        }
+        layout = ReplicaConfig(shape=ParallelShape(tp=tp), replicas=replicas)
+        return prepare_trial(config, selection, layout, backend_version="0.24.0")
+
+    specs = {s.key(): s for s in (spec(1, 2), spec(2, 2), spec(4, 1, 512))}
+    one_at_a_time = {key: evaluate_trial(s) for key, s in specs.items()}  # before anything is warm here
+    warmed = []
+    batch = dict(evaluate_trials(specs, parallel=2, warm=True, on_warm=warmed.append))
+    assert len(warmed) == 1 and set(batch) == set(specs)
+    for key, result in batch.items():
+        alone = one_at_a_time[key]
+        assert result.status == alone.status == "feasible" and result.score == alone.score
+        same = {k: v for k, v in result.metrics.items() if k not in WALL_CLOCK_METRICS}
+        assert same == {k: v for k, v in alone.metrics.items() if k not in WALL_CLOCK_METRICS}
