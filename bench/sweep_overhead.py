@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -134,7 +133,9 @@ def bench_rounds() -> None:
     print("| rounds | trials | wall, median of 3 (s) | runs (s) | replays, sum (s) |")
     print("|---|---|---|---|---|")
     for rounds, run, walls, seconds in ((2, short, short_walls, replays[0]), (8, long, long_walls, replays[1])):
-        print(f"| {rounds} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} | {seconds:.2f} |")
+        print(
+            f"| {rounds} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} | {seconds:.2f} |"
+        )
     print(f"\nper-round overhead (wall minus replays, per extra round): {per_round:.1f} s")
 
 

@@ -75,6 +75,13 @@ class RunFiles(BaseModel):
         """The trial files one replay job of a round writes (the job's declared output folder)."""
         return f"{self.dir}/rounds/{branch}/{round_index}/trials/{batch}"
 
+    def replaying(self, branch: str, round_index: int | str, batch: int | str) -> str:
+        """Where a replay job writes its trial files until it has them all; then renamed to `trial_batch`.
+
+        So a job killed half-way leaves its declared folder missing, never half full.
+        """
+        return f"{self.dir}/rounds/{branch}/{round_index}/replaying/{batch}"
+
     def trial(self, branch: str, round_index: int | str, batch: int | str, key: str) -> str:
         """A trial lives under the round that first asked for it, in the folder of the job that replayed it."""
         return f"{self.trial_batch(branch, round_index, batch)}/{key}.json"

@@ -1,11 +1,17 @@
 """Rule `replay`: one replay job of a round -> rounds/<branch>/<k>/trials/<job>/<key>.json, one file per trial.
 
 Dynamo and the perf DBs are loaded once here; each trial replays in a child forked from this warm
-process, `threads` at a time, and its file is written as soon as it ends (failures are results).
+process, `threads` at a time, and is journaled as soon as it ends (failures are results). The trial
+files are gathered in rounds/<branch>/<k>/replaying/<job>/ and the folder is renamed into place
+when every trial of the job has its file: a job killed half-way leaves no half-full output that a
+resumed Snakemake could take for finished; the rerun restores the journaled trials.
 """
 
+import contextlib
 import os
+import shutil
 import socket
+from pathlib import Path
 
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
@@ -35,7 +41,9 @@ with stage_log(smk.log[0]) as log:
         attempt,
         last,
     )
-    os.makedirs(smk.output.trials, exist_ok=True)
+    staging = Path(files.replaying(branch, round_index, batch))
+    shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the journal has what finished
+    staging.mkdir(parents=True)
     records = run_replay_job(
         specs,
         files.journal,
@@ -47,7 +55,7 @@ with stage_log(smk.log[0]) as log:
         on_warm=lambda seconds: log.info("Dynamo and perf DBs loaded in %.2f s", seconds),
     )
     for record, source in records:
-        write_model(files.trial(branch, round_index, batch, record.key), record)
+        write_model(staging / Path(files.trial(branch, round_index, batch, record.key)).name, record)
         result = record.result
         reason = f" ({result.reason})" if result.reason else ""
         log.info(
@@ -61,3 +69,6 @@ with stage_log(smk.log[0]) as log:
             result.wall_seconds,
             " restored from the journal" if source == "journal" else "",
         )
+    os.replace(staging, smk.output.trials)
+    with contextlib.suppress(OSError):  # the round's replaying/ folder, once its last job is done
+        staging.parent.rmdir()
