@@ -5,7 +5,8 @@ step; a child forked from a process that has already replayed pays neither. Each
 runs in its own process, so a time limit is a kill and a crash is one failed trial, not a lost job.
 
 No child outlives the worker: each child asks the kernel for SIGKILL when its parent dies
-(`PR_SET_PDEATHSIG`, which also covers a SIGKILL of the worker), and the worker kills its
+(`PR_SET_PDEATHSIG`, which also covers a SIGKILL of the worker; the kernel ties it to the forking
+thread, so fork from a thread that lives as long as the worker), and the worker kills its
 children itself on SIGTERM / SIGINT or any error. Results come back over pipes, so nothing is
 written to disk that a kill could leave behind.
 """
@@ -19,6 +20,7 @@ import os
 import selectors
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -104,8 +106,9 @@ class ReplayWorker:
         self._previous_handlers: dict[int, Any] = {}
 
     def __enter__(self) -> ReplayWorker:
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            self._previous_handlers[signum] = signal.signal(signum, _raise_exit)
+        if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                self._previous_handlers[signum] = signal.signal(signum, _raise_exit)
         return self
 
     def __exit__(self, *exc: object) -> None:
