@@ -81,6 +81,16 @@ def test_prepare_run_refuses_to_mix_configs_in_one_run(tmp_path, monkeypatch):
         prepare_run(str(second), run="shared")
 
 
+def test_prepare_run_refuses_to_resume_a_run_folder_of_an_older_layout(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_yaml(tmp_path, config_data())
+    layout = prepare_run(str(path), run="old")
+    older = build_validated_config(path, "old").model_copy(update={"schema_version": 1})
+    write_model(layout.config_json, older)
+    with pytest.raises(ConfigError, match="older Spica .* version 1"):
+        prepare_run(str(path), run="old")
+
+
 def test_locate_config_prefers_explicit_then_configfile_then_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.yaml").touch()

@@ -20,7 +20,9 @@ from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.trace import file_sha256
 from spica_lib.facts.catalog import CatalogFacts, check_catalog
 
-SCHEMA_VERSION = 1
+# 2: trial files under the replay job that wrote them (rounds/<b>/<k>/trials/<job>/), found by the
+# round and job recorded in each observation; a run folder of version 1 cannot be resumed.
+SCHEMA_VERSION = 2
 RUN_ID_LENGTH = 12
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 

@@ -182,8 +182,21 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
     )
     existing = Path(layout.config_json)
     if existing.is_file():
-        # Only the hash is needed; a full model read would also re-check the recorded trace path.
-        recorded = json.loads(existing.read_text(encoding="utf-8")).get("config_sha256", "")
+        # Only the hash and version are needed; a full model read would also re-check the trace path.
+        data = json.loads(existing.read_text(encoding="utf-8"))
+        recorded = data.get("config_sha256", "")
+        if data.get("schema_version") != validated.schema_version:
+            raise ConfigError(
+                [
+                    (
+                        "run",
+                        f"{layout.dir} was written by an older Spica (run layout version {data.get('schema_version')}, "
+                        f"this one writes {validated.schema_version}) and cannot be resumed; move it away, or "
+                        "name a new run with `run=`",
+                    )
+                ],
+                source=config_file,
+            )
         if recorded != validated.config_sha256:
             raise ConfigError(
                 [
