@@ -133,13 +133,6 @@ def test_planner_payload_is_a_valid_dynamo_planner_config(monkeypatch):
         assert parsed.mode == mode and parsed.enable_throughput_scaling and parsed.max_gpu_budget == 32
 
 
-def test_a_payload_dynamos_planner_refuses_fails_when_the_plan_is_built():
-    sample = sample_for(DENSE, policy="hybrid_180_5")
-    sample["fpm_sample_bucket_size"] = 5  # a hand-made sample: config validation would have refused it
-    with pytest.raises(ValueError, match="perfect square"):
-        build_deployment(sample, backend_version="0.24.0", optimization_target="sla", sla_ttft_ms=500, sla_itl_ms=30)
-
-
 def test_an_unset_interval_is_left_out_of_the_planner_payload():
     policy = {
         "enable_throughput_scaling": True,

@@ -152,6 +152,26 @@ def test_impossible_engine_fails_with_the_simulators_message():
     assert result.status == "failed" and "replay failed" in result.reason and "tp_size 3" in result.reason
 
 
+def test_a_planner_dynamo_refuses_fails_with_its_message_before_any_replay():
+    data = config_data(search_space={"planner_scaling_policy": ["load_180_5"]})
+    data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
+    spec = spec_for(
+        build(data),
+        agg(1, 2),
+        planner_scaling_policy="load_180_5",
+        planner_fpm_sampling="default",
+        planner_load_sensitivity="default",
+    )
+    plan = spec.replay.plan
+    bad = {**plan.planner_config, "fpm_sample_bucket_size": 5}  # config validation would have refused it
+    spec = spec.model_copy(
+        update={"replay": spec.replay.model_copy(update={"plan": plan.model_copy(update={"planner_config": bad})})}
+    )
+    result = evaluate_trial(spec, max_eval_seconds=60)
+    assert result.status == "failed" and "PlannerConfig refused" in result.reason and "perfect square" in result.reason
+    assert result.wall_seconds == 0
+
+
 def test_over_budget_is_gated_before_any_replay():
     cfg = build(config_data(search_space={"gpu_budget": 2}))
     result = evaluate_trial(spec_for(cfg, agg(2, 2)))

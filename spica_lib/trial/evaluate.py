@@ -16,7 +16,7 @@ from spica_lib.config.presets import CompositeEntry
 from spica_lib.config.trace import file_sha256
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
-from spica_lib.replay.plan import build_deployment
+from spica_lib.replay.plan import build_deployment, checked_by_dynamo
 from spica_lib.replay.request import ReplayOutcome, ReplayRequest, replay_call
 from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
@@ -115,9 +115,9 @@ def evaluate_trials(
     """
     calls = {}
     for key, spec in specs.items():
-        over = over_budget(spec.used_gpus, spec.gpu_budget)
-        if over:
-            yield key, rejected_before_replay("infeasible", over, spec.used_gpus)
+        refused = before_replay_problem(spec)
+        if refused is not None:
+            yield key, refused
         else:
             calls[key] = replay_call(spec.replay)
     if not calls:
@@ -129,6 +129,22 @@ def evaluate_trials(
                 on_warm(seconds)
         for outcome in worker.run(calls, per_request, on_start):
             yield outcome.key, score_replay(specs[outcome.key], outcome)
+
+
+def before_replay_problem(spec: TrialSpec) -> TrialResult | None:
+    """The result of a trial that must not be replayed: over the GPU budget, or a planner Dynamo refuses."""
+    over = over_budget(spec.used_gpus, spec.gpu_budget)
+    if over:
+        return rejected_before_replay("infeasible", over, spec.used_gpus)
+    planner = spec.replay.plan.planner_config
+    if planner is not None:
+        try:
+            checked_by_dynamo(planner)
+        except ValueError as exc:
+            return rejected_before_replay(
+                "failed", f"Dynamo's PlannerConfig refused the planner: {exc}", spec.used_gpus
+            )
+    return None
 
 
 def evaluate_trial(
