@@ -29,10 +29,10 @@ def test_evaluate_from_a_yaml_file_as_json(tmp_path, capsys):
 
 
 def test_bad_candidate_exits_2_naming_the_field(capsys):
-    candidate = json.dumps({"deployment_mode": "agg", "parallel": {"tp": 2}, "agg_max_num_seqs": 300})
+    candidate = json.dumps({"deployment_mode": "agg", "parallel": {"tp": 2}, "agg_max_num_seqs": 0})
     assert main(["evaluate", DEFAULT, "--candidate", candidate]) == 2
     err = capsys.readouterr().err
-    assert "invalid candidate" in err and "candidate.agg_max_num_seqs" in err and "300" in err
+    assert "invalid candidate" in err and "candidate.agg_max_num_seqs" in err and "whole number >= 1" in err
 
 
 def test_failing_candidate_exits_1_with_the_reason(capsys):

@@ -3,7 +3,7 @@
 import pytest
 from conftest import build, config_data, rejected
 
-from spica_lib.config.search_space import ATOMIC_CHOICES
+from spica_lib.config.search_space import CHOICES, ENGINE_KNOB_DEFAULTS, KNOB_DEFAULTS, ROUTER_WEIGHT_DEFAULTS
 
 SCALING_DICT = {
     "enable_throughput_scaling": True,
@@ -24,17 +24,58 @@ def test_defaults_fill_in():
     assert space.router_mode == ["kv_router", "round_robin"]
 
 
-@pytest.mark.parametrize("knob", sorted(ATOMIC_CHOICES))
-def test_every_atomic_knob_takes_a_subset_and_rejects_others(knob):
-    subset = list(ATOMIC_CHOICES[knob])[-1:]
+@pytest.mark.parametrize("knob", sorted(KNOB_DEFAULTS))
+def test_every_atomic_knob_takes_a_subset_and_needs_one_value(knob):
+    subset = list(KNOB_DEFAULTS[knob])[-1:]
     assert getattr(build(config_data(search_space={knob: subset})).search_space, knob) == subset
-    rejected(config_data(search_space={knob: [*subset, 999]}), f"search_space.{knob}", "999", "allowed")
     rejected(config_data(search_space={knob: []}), f"search_space.{knob}", "at least one")
+
+
+@pytest.mark.parametrize("knob", sorted(CHOICES))
+def test_vocabulary_knobs_refuse_anything_else(knob):
+    rejected(config_data(search_space={knob: [*CHOICES[knob][:1], 999]}), f"search_space.{knob}", "999", "allowed")
+
+
+def test_engine_knobs_take_any_whole_number_the_engine_accepts():
+    space = build(config_data(search_space={"agg_max_num_batched_tokens": [2048, 4096.0]})).search_space
+    assert space.agg_max_num_batched_tokens == [2048, 4096] and isinstance(space.agg_max_num_batched_tokens[1], int)
+    assert build(config_data(search_space={"prefill_max_num_seqs": [3, 999]})).search_space.prefill_max_num_seqs == [
+        3,
+        999,
+    ]
+    for bad in (0, -1, 1.5, "2048", True):
+        rejected(
+            config_data(search_space={"agg_max_num_batched_tokens": [bad]}),
+            "search_space.agg_max_num_batched_tokens",
+            "max_num_batched_tokens is a whole number >= 1",
+        )
+
+
+def test_router_weights_take_what_dynamos_kv_router_accepts_and_name_its_rule():
+    space = build(config_data(search_space={"overlap_score_credit": [0.3, 2], "host_cache_hit_weight": [0.9]}))
+    assert space.search_space.overlap_score_credit == [0.3, 2.0]
+    rejected(config_data(search_space={"host_cache_hit_weight": [1.5]}), "search_space.host_cache_hit_weight",
+             "KV router", "between 0 and 1")  # fmt: skip
+    rejected(config_data(search_space={"router_temperature": [-0.5]}), "search_space.router_temperature",
+             "greater than or equal to 0")  # fmt: skip
+    rejected(config_data(search_space={"prefill_load_scale": ["1.0"]}), "search_space.prefill_load_scale")
+
+
+def test_a_block_size_the_backend_refuses_is_refused_naming_the_engine_rule():
+    rejected(config_data(search_space={"agg_block_size": 1, "backend": ["vllm"]}), "search_space.agg_block_size",
+             "vllm engine", "at least 2")  # fmt: skip
+    assert build(config_data(search_space={"agg_block_size": 16})).search_space.agg_block_size == 16
+
+
+def test_omitted_knobs_keep_the_references_sets():
+    space = build(config_data()).search_space
+    assert {name: tuple(getattr(space, name)) for name in ENGINE_KNOB_DEFAULTS} == ENGINE_KNOB_DEFAULTS
+    assert {name: tuple(getattr(space, name)) for name in ROUTER_WEIGHT_DEFAULTS} == ROUTER_WEIGHT_DEFAULTS
 
 
 def test_out_of_choice_values_named_in_the_error():
     rejected(config_data(search_space={"router_mode": ["bogus"]}), "search_space.router_mode", "'bogus'", "kv_router")
-    rejected(config_data(search_space={"prefill_max_num_seqs": [999]}), "search_space.prefill_max_num_seqs", "999")
+    rejected(config_data(search_space={"prefill_max_num_seqs": [0]}), "search_space.prefill_max_num_seqs", "0")
     rejected(
         config_data(search_space={"planner_scaling_policy": ["sometimes"]}),
         "search_space.planner_scaling_policy",

@@ -266,3 +266,20 @@ def test_a_branch_whose_replays_all_fail_is_reported_not_raised():
         "replay failed: Exception: replay invariant violated": 4
     }
     assert "(x4)" in summary.line and "NO feasible candidate" in summary.line
+
+
+def test_a_user_list_of_engine_values_is_searched_exactly_in_numeric_order():
+    values = [16384, 2048, 6144, 4096, 8192]  # not the reference's set, and not sorted
+    pool = [record(layout(1, r)) for r in (1, 2)]
+    data = config_data(
+        search_space={"agg_max_num_batched_tokens": values},
+        sweep={"algorithm": "random", "candidates_per_round": 3, "max_rounds": 4, "seed": 5},
+    )
+    config = build(data)
+    spec = branch(pool, knobs(agg_max_num_batched_tokens=config.search_space.agg_max_num_batched_tokens))
+    parameter = next(k for k in BranchSpace(spec, pool).knobs if k.name == "agg_max_num_batched_tokens")
+    assert parameter.kind == "discrete" and parameter.values == tuple(float(v) for v in sorted(values))
+    _, _, store = sweep(config, spec, pool, 4, FakeReplay())
+    seen = {record.spec.sample["agg_max_num_batched_tokens"] for record in store.values()}
+    assert seen <= set(values) and len(seen) > 1
+    assert all(record.spec.replay.plan.agg_engine_args["max_num_batched_tokens"] in values for record in store.values())

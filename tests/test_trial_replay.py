@@ -172,6 +172,13 @@ def test_a_planner_dynamo_refuses_fails_with_its_message_before_any_replay():
     assert result.wall_seconds == 0
 
 
+def test_an_engine_value_outside_the_references_set_is_replayed_as_given():
+    for tokens in (2048, 4096):
+        spec = spec_for(config(), agg(2, 2), agg_max_num_batched_tokens=tokens)
+        assert spec.replay.plan.agg_engine_args["max_num_batched_tokens"] == tokens
+        assert evaluate_trial(spec, max_eval_seconds=120).status == "feasible"
+
+
 def test_over_budget_is_gated_before_any_replay():
     cfg = build(config_data(search_space={"gpu_budget": 2}))
     result = evaluate_trial(spec_for(cfg, agg(2, 2)))

@@ -18,7 +18,7 @@ import yaml
 
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.presets import COMPOSITE_KNOBS
-from spica_lib.config.search_space import ATOMIC_CHOICES, check_atomic_knob, check_composite_knob
+from spica_lib.config.search_space import KNOB_DEFAULTS, check_atomic_knob, check_composite_knob
 from spica_lib.facts.parallel import ParallelConfig, parse_pinned_config
 from spica_lib.pools.knobs import branch_knob_choices
 
@@ -65,7 +65,7 @@ def candidate_selection(config: SmartSearchConfig, data: dict[str, Any]) -> tupl
         try:
             if knob in COMPOSITE_KNOBS:
                 check_composite_knob(knob, [value])
-            elif knob in ATOMIC_CHOICES:
+            elif knob in KNOB_DEFAULTS:
                 check_atomic_knob(knob, [value])
         except ValueError as exc:
             problems.append((f"candidate.{knob}", str(exc)))

@@ -1,12 +1,16 @@
 """`search_space`: what may vary between candidates, and what is pinned.
 
-Four kinds of field: atomic list knobs (one entry pins, several are searched; every entry must be
-one of the allowed choices), pinned scalars, composite knobs (preset ids or self-contained dicts,
-see `spica_lib.config.presets`) and `parallel_configs` (empty means "enumerate every legal shape").
+Four kinds of field: atomic list knobs (one entry pins, several are searched), pinned scalars,
+composite knobs (preset ids or self-contained dicts, see `spica_lib.config.presets`) and
+`parallel_configs` (empty means "enumerate every legal shape"). A list knob is either a choice from
+a fixed vocabulary (mode, backend, router mode) or any value the engine or the router accepts, as
+Dynamo's own `MockEngineArgs` and `KvRouterConfig` judge it; the reference's sets are the defaults.
 """
 
 from __future__ import annotations
 
+import math
+import os
 from typing import Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
@@ -17,27 +21,46 @@ from spica_lib.config.strict import StrictModel, first_error
 
 Number = StrictInt | StrictFloat
 
-# Allowed choices for every atomic list knob. The default of each knob is this full list.
-ATOMIC_CHOICES: dict[str, tuple[Any, ...]] = {
+# List knobs with a fixed vocabulary; the default is the whole list.
+CHOICES: dict[str, tuple[str, ...]] = {
     "deployment_mode": DEPLOYMENT_MODES,
     "backend": BACKENDS,
+    "router_mode": ("kv_router", "round_robin"),
+}
+# Engine knobs per role (any whole number the engine takes) and KV-router weights (any number the
+# router takes). The defaults are the reference's sets.
+ENGINE_KNOB_DEFAULTS: dict[str, tuple[int, ...]] = {
     "prefill_max_num_batched_tokens": (8192, 16384, 32768),
     "prefill_max_num_seqs": (1, 2, 4, 8, 16, 32, 64, 128, 256),
     "decode_max_num_batched_tokens": (8192,),
     "decode_max_num_seqs": (256, 512, 1024),
     "agg_max_num_batched_tokens": (8192, 16384, 32768),
     "agg_max_num_seqs": (256, 512, 1024),
-    "router_mode": ("kv_router", "round_robin"),
+}
+ROUTER_WEIGHT_DEFAULTS: dict[str, tuple[float, ...]] = {
     "overlap_score_credit": (0.0, 0.5, 1.0),
     "prefill_load_scale": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
     "host_cache_hit_weight": (0.5, 0.75, 1.0),
     "disk_cache_hit_weight": (0.0, 0.25, 0.5),
     "router_temperature": (0.0, 0.2, 0.5, 1.0),
 }
+KNOB_DEFAULTS: dict[str, tuple[Any, ...]] = {**CHOICES, **ENGINE_KNOB_DEFAULTS, **ROUTER_WEIGHT_DEFAULTS}
 
 
 def _choices(name: str) -> Any:
-    return Field(default_factory=lambda: list(ATOMIC_CHOICES[name]))
+    return Field(
+        default_factory=lambda: list(KNOB_DEFAULTS[name]),
+        description=f"one value pins, several are searched; {_rule(name)}",
+        json_schema_extra={"items": _item_schema(name), "minItems": 1},
+    )
+
+
+def _item_schema(name: str) -> dict[str, Any]:
+    if name in CHOICES:
+        return {"enum": list(CHOICES[name])}
+    if name in ENGINE_KNOB_DEFAULTS:
+        return {"type": "integer", "minimum": 1}
+    return {"type": "number", "minimum": 0}
 
 
 def _presets(name: str) -> Any:
@@ -45,17 +68,82 @@ def _presets(name: str) -> Any:
 
 
 def check_atomic_knob(name: str, values: list[Any]) -> list[Any]:
-    allowed = list(ATOMIC_CHOICES[name])
+    """The knob's values, checked and in canonical form (a YAML 8192.0 becomes 8192)."""
     if not values:
-        raise ValueError(f"list at least one choice; allowed: {allowed}")
+        raise ValueError(f"list at least one value; {_rule(name)}")
     for value in values:
         if isinstance(value, dict):
-            raise ValueError(f"takes plain values, not a dict entry ({value}); allowed: {allowed}")
-        # bool is an int in Python: refuse it explicitly so `true` never passes for 1.
-        if isinstance(value, bool) or value not in allowed:
-            raise ValueError(f"{value!r} is not a valid choice; allowed: {allowed}")
-    # Return the canonical choice, so a YAML 8192.0 is stored as the int 8192.
-    return [allowed[allowed.index(value)] for value in values]
+            raise ValueError(f"takes plain values, not a dict entry ({value}); {_rule(name)}")
+    if name in CHOICES:
+        return [_choice(name, value) for value in values]
+    if name in ENGINE_KNOB_DEFAULTS:
+        return [_engine_value(name, value) for value in values]
+    return [_router_weight(name, value) for value in values]
+
+
+def _rule(name: str) -> str:
+    if name in CHOICES:
+        return f"allowed: {list(CHOICES[name])}"
+    if name in ENGINE_KNOB_DEFAULTS:
+        return "any whole number >= 1 the engine accepts, e.g. [2048, 8192]"
+    return "any number >= 0 Dynamo's KV router accepts"
+
+
+def _choice(name: str, value: Any) -> Any:
+    allowed = list(CHOICES[name])
+    if value not in allowed:
+        raise ValueError(f"{value!r} is not a valid choice; allowed: {allowed}")
+    return value
+
+
+def _engine_value(name: str, value: Any) -> int:
+    field = name.split("_", 1)[1]  # prefill_max_num_seqs -> max_num_seqs, as the engine names it
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    # bool is an int in Python: refuse it explicitly so `true` never passes for 1.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{value!r} is not allowed: the engine's {field} is a whole number >= 1")
+    refused = engine_refusal({field: value})
+    if refused:
+        raise ValueError(f"{value} is refused by Dynamo's engine: {refused}")
+    return value
+
+
+def _router_weight(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{value!r} is not allowed: {name} is a finite number (Dynamo's KV router)")
+    refused = router_refusal({name: float(value)})
+    if refused:
+        raise ValueError(f"{value} is refused by Dynamo's KV router: {refused}")
+    return float(value)
+
+
+def engine_refusal(arguments: dict[str, Any]) -> str | None:
+    """Why Dynamo's mocker engine refuses these `MockEngineArgs`, or None."""
+    os.environ.setdefault("DYN_LOG", "error")
+    from dynamo.mocker import MockEngineArgs
+
+    try:
+        MockEngineArgs(**arguments)
+    except Exception as exc:  # the engine's own validation (a Rust error surfaced as Exception)
+        return (
+            str(exc)
+            .removeprefix("Failed to normalize MockEngineArgs: ")
+            .removeprefix("Failed to validate MockEngineArgs: ")
+        )
+    return None
+
+
+def router_refusal(arguments: dict[str, float]) -> str | None:
+    """Why Dynamo's `KvRouterConfig` refuses these weights, or None."""
+    os.environ.setdefault("DYN_LOG", "error")
+    from dynamo.llm import KvRouterConfig
+
+    try:
+        KvRouterConfig(**arguments)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def check_composite_knob(name: str, entries: list[CompositeEntry]) -> list[CompositeEntry]:
@@ -149,10 +237,20 @@ class SearchSpace(StrictModel):
     planner_load_sensitivity: list[str | dict[str, Any]] = _presets("planner_load_sensitivity")
     load_predictor_candidates: list[str | dict[str, Any]] = _presets("load_predictor_candidates")
 
-    @field_validator(*ATOMIC_CHOICES, mode="after")
+    @field_validator(*KNOB_DEFAULTS, mode="after")
     @classmethod
     def _atomic_in_choices(cls, values: list[Any], info: Any) -> list[Any]:
         return check_atomic_knob(info.field_name, values)
+
+    @field_validator("prefill_block_size", "decode_block_size", "agg_block_size", mode="after")
+    @classmethod
+    def _block_size_every_backend_takes(cls, size: int, info: Any) -> int:
+        # Each backend's scheduler has its own rule (vLLM and TRT-LLM need at least 2 tokens per block).
+        for backend in dict.fromkeys(info.data.get("backend") or []):
+            refused = engine_refusal({"engine_type": backend, "block_size": size})
+            if refused:
+                raise ValueError(f"{size} is refused by Dynamo's {backend} engine: {refused}")
+        return size
 
     @field_validator(*COMPOSITE_KNOBS, mode="after")
     @classmethod
