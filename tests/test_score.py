@@ -93,13 +93,9 @@ def test_rank_best_first_ties_to_fewer_gpus():
     assert rank([a, b, c]) == [c, b, a]
 
 
-def point(per_gpu, per_user):
+def point(per_gpu, second, name="throughput_per_user"):
     return Candidate(
-        config={},
-        used_gpus=1,
-        score=per_gpu,
-        metrics={},
-        objectives={"throughput_per_gpu": per_gpu, "throughput_per_user": per_user},
+        config={}, used_gpus=1, score=per_gpu, metrics={}, objectives={"throughput_per_gpu": per_gpu, name: second}
     )
 
 
@@ -108,13 +104,7 @@ OBJ = [T.THROUGHPUT_PER_GPU, T.THROUGHPUT_PER_USER]
 
 def test_front_respects_each_objectives_direction():
     def run(per_gpu, latency):
-        return Candidate(
-            config={},
-            used_gpus=1,
-            score=per_gpu,
-            metrics={},
-            objectives={"throughput_per_gpu": per_gpu, "e2e_latency": latency},
-        )
+        return point(per_gpu, latency, name="e2e_latency")
 
     # Lower latency is better: (10, 100) dominates (10, 200); (20, 300) trades latency for throughput.
     front = pareto_front([run(10, 200), run(10, 100), run(20, 300), run(5, 400)], [T.THROUGHPUT_PER_GPU, T.E2E_LATENCY])
