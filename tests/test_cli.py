@@ -54,7 +54,7 @@ def test_schema_is_json_schema(capsys):
 
 def test_console_script_is_installed():
     spica = shutil.which("spica") or str(REPO / ".venv" / "bin" / "spica")
-    done = subprocess.run([spica, "--help"], capture_output=True, text=True, check=False)
+    done = subprocess.run([spica, "--help"], capture_output=True, text=True, check=False, timeout=60)
     assert done.returncode == 0 and "validate" in done.stdout
     # `python -m spica_lib.cli` reaches every command (evaluate once died there with a NameError).
     for command in (["validate"], ["evaluate", "--candidate", "{}"]):
@@ -63,6 +63,7 @@ def test_console_script_is_installed():
             capture_output=True,
             text=True,
             check=False,
+            timeout=120,
         )
         assert done.returncode == 2 and "does not exist" in done.stderr, done.stderr
 

@@ -115,12 +115,6 @@ def test_sweep_seed_is_a_non_negative_int():
     rejected(config_data(sweep={"seed": 1.5}), "sweep.seed")
 
 
-def test_time_limit_can_be_disabled():
-    data = config_data()
-    data["sweep"] = {"max_eval_seconds": None}
-    assert build(data).sweep.max_eval_seconds is None
-
-
 def test_algorithm_default_depends_on_the_goal_and_is_filled_in():
     assert build(config_data()).sweep.algorithm == "nsga2"
     pareto = build(config_data(goal={"target": "pareto"}))
@@ -139,3 +133,14 @@ def test_single_metric_algorithm_cannot_drive_a_pareto_goal():
 def test_sla_is_per_token_or_end_to_end_not_both():
     rejected(config_data(goal={"target": "goodput", "sla": {**SLA, "e2e_ms": 9000}}), "goal.sla", "e2e_ms alone")
     rejected(config_data(goal={"target": "goodput", "sla": {"ttft_ms": 100, "e2e_ms": 9000}}), "goal.sla")
+
+
+def test_a_replay_always_has_a_finite_time_limit():
+    for value in (float("inf"), float("nan")):
+        data = config_data()
+        data["sweep"] = {"max_eval_seconds": value}
+        rejected(data, "sweep.max_eval_seconds", "finite")
+    data = config_data()
+    data["sweep"] = {"max_eval_seconds": None}
+    rejected(data, "sweep.max_eval_seconds")
+    assert build(config_data()).sweep.max_eval_seconds == 600.0

@@ -72,20 +72,20 @@ def test_kv_load_ratio_above_one_oversubscribes_and_is_allowed():
 
 
 @pytest.mark.parametrize(
-    "ratio, fragment",
+    "ratio, fragment, path",
     [
-        ([], "exactly [min, max]"),
-        ([0.0], "exactly [min, max]"),
-        ([0.0, 0.5, 1.0], "exactly [min, max]"),
-        ([-0.1, 1.0], "finite and >= 0"),
-        ([1.0, 1.0], "min < max"),
-        (float("inf"), "finite"),
-        (-0.5, "finite and >= 0"),
+        ([], "exactly [min, max]", "workload"),
+        ([0.0], "exactly [min, max]", "workload"),
+        ([0.0, 0.5, 1.0], "exactly [min, max]", "workload"),
+        ([-0.1, 1.0], "finite and >= 0", "workload"),
+        ([1.0, 1.0], "min < max", "workload"),
+        (float("inf"), "finite", "workload.kv_load_ratio"),  # refused as a number, before the shape rules
+        (-0.5, "finite and >= 0", "workload"),
     ],
 )
-def test_bad_kv_load_ratios(ratio, fragment):
+def test_bad_kv_load_ratios(ratio, fragment, path):
     data = config_data(workload={"request_rate": None, "kv_load_ratio": ratio}, goal={"target": "pareto"})
-    rejected(data, "workload", fragment)
+    rejected(data, path, fragment)
 
 
 def trace_workload(path):
@@ -162,3 +162,11 @@ def test_only_the_mooncake_format_is_known():
 def test_synthetic_shape_bounds(field, good, bad):
     assert getattr(build(config_data(workload={field: good})).workload, field) == good
     rejected(config_data(workload={field: bad}), f"workload.{field}")
+
+
+def test_nan_and_infinity_are_refused_with_their_field():
+    rejected(config_data(workload={"request_rate": float("nan")}), "workload.request_rate", "finite")
+    rejected(config_data(workload={"num_request_ratio": float("inf")}), "workload.num_request_ratio", "finite")
+    data = config_data()
+    data["goal"] = {"target": "goodput", "sla": {"ttft_ms": float("inf"), "itl_ms": 50}}
+    rejected(data, "goal.sla.ttft_ms", "finite")

@@ -138,7 +138,7 @@ def test_the_profile_dry_runs_without_a_cluster(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "--profile", PROFILE, "-n",
          "--config", f"spica={config}"],
-        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PATH": str(bare)}, check=False,
+        cwd=tmp_path, capture_output=True, text=True, env={**os.environ, "PATH": str(bare)}, check=False, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "suggest" in done.stdout and "This was a dry-run" in done.stdout
@@ -173,7 +173,7 @@ def test_a_hard_kill_and_scancel_resume_without_recomputing_finished_trials(clus
         assert process.poll() is None, "the sweep ended before it could be killed"
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)  # the login session dies; its SLURM jobs would run on
-    process.wait()
+    process.wait(timeout=60)
     cancel_all()  # the cancelled group job's Snakemake may delete outputs it had just written
     finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in journaled(tmp_path)}
     assert 0 < len(finished) < len(trial_files(local))  # killed mid-sweep

@@ -25,7 +25,7 @@ PRE_SEARCH = ("branches", "load_predictor")  # rule names as targets: every stag
 
 def snakemake(workdir: Path, *args: str, targets: tuple[str, ...] = PRE_SEARCH) -> subprocess.CompletedProcess:
     command = [*SNAKEMAKE, *targets, "--directory", str(workdir), *args]
-    return subprocess.run(command, capture_output=True, text=True, check=False)
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
 
 
 def test_default_config_runs_the_first_stages_and_a_rerun_does_nothing(tmp_path):

@@ -17,7 +17,7 @@ CompositeEntry = str | dict[str, Any]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ScalingPolicy(_Frozen):

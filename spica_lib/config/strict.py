@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 class StrictModel(BaseModel):
     """Base of every config model: unknown keys are errors, values are checked on assignment too."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: a YAML .nan or .inf is refused here, not when the config is serialised later.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ConfigError(ValueError):

@@ -25,7 +25,8 @@ class SweepConfig(StrictModel):
     max_rounds: StrictInt = Field(default=20, ge=1)
     parallel_evals: StrictInt = Field(default=16, ge=1)
     candidates_per_round: StrictInt | None = Field(default=None, ge=1)
-    max_eval_seconds: StrictInt | StrictFloat | None = Field(default=600.0, gt=0)
+    # Required finite: without a limit a hung replay holds its job (and a SLURM allocation) indefinitely.
+    max_eval_seconds: StrictInt | StrictFloat = Field(default=600.0, gt=0)
     seed: StrictInt = Field(default=0, ge=0)
     algorithm: Algorithm | None = None  # None: chosen from the goal when the config is validated
     top_k: StrictInt = Field(default=3, ge=1)

@@ -6,6 +6,7 @@ reason; nothing is raised for a bad candidate.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -167,8 +168,14 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     if run.status != "ok":
         return TrialResult(status=run.status, reason=run.reason, **base)
     outcome = ReplayOutcome.model_validate(run.report["outcome"])
-    metrics = outcome.metrics
+    # A NaN or infinite number has no JSON form: written, it would come back as null and the trial
+    # file (and its journal entry, restored on every retry) would never load again.
+    metrics = {k: v for k, v in outcome.metrics.items() if math.isfinite(v)}
     timing = {"replay_seconds": outcome.replay_seconds, "scaling_events": outcome.scaling_events}
+    broken = sorted(set(outcome.metrics) - set(metrics))
+    if broken:
+        reason = f"replay reported non-finite metric(s) {broken}"
+        return TrialResult(status="failed", reason=reason, metrics=metrics, **base, **timing)
     needs_goodput = [t for t in spec.goal.objectives if t.needs_sla]
     if needs_goodput and GOODPUT_KEY not in metrics:
         reason = f"replay reported no {GOODPUT_KEY} for a goodput objective (no per-request SLA accounting)"
@@ -176,6 +183,9 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     target = spec.goal.target
     objectives = spec.goal.resolved_pareto_objectives if target is OptimizationTarget.PARETO else None
     candidate = make_candidate(spec.sample, metrics, target, objectives)
+    if not all(math.isfinite(v) for v in (candidate.score, *(candidate.objectives or {}).values())):
+        reason = f"the goal's score is not finite ({candidate.score}): the replay reported no metric it needs"
+        return TrialResult(status="failed", reason=reason, metrics=metrics, **base, **timing)
     return TrialResult(
         status="feasible",
         metrics=candidate.metrics,

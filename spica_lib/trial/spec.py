@@ -50,7 +50,7 @@ class TrialSpec(BaseModel):
 class TrialResult(BaseModel):
     """How a trial ended, with its metrics and score when it was feasible."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # no JSON form: see trial.evaluate
 
     status: TrialStatus
     reason: str | None = None
