@@ -20,6 +20,10 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
         slurmctld slurmd slurm-client munge >/dev/null
 fi
 
+if [ -e /etc/slurm/slurm.conf ] && ! grep -q '^ClusterName=spica-ci$' /etc/slurm/slurm.conf; then
+    die "/etc/slurm/slurm.conf exists and is not ours (ClusterName spica-ci): refusing to overwrite a real cluster's config"
+fi
+
 mkdir -p /etc/slurm /run/slurm /var/spool/slurmd /var/spool/slurmctld /var/log/slurm /run/munge
 cpus=$(nproc)
 memory_mb=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 * 3 / 4 ))

@@ -3,8 +3,9 @@ several trials each; the result matches a local run; a hard kill plus scancel re
 recomputing; a replay job SLURM kills mid-replay is retried, and the trials it had started are
 recorded as failed while the sweep goes on.
 
-Without a cluster these tests skip, saying so; `.ci/run` starts one (root on Debian) and sets
-SPICA_REQUIRE_SLURM=1, which turns a missing cluster into a failure instead.
+They submit and cancel jobs, so they run only when asked (SPICA_REQUIRE_SLURM=1, which `.ci/run`
+sets after starting the cluster) and only on the cluster `.ci/slurm-up.sh` made (ClusterName
+spica-ci); asked for elsewhere, they fail instead of touching another cluster's jobs.
 """
 
 import json
@@ -39,14 +40,45 @@ def cluster_state() -> str:
     return done.stdout.strip() or done.stderr.strip()
 
 
+CI_CLUSTER = "spica-ci"  # the ClusterName .ci/slurm-up.sh writes
+
+
+def cluster_name() -> str:
+    try:
+        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    found = re.search(r"^ClusterName\s*=\s*(\S+)", done.stdout, re.MULTILINE)
+    return found.group(1) if found else ""
+
+
+def refusal(opted_in: bool, state: str, name: str) -> str | None:
+    """Why these tests must not run here (they submit and scancel jobs), or None."""
+    if not opted_in:
+        return "SLURM tests run only with SPICA_REQUIRE_SLURM=1 (they submit and cancel jobs)"
+    if state.split("\n")[0] not in ("idle", "mixed", "allocated"):
+        return f"no SLURM cluster here ({state}); start one with .ci/slurm-up.sh (root, Debian)"
+    if name != CI_CLUSTER:
+        return f"cluster {name!r} is not the {CI_CLUSTER!r} of .ci/slurm-up.sh: not touching its jobs"
+    return None
+
+
 @pytest.fixture(scope="module")
 def cluster():
+    opted_in = os.environ.get("SPICA_REQUIRE_SLURM") == "1"
     state = cluster_state()
-    if state.split("\n")[0] not in ("idle", "mixed", "allocated"):
-        message = f"no SLURM cluster here ({state}); start one with .ci/slurm-up.sh (root, Debian)"
-        if os.environ.get("SPICA_REQUIRE_SLURM") == "1":
-            pytest.fail(message)
+    message = refusal(opted_in, state, cluster_name() if opted_in and shutil.which("scontrol") else "")
+    if message and opted_in:
+        pytest.fail(message)
+    if message:
         pytest.skip(message)
+
+
+def test_the_tests_touch_only_the_cluster_the_ci_script_made_and_only_when_asked():
+    assert "SPICA_REQUIRE_SLURM=1" in refusal(False, "idle", CI_CLUSTER)
+    assert "not touching" in refusal(True, "idle", "production")
+    assert "no SLURM cluster" in refusal(True, "no sinfo on PATH", "")
+    assert refusal(True, "idle", CI_CLUSTER) is None
 
 
 def sweep_config() -> dict:

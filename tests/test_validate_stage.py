@@ -91,6 +91,19 @@ def test_prepare_run_refuses_to_resume_a_run_folder_of_an_older_layout(tmp_path,
         prepare_run(str(path), run="old")
 
 
+def test_prepare_run_refuses_to_resume_with_another_simulator_naming_the_versions(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = write_yaml(tmp_path, config_data())
+    layout = prepare_run(str(path), run="upgraded")
+    validated = build_validated_config(path, "upgraded")
+    older = validated.model_copy(update={"versions": {**validated.versions, "ai-dynamo": "1.4.0"}})
+    write_model(layout.config_json, older)
+    with pytest.raises(ConfigError, match=r"ai-dynamo 1\.4\.0 \(here 1\.5\.1\)"):
+        prepare_run(str(path), run="upgraded")
+    write_model(layout.config_json, validated)
+    assert prepare_run(str(path), run="upgraded").run == "upgraded"  # same versions: resumes
+
+
 def test_locate_config_prefers_explicit_then_configfile_then_default(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "x.yaml").touch()

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import ConfigError
 from spica_lib.config.policies import apply_policy_filters
-from spica_lib.config.validate import build_validated_config
+from spica_lib.config.validate import ValidatedConfig, build_validated_config
 from spica_lib.predictor.plan import plan_predictor_jobs
 
 RESULTS_ROOT = "results"
@@ -197,6 +197,18 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
                 ],
                 source=config_file,
             )
+        changed = simulator_changes(data, validated)
+        if changed:
+            raise ConfigError(
+                [
+                    (
+                        "run",
+                        f"{layout.dir} was replayed with {', '.join(changed)}; resuming would rank trials of "
+                        "two simulators together: name a new run with `run=`, or reinstall what the run used",
+                    )
+                ],
+                source=config_file,
+            )
         if recorded != validated.config_sha256:
             raise ConfigError(
                 [
@@ -209,3 +221,21 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
                 source=config_file,
             )
     return layout
+
+
+# What decides a replay's numbers besides the config: the simulator, the step timing and its data.
+SIMULATOR_PACKAGES = ("ai-dynamo", "ai-dynamo-runtime", "aiconfigurator-core")
+
+
+def simulator_changes(recorded: dict[str, Any], validated: ValidatedConfig) -> list[str]:
+    """'<part> <recorded> (here <now>)' for each simulator package or perf DB that differs from the run's."""
+    changes = []
+    versions = recorded.get("versions") or {}
+    for name in SIMULATOR_PACKAGES:
+        if versions.get(name) != validated.versions.get(name):
+            changes.append(f"{name} {versions.get(name)} (here {validated.versions.get(name)})")
+    databases = (recorded.get("catalog") or {}).get("perf_db_versions") or {}
+    for backend, version in validated.catalog.perf_db_versions.items():
+        if databases.get(backend) != version:
+            changes.append(f"the {backend} perf DB {databases.get(backend)} (here {version})")
+    return changes
