@@ -85,3 +85,26 @@ def test_arguments_for_snakemake_are_refused_outside_run(capsys):
     with pytest.raises(SystemExit):
         main(["validate", "c.yaml", "--", "--dry-run"])
     assert "only for `spica run`" in capsys.readouterr().err
+
+
+def test_only_one_spica_run_at_a_time_checks_and_clears_the_stale_lock(tmp_path, monkeypatch, capsys):
+    import fcntl
+
+    from spica_lib.run import launcher
+
+    monkeypatch.chdir(tmp_path)
+    unlocked = []
+    monkeypatch.setattr(launcher, "has_lock", lambda directory: True)
+    monkeypatch.setattr(launcher, "other_snakemake_here", lambda directory: [])
+    monkeypatch.setattr(launcher.subprocess, "run", lambda command, **kw: unlocked.append(command))
+    monkeypatch.setattr(launcher, "run_forwarding_signals", lambda command: 0)
+    guard = tmp_path / ".snakemake" / "spica-unlock.lock"
+    guard.parent.mkdir()
+    with open(guard, "a") as held:  # another spica run is between its check and its unlock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with launcher.unlock_guard(tmp_path, wait_seconds=0.3) as guarded:
+            assert not guarded
+        monkeypatch.setattr(launcher, "UNLOCK_WAIT_SECONDS", 0.3)
+        assert launcher.run_sweep("c.yaml") == 1 and unlocked == []
+        assert "another spica run is checking the lock" in capsys.readouterr().err
+    assert launcher.run_sweep("c.yaml") == 0 and len(unlocked) == 1  # released: the stale lock is cleared

@@ -7,10 +7,14 @@ directory, so that is checked first: a live one means the lock is real and is le
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -71,14 +75,50 @@ def run_sweep(
 ) -> int:
     directory = Path.cwd().resolve()
     command = snakemake_command(config, cores, profile, run, list(extra or []))
-    if has_lock(directory):
-        others = other_snakemake_here(directory)
-        if others:
-            print(f"another Snakemake (pid {others}) is working in {directory}; not touching its lock", file=sys.stderr)
+    with unlock_guard(directory) as guarded:
+        if not guarded:
+            print(f"another spica run is checking the lock in {directory}; try again", file=sys.stderr)
             return 1
-        print("clearing the lock left by an interrupted run", file=sys.stderr)
-        subprocess.run([*command, "--unlock"], check=True, capture_output=True)
+        if has_lock(directory):
+            others = other_snakemake_here(directory)
+            if others:
+                print(
+                    f"another Snakemake (pid {others}) is working in {directory}; not touching its lock",
+                    file=sys.stderr,
+                )
+                return 1
+            print("clearing the lock left by an interrupted run", file=sys.stderr)
+            subprocess.run([*command, "--unlock"], check=True, capture_output=True)
     return run_forwarding_signals(command)
+
+
+UNLOCK_WAIT_SECONDS = 30.0  # how long a second `spica run` waits for the first one's check and unlock
+
+
+@contextlib.contextmanager
+def unlock_guard(directory: Path, wait_seconds: float | None = None) -> Iterator[bool]:
+    """An exclusive file lock around the stale-lock check and the unlock (True once held).
+
+    Two `spica run` started together after a crash would otherwise both find the stale lock, and
+    the second could remove the lock the first one's Snakemake had just taken.
+    """
+    path = directory / ".snakemake" / "spica-unlock.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        deadline = time.monotonic() + (UNLOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds)
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    yield False
+                    return
+                time.sleep(0.1)
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_forwarding_signals(command: list[str]) -> int:
