@@ -57,7 +57,7 @@ def snakemake_command(
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete"]
     if profile:
         command += ["--profile", profile]
-    else:  # a trial job killed from outside (e.g. out of memory) is then recorded as failed, not a stopped round
+    else:  # a replay job killed from outside (e.g. out of memory): its started trials are then recorded as failed
         command += ["--retries", "1"]
     if cores is not None:
         command += ["--cores", str(cores)]

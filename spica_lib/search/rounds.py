@@ -6,7 +6,7 @@ once and told back to the designer before it is asked for replacements (up to 11
 target): a backend that cannot run the projected layout (`unsupported`), a layout over the GPU
 budget or with too little KV cache (`infeasible`), a spec that cannot be built (`failed`), and a
 trial the branch already ran (`cached`, told with its stored result). Only new, unique specs
-become trial jobs. `tell_round` reads the trial files and appends the round to the history; a
+go to replay jobs. `tell_round` reads the trial files and appends the round to the history; a
 round with fewer new trials than its target stalls the branch, whose later rounds are then empty.
 """
 

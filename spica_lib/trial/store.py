@@ -1,4 +1,4 @@
-"""Where trials are kept: the trial job (journal first, then the trial file), reading records back."""
+"""Where trials are kept: a replay job's trials (journal first, then the trial file), reading records back."""
 
 from __future__ import annotations
 
