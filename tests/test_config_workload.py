@@ -121,6 +121,24 @@ def test_trace_lines_must_be_mooncake_records(tmp_path, line, fragment):
     rejected(config_data(workload=trace_workload(path)), "workload.trace_path", "not a Mooncake JSONL trace", fragment)
 
 
+def test_a_bad_line_far_past_the_head_is_reported_with_its_number(tmp_path):
+    lines = TRACE.read_text().splitlines()
+    lines[2999] = json.dumps({"timestamp": 5, "input_length": 0, "output_length": 3})
+    path = tmp_path / "late.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    rejected(config_data(workload=trace_workload(path)), "workload.trace_path", "line 3000", "input_length")
+
+
+def test_a_trace_is_parsed_and_hashed_once_per_process():
+    from spica_lib.config.trace import _scan, scan_trace
+
+    _scan.cache_clear()
+    first = scan_trace(TRACE)
+    for _ in range(3):
+        assert scan_trace(TRACE) == first
+    assert _scan.cache_info().misses == 1 and first.records == len(TRACE.read_text().splitlines())
+
+
 def test_empty_trace_is_rejected(tmp_path):
     path = tmp_path / "empty.jsonl"
     path.write_text("\n\n")

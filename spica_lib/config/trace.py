@@ -6,13 +6,13 @@ tokens each by default) so the replay can model prefix reuse.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
-
-HEAD_LINES = 20  # enough to catch a wrong file, cheap on a multi-GB trace
 
 
 class TraceFormatError(ValueError):
@@ -30,20 +30,37 @@ class MooncakeRecord(BaseModel):
     hash_ids: list[StrictInt] = Field(default_factory=list)
 
 
-def check_mooncake_head(path: Path, lines: int = HEAD_LINES) -> int:
-    """Parse the first `lines` non-blank lines as Mooncake records; return how many were read."""
-    seen = 0
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            parse_record(line, number)
-            seen += 1
-            if seen >= lines:
-                break
-    if seen == 0:
+class TraceScan(NamedTuple):
+    sha256: str
+    records: int
+
+
+def scan_trace(path: str | Path) -> TraceScan:
+    """Parse every line of a Mooncake trace and hash the file, in one pass; once per file and process.
+
+    A bad line anywhere is reported with its number before any compute (not as a load-predictor
+    crash or a sweep of failed trials), and the hash that names the run and every trial key is
+    computed once, not once per suggestion.
+    """
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return _scan(str(resolved), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _scan(path: str, size: int, mtime_ns: int) -> TraceScan:  # size and mtime: a changed file is scanned again
+    digest = hashlib.sha256()
+    records = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            digest.update(raw)
+            line = raw.decode("utf-8", errors="replace")
+            if line.strip():
+                parse_record(line, number)
+                records += 1
+    if records == 0:
         raise TraceFormatError("the file holds no records")
-    return seen
+    return TraceScan(sha256=digest.hexdigest(), records=records)
 
 
 def parse_record(line: str, number: int) -> MooncakeRecord:
@@ -59,11 +76,3 @@ def parse_record(line: str, number: int) -> MooncakeRecord:
         error = exc.errors(include_url=False)[0]
         field = ".".join(str(p) for p in error["loc"])
         raise TraceFormatError(f"line {number}: {field}: {error['msg']}") from None
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

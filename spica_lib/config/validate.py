@@ -17,7 +17,7 @@ from spica_lib.base.artifacts import sha256_of
 from spica_lib.base.versions import package_versions
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.policies import apply_policy_filters
-from spica_lib.config.trace import file_sha256
+from spica_lib.config.trace import scan_trace
 from spica_lib.facts.catalog import CatalogFacts, check_catalog
 
 # 2: trial files under the replay job that wrote them (rounds/<b>/<k>/trials/<job>/), found by the
@@ -71,7 +71,7 @@ def config_sha256(config: SmartSearchConfig) -> str:
     data = config.model_dump(mode="json")
     trace = config.workload.trace_path
     if trace is not None:
-        data["workload"]["trace_path"] = f"sha256:{file_sha256(trace)}"
+        data["workload"]["trace_path"] = f"sha256:{scan_trace(trace).sha256}"
     return sha256_of(data)
 
 
@@ -93,7 +93,7 @@ def build_validated_config(path: str | Path, run: str | None = None) -> Validate
         inputs=RunInputs(
             config_file=str(Path(path).resolve()),
             trace_file=trace,
-            trace_sha256=file_sha256(trace) if trace else None,
+            trace_sha256=scan_trace(trace).sha256 if trace else None,
         ),
         catalog=facts,
         versions=package_versions(),

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_validator
 
 from spica_lib.config.strict import StrictModel
-from spica_lib.config.trace import TraceFormatError, check_mooncake_head
+from spica_lib.config.trace import TraceFormatError, scan_trace
 
 Number = StrictInt | StrictFloat
 SYNTHETIC_ONLY = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio")
@@ -62,7 +62,7 @@ class Workload(StrictModel):
                 "a relative trace_path is read relative to the config file's folder"
             )
         try:
-            check_mooncake_head(resolved)
+            scan_trace(resolved)
         except TraceFormatError as exc:
             raise ValueError(f"{resolved} is not a Mooncake JSONL trace: {exc}") from None
         return str(resolved)

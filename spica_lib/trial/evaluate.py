@@ -14,7 +14,7 @@ from typing import Any
 from spica_lib.base.versions import package_versions
 from spica_lib.config import OptimizationTarget, SmartSearchConfig
 from spica_lib.config.presets import CompositeEntry
-from spica_lib.config.trace import file_sha256
+from spica_lib.config.trace import scan_trace
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo
@@ -75,7 +75,7 @@ def prepare_trial(
         replay=ReplayRequest(plan=plan, workload=workload, concurrency=concurrency, sla=sla),
         goal=goal,
         gpu_budget=config.search_space.gpu_budget,
-        trace_sha256=file_sha256(trace) if trace else None,
+        trace_sha256=scan_trace(trace).sha256 if trace else None,
         notes=notes,
     )
 
