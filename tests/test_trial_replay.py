@@ -13,7 +13,7 @@ from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.trial.evaluate import evaluate_trial, prepare_failure, prepare_trial
 from spica_lib.trial.spec import TrialRecord
-from spica_lib.trial.store import read_trial, run_replay_job
+from spica_lib.trial.store import note_job_error, read_trial, run_replay_job
 
 pytestmark = pytest.mark.slow
 VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
@@ -316,6 +316,18 @@ def test_the_last_attempt_records_only_the_trials_an_earlier_job_started_as_kill
     assert last[fresh.key()][1] == "replayed" and last[fresh.key()][0].result.status == "infeasible"
     assert read_trial(tmp_path / "journal" / f"{started.key()}.json") == record  # journaled like any result
     assert not (tmp_path / "journal" / f"{started.key()}.started").exists()
+
+
+def test_the_last_attempt_names_our_own_error_instead_of_a_kill(tmp_path):
+    spec = spec_for(build(config_data(search_space={"gpu_budget": 2})), agg(2, 2))
+    marker = tmp_path / "journal" / f"{spec.key()}.started"
+    marker.parent.mkdir()
+    marker.touch()
+    note_job_error([marker, tmp_path / "journal" / "never-started.started"], OSError(28, "No space left on device"))
+    record, source = job([spec], tmp_path, attempt=2, last_attempt=2)[spec.key()]
+    assert source == "killed" and "replay job failed in 1 attempt(s)" in record.result.reason
+    assert "No space left on device" in record.result.reason and "killed outside" not in record.result.reason
+    assert not (tmp_path / "journal" / "never-started.started").exists()  # only started trials are marked
 
 
 def test_a_journal_entry_for_another_spec_is_not_restored(tmp_path):

@@ -9,13 +9,17 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def stage_log(path: str) -> Iterator[logging.Logger]:
-    """A logger writing to `path` (and stderr) for the duration of one rule script."""
+def stage_log(path: str, keep: bool = False) -> Iterator[logging.Logger]:
+    """A logger writing to `path` (and stderr) for the duration of one rule script.
+
+    With `keep`, earlier runs' lines stay (a retried job's log then holds every attempt).
+    """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     logger = logging.getLogger("spica.stage")
     logger.setLevel(logging.INFO)
     logger.propagate = False  # libraries (absl via Vizier) configure the root logger; print once
-    Path(path).write_text("", encoding="utf-8")
+    if not keep:
+        Path(path).write_text("", encoding="utf-8")
     # Appending, so the handler reopens the file if a library closes every handler (Dynamo's planner
     # reconfigures logging when it loads); a closed "w" handler drops every later line silently.
     handlers = [logging.FileHandler(path, mode="a", encoding="utf-8"), logging.StreamHandler()]

@@ -197,15 +197,19 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     )
 
 
-def killed_outside(spec: TrialSpec, attempt: int) -> TrialResult:
-    """The result of a trial whose every earlier job died without writing it.
+def killed_outside(spec: TrialSpec, attempt: int, job_error: str = "") -> TrialResult:
+    """The result of a trial an earlier job started and never finished.
 
-    Replay errors and our own timeout are always written as results, so a job that leaves no file was
-    killed from outside (a scheduler time limit, a node failure, scancel, the OOM killer). The last
-    attempt records that instead of replaying, so the round can be told and the sweep goes on.
+    Replay errors and our own timeout are always written as results, so a job that leaves no result
+    either failed in our own code (`job_error`, which the job wrote down as it died) or was killed
+    from outside (a scheduler time limit, a node failure, scancel, the OOM killer). The last attempt
+    records that instead of replaying, so the round can be told and the sweep goes on.
     """
-    reason = (
-        f"killed outside the replay in {attempt - 1} attempt(s) (scheduler time limit, node failure, "
-        "cancellation or out of memory); see the trial's job logs"
-    )
+    if job_error:
+        reason = f"the replay job failed in {attempt - 1} attempt(s); last error: {job_error}"
+    else:
+        reason = (
+            f"killed outside the replay in {attempt - 1} attempt(s) (scheduler time limit, node failure, "
+            "cancellation or out of memory); see the replay job's log"
+        )
     return TrialResult(status="failed", reason=reason, used_gpus=spec.used_gpus, versions=package_versions())

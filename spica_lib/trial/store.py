@@ -40,7 +40,8 @@ def run_replay_job(
         if restored is not None:
             yield restored, "journal"
         elif 1 < attempt >= last_attempt and Path(started(key)).exists():
-            record = TrialRecord(key=key, spec=spec, result=killed_outside(spec, attempt))
+            job_error = Path(started(key)).read_text(encoding="utf-8").strip()
+            record = TrialRecord(key=key, spec=spec, result=killed_outside(spec, attempt, job_error))
             yield _journaled(journal, started, record), "killed"
         else:
             pending[key] = spec
@@ -84,3 +85,11 @@ def read_trial(path: str | Path) -> TrialRecord:
 def read_trials(paths: dict[str, str | Path]) -> dict[str, TrialRecord]:
     """The stored trials, by key, from the files a run's layout names (each must exist)."""
     return {key: read_trial(path) for key, path in paths.items()}
+
+
+def note_job_error(started_markers: list[str | Path], error: BaseException) -> None:
+    """Write why a replay job is dying into the markers of its unfinished trials, for the last attempt's reason."""
+    text = f"{type(error).__name__}: {error}".strip()
+    for marker in started_markers:
+        if Path(marker).exists():
+            Path(marker).write_text(text + "\n", encoding="utf-8")

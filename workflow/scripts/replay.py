@@ -18,13 +18,13 @@ from spica_lib.base.logs import stage_log
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import RoundSuggestions
 from spica_lib.trial.spec import TrialSpec
-from spica_lib.trial.store import run_replay_job
+from spica_lib.trial.store import note_job_error, run_replay_job
 
 smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
 files = RunFiles(dir=smk.params.run_dir)
 branch, round_index, batch = smk.wildcards.branch, int(smk.wildcards.round), int(smk.wildcards.batch)
 
-with stage_log(smk.log[0]) as log:
+with stage_log(smk.log[0], keep=True) as log:  # keep: a retried job's log holds every attempt
     keys = read_model(smk.input.suggestions, RoundSuggestions).batches()[batch]
     specs = {key: read_model(files.spec(branch, round_index, key), TrialSpec) for key in keys}
     for key, spec in specs.items():
@@ -54,21 +54,25 @@ with stage_log(smk.log[0]) as log:
         parallel=smk.threads,
         on_warm=lambda seconds: log.info("Dynamo and perf DBs loaded in %.2f s", seconds),
     )
-    for record, source in records:
-        write_model(staging / Path(files.trial(branch, round_index, batch, record.key)).name, record)
-        result = record.result
-        reason = f" ({result.reason})" if result.reason else ""
-        log.info(
-            "%s %s %s: %s%s (score %s, %.2f s wall)%s",
-            record.key[:12],
-            record.spec.deployment_mode,
-            record.spec.parallel_config.label(),
-            result.status,
-            reason,
-            result.score,
-            result.wall_seconds,
-            " restored from the journal" if source == "journal" else "",
-        )
+    try:
+        for record, source in records:
+            write_model(staging / Path(files.trial(branch, round_index, batch, record.key)).name, record)
+            result = record.result
+            reason = f" ({result.reason})" if result.reason else ""
+            log.info(
+                "%s %s %s: %s%s (score %s, %.2f s wall)%s",
+                record.key[:12],
+                record.spec.deployment_mode,
+                record.spec.parallel_config.label(),
+                result.status,
+                reason,
+                result.score,
+                result.wall_seconds,
+                " restored from the journal" if source == "journal" else "",
+            )
+    except Exception as error:  # our own failure, not a kill: the last attempt names it instead of "killed"
+        note_job_error([files.started(key) for key in specs], error)
+        raise
     os.replace(staging, smk.output.trials)
     with contextlib.suppress(OSError):  # the round's replaying/ folder, once its last job is done
         staging.parent.rmdir()
