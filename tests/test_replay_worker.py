@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import psutil
@@ -139,3 +140,20 @@ def test_a_warm_batch_gives_the_results_of_one_replay_at_a_time():
         assert result.status == alone.status == "feasible" and result.score == alone.score
         same = {k: v for k, v in result.metrics.items() if k not in WALL_CLOCK_METRICS}
         assert same == {k: v for k, v in alone.metrics.items() if k not in WALL_CLOCK_METRICS}
+
+
+def test_a_stop_signal_to_a_child_is_not_a_result(monkeypatch):
+    # scancel and Ctrl-C signal every process of a job: the worker stops its children, and a child
+    # must not die of that signal first and be recorded as a failed trial.
+    monkeypatch.setattr(worker_module, "execute_call", fake_sleep)
+    with ReplayWorker(parallel=1, timeout=1.0) as worker:
+
+        def signal_the_child():
+            while not worker.running:
+                time.sleep(0.01)
+            time.sleep(0.2)
+            os.kill(next(iter(worker.running)), signal.SIGTERM)
+
+        threading.Thread(target=signal_the_child, daemon=True).start()
+        done = list(worker.run({"a": {}}))
+    assert [o.status for o in done] == ["timed_out"]  # it ignored SIGTERM and ran to our limit

@@ -234,8 +234,11 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != parent:  # the worker died before the request above took effect
             os._exit(1)
+        # A stop signal meant for the whole job (scancel, Ctrl-C reach every process of it) must not
+        # end a replay as if it had failed: the worker answers it and SIGKILLs its children, and
+        # nothing is recorded for them. Our time limit and a parent's death are SIGKILLs.
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(signum, signal.SIG_DFL)
+            signal.signal(signum, signal.SIG_IGN)
         os.dup2(err, 2)
         try:
             report = {"ok": True, "outcome": execute_call(call, per_request)}
