@@ -16,14 +16,12 @@ import time
 
 import psutil
 import pytest
-from conftest import build, config_data
+from conftest import WALL_CLOCK_METRICS, build, config_data
 
 import spica_lib.replay.worker as worker_module
 from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
 from spica_lib.replay.worker import ReplayWorker
 from spica_lib.trial.evaluate import evaluate_trial, evaluate_trials, prepare_trial
-
-WALL_CLOCK_METRICS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 
 
 def fake_sleep(call, per_request=None):

@@ -11,7 +11,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from conftest import REPO, write_yaml
+from conftest import REPO, WALL_CLOCK_METRICS, write_yaml
 
 pytestmark = pytest.mark.slow
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
@@ -164,7 +164,6 @@ def test_stopping_spica_run_stops_every_job_and_replay_and_leaves_no_temporary_f
 
 
 TIMINGS = {"wall_seconds", "cpu_seconds", "replay_seconds"}
-WALL_CLOCK_METRICS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 
 
 def trials_without_timings(run_path):

@@ -1,7 +1,7 @@
 """The replay call itself, as plain data in and plain data out (no pydantic; only the base file writer).
 
-`ReplayCall` JSON: {"function": "trace" | "synthetic", "args": [...], "kwargs": {...},
-"engines": {kwarg: MockEngineArgs kwargs}, "router_config": KvRouterConfig kwargs | null}. Kept
+`ReplayCall` JSON: {"function": "trace" | "synthetic", "args": [...], "kwargs": {...}, "load": {the
+traffic's kwargs}, "engines": {kwarg: MockEngineArgs kwargs}, "router_config": KvRouterConfig kwargs | null}. Kept
 free of heavy imports so the child process that runs it starts fast (it runs once per trial).
 """
 
@@ -22,7 +22,7 @@ def execute_call(call: dict[str, Any], per_request_path: str | None = None) -> d
     from dynamo.mocker import MockEngineArgs
     from dynamo.replay import run_synthetic_trace_replay, run_trace_replay
 
-    kwargs = dict(call["kwargs"])
+    kwargs = {**call["kwargs"], **call["load"]}
     kwargs.update({name: MockEngineArgs(**args) for name, args in call["engines"].items()})
     router = call.get("router_config")
     kwargs["router_config"] = KvRouterConfig(**router) if router is not None else None

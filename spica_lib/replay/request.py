@@ -91,13 +91,14 @@ def replay_call(request: ReplayRequest) -> dict[str, Any]:
     """The request as one plain-data Dynamo call (see `spica_lib.replay.call`)."""
     function, args, load = _load(request)
     common, engines = _router_and_engines(request.plan)
-    kwargs = {**common, **load, "benchmark_granularity": request.benchmark_granularity}
+    kwargs = {**common, "benchmark_granularity": request.benchmark_granularity}
     if request.sla is not None:
         kwargs.update(sla_ttft_ms=request.sla.ttft_ms, sla_itl_ms=request.sla.itl_ms, sla_e2e_ms=request.sla.e2e_ms)
     return {
         "function": function,
         "args": args,
         "kwargs": kwargs,
+        "load": load,
         "engines": engines,
         "router_config": request.plan.router_config,
     }

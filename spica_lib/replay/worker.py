@@ -33,7 +33,7 @@ PR_SET_PDEATHSIG = 1
 STDERR_TAIL = 2000
 POLL_SECONDS = 0.05
 # A replay of a handful of requests: enough to load the perf DB behind a (system, backend, version).
-WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "kwargs": {"replay_concurrency": 1}}
+WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}}
 
 
 @dataclass
@@ -61,22 +61,7 @@ class _Running:
 
 def warm_up_call(call: dict[str, Any]) -> dict[str, Any]:
     """The same engines, router and planner as `call`, on a few tiny requests."""
-    kwargs = {k: v for k, v in call["kwargs"].items() if k not in _LOAD_KWARGS}
-    kwargs.update(WARM_UP_LOAD["kwargs"])
-    return {**call, "function": WARM_UP_LOAD["function"], "args": WARM_UP_LOAD["args"], "kwargs": kwargs}
-
-
-_LOAD_KWARGS = (
-    "arrival_speedup_ratio",
-    "trace_block_size",
-    "replay_concurrency",
-    "request_rate",
-    "turns_per_session",
-    "shared_prefix_ratio",
-    "num_prefix_groups",
-    "inter_turn_delay_ms",
-    "arrival_seed",
-)
+    return {**call, **WARM_UP_LOAD}
 
 
 def warm_up_groups(calls: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

@@ -106,10 +106,6 @@ class RunFiles(BaseModel):
     def candidates_parquet(self) -> str:
         return f"{self.dir}/candidates.parquet"
 
-    def result_csv(self, is_pareto: bool) -> str:
-        """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
-        return f"{self.dir}/{'pareto' if is_pareto else 'ranked'}.csv"
-
     @property
     def summary_json(self) -> str:
         return f"{self.dir}/summary.json"
@@ -138,7 +134,8 @@ class RunLayout(RunFiles):
 
     @property
     def ranking_csv(self) -> str:
-        return self.result_csv(self.is_pareto)
+        """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
+        return f"{self.dir}/{'pareto' if self.is_pareto else 'ranked'}.csv"
 
 
 def locate_config(snakemake_config: dict[str, Any], configfiles: list[str], default: str = DEFAULT_CONFIG) -> str:
