@@ -218,6 +218,17 @@ def test_a_hard_kill_and_scancel_resume_without_recomputing_finished_trials(clus
     pd.testing.assert_frame_equal(ranking(tmp_path), ranking(local))
 
 
+def test_a_trials_per_job_that_cannot_work_is_refused_before_anything_runs(tmp_path):
+    config = write_yaml(tmp_path, sweep_config())
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "workflow" / "Snakefile"), "-n", "--cores", "1",
+         "--set-resources", "replay:trials_per_job=0", "--config", f"spica={config}"],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0 and "trials_per_job must be a whole number >= 1, got 0" in done.stdout + done.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def started(folder: Path) -> list[Path]:
     return sorted(folder.glob("results/*/journal/*.started"))
 

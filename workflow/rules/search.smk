@@ -5,6 +5,8 @@
 import math
 import os
 
+from snakemake.exceptions import WorkflowError
+
 from spica_lib.base.artifacts import read_model
 from spica_lib.search.history import RoundSuggestions
 
@@ -25,7 +27,11 @@ def trials_per_job():
     # round's new trials share one job, so Dynamo and the perf DB load once per round.
     value = workflow.resource_settings.overwrite_resources.get("replay", {}).get("trials_per_job")
     value = getattr(value, "value", value)  # Snakemake wraps a profile's resources
-    return int(value) if value else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkflowError(f"set-resources replay:trials_per_job must be a whole number >= 1, got {value!r}")
+    return value
 
 
 checkpoint suggest:
