@@ -3,6 +3,7 @@
 import pytest
 from conftest import build, config_data, rejected
 
+from spica_lib.config.fields import OFFLOAD_WEIGHTS
 from spica_lib.config.search_space import CHOICES, ENGINE_KNOB_DEFAULTS, KNOB_DEFAULTS, ROUTER_WEIGHT_DEFAULTS
 
 SCALING_DICT = {
@@ -24,7 +25,7 @@ def test_defaults_fill_in():
     assert space.router_mode == ["kv_router", "round_robin"]
 
 
-@pytest.mark.parametrize("knob", sorted(KNOB_DEFAULTS))
+@pytest.mark.parametrize("knob", sorted(set(KNOB_DEFAULTS) - set(OFFLOAD_WEIGHTS)))
 def test_every_atomic_knob_takes_a_subset_and_needs_one_value(knob):
     subset = list(KNOB_DEFAULTS[knob])[-1:]
     assert getattr(build(config_data(search_space={knob: subset})).search_space, knob) == subset
@@ -52,10 +53,11 @@ def test_engine_knobs_take_any_whole_number_the_engine_accepts():
 
 
 def test_router_weights_take_what_dynamos_kv_router_accepts_and_name_its_rule():
-    space = build(config_data(search_space={"overlap_score_credit": [0.3, 2], "host_cache_hit_weight": [0.9]}))
+    space = build(config_data(search_space={"overlap_score_credit": [0.3, 2]}))
     assert space.search_space.overlap_score_credit == [0.3, 2.0]
     rejected(config_data(search_space={"host_cache_hit_weight": [1.5]}), "search_space.host_cache_hit_weight",
              "KV router", "between 0 and 1")  # fmt: skip
+    rejected(config_data(search_space={"prefill_load_scale": [-1]}), "search_space.prefill_load_scale")
     rejected(config_data(search_space={"router_temperature": [-0.5]}), "search_space.router_temperature",
              "greater than or equal to 0")  # fmt: skip
     rejected(config_data(search_space={"prefill_load_scale": ["1.0"]}), "search_space.prefill_load_scale")
@@ -160,10 +162,26 @@ def test_pinned_scalars_are_checked():
     rejected(config_data(search_space={"model_name": ""}), "search_space.model_name")
 
 
-def test_host_offload_needs_kv_bytes_per_token():
-    rejected(config_data(search_space={"num_g2_blocks": 128}), "search_space", "kv_bytes_per_token is required")
-    ok = build(config_data(search_space={"num_g2_blocks": 128, "kv_bytes_per_token": 4096})).search_space
-    assert ok.num_g2_blocks == 128
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"num_g2_blocks": 128, "kv_bytes_per_token": 4096},
+        {"kv_bytes_per_token": 4096},
+        {"bandwidth_g1_to_g2_gbps": 50},
+        {"bandwidth_g2_to_g1_gbps": 50.5},
+        {"offload_batch_size": 8},
+        {"host_cache_hit_weight": [0.9]},
+        {"disk_cache_hit_weight": [0.0, 0.5]},
+    ],
+)
+def test_host_offload_settings_are_refused_because_the_replay_has_no_host_tier(given):
+    rejected(config_data(search_space=given), "search_space", next(iter(given)), "does not simulate host-memory")
+
+
+def test_offload_off_is_accepted_and_bad_values_still_name_their_field():
+    assert build(config_data(search_space={"num_g2_blocks": 0})).search_space.num_g2_blocks == 0
+    rejected(config_data(search_space={"bandwidth_g1_to_g2_gbps": 0}), "search_space.bandwidth_g1_to_g2_gbps")
+    rejected(config_data(search_space={"offload_batch_size": 0}), "search_space.offload_batch_size")
     rejected(config_data(search_space={"kv_bytes_per_token": 0}), "search_space.kv_bytes_per_token")
     rejected(config_data(search_space={"kv_bytes_per_token": -1}), "search_space.kv_bytes_per_token")
     rejected(config_data(search_space={"num_g2_blocks": -1}), "search_space.num_g2_blocks")
@@ -243,9 +261,6 @@ def test_whole_floats_are_stored_as_the_canonical_choice():
     [
         ("min_endpoint", 2, 0),
         ("startup_time", 300.0, -1),
-        ("bandwidth_g1_to_g2_gbps", 25.0, 0),
-        ("bandwidth_g2_to_g1_gbps", 25, -3.0),
-        ("offload_batch_size", 16, 0),
         ("prefill_gpu_memory_utilization", 1, 0),
         ("agg_block_size", 32, -64),
         ("agg_enable_prefix_caching", False, "no"),

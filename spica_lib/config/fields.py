@@ -27,6 +27,13 @@ ROUTER_WEIGHTS = (
 )
 ROUTER_KNOBS = ("router_mode", *ROUTER_WEIGHTS)
 OFFLOAD_WEIGHTS = ("host_cache_hit_weight", "disk_cache_hit_weight")  # only matter with host offload
+OFFLOAD_FIELDS = (
+    "num_g2_blocks",
+    "kv_bytes_per_token",
+    "bandwidth_g1_to_g2_gbps",
+    "bandwidth_g2_to_g1_gbps",
+    "offload_batch_size",
+)
 ADMISSION_FIELDS = (
     "active_decode_blocks_threshold",
     "active_prefill_tokens_threshold",

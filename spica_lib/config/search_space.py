@@ -15,7 +15,15 @@ from typing import Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
 
-from spica_lib.config.fields import ADMISSION_FIELDS, BACKENDS, DEPLOYMENT_MODES, PARALLEL_KEYS, ROLES
+from spica_lib.config.fields import (
+    ADMISSION_FIELDS,
+    BACKENDS,
+    DEPLOYMENT_MODES,
+    OFFLOAD_FIELDS,
+    OFFLOAD_WEIGHTS,
+    PARALLEL_KEYS,
+    ROLES,
+)
 from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry
 from spica_lib.config.strict import StrictModel, first_error
 
@@ -212,7 +220,7 @@ class SearchSpace(StrictModel):
     agg_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
     agg_enable_prefix_caching: StrictBool = True
 
-    # KV offload to host memory (G2)
+    # KV offload to host memory (G2): part of the reference schema, refused while the replay cannot simulate it
     num_g2_blocks: StrictInt = Field(default=0, ge=0)
     kv_bytes_per_token: StrictInt | None = Field(default=None, gt=0)
     bandwidth_g1_to_g2_gbps: Number | None = Field(default=None, gt=0)
@@ -280,14 +288,21 @@ class SearchSpace(StrictModel):
                 f"min_gpu_budget must satisfy 0 < min_gpu_budget <= gpu_budget "
                 f"(got min_gpu_budget={self.min_gpu_budget}, gpu_budget={self.gpu_budget})"
             )
-        if self.num_g2_blocks > 0 and self.kv_bytes_per_token is None:
-            raise ValueError(
-                f"kv_bytes_per_token is required when num_g2_blocks > 0 (got num_g2_blocks={self.num_g2_blocks}); "
-                "the replay needs it to size host-memory KV offload"
-            )
+        self._check_offload_unused()
         self._check_admission_pins()
         self._check_parallel_pins_mode()
         return self
+
+    def _check_offload_unused(self) -> None:
+        # ai-dynamo 1.5.1's mocker has no host-memory tier: these settings would change nothing replayed.
+        given = [name for name in OFFLOAD_FIELDS if getattr(self, name) not in (None, 0)]
+        # The weights' defaults are inert (never searched); any other list asks for something the replay lacks.
+        given += [name for name in OFFLOAD_WEIGHTS if getattr(self, name) != list(KNOB_DEFAULTS[name])]
+        if given:
+            raise ValueError(
+                f"{given}: the pinned Dynamo replay does not simulate host-memory (G2) KV offload, so these "
+                "settings would have no effect on any score; remove them (num_g2_blocks may only be 0)"
+            )
 
     def _check_admission_pins(self) -> None:
         if "kv_router" not in self.router_mode:

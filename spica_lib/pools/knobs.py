@@ -2,7 +2,7 @@
 
 A branch is one deployment mode. Knobs that cannot matter in it are left out rather than searched
 for nothing: the KV router's weights when only round robin is allowed, host/disk cache weights
-without host offload, the planner's sampling and sensitivity when no policy scales, and the other
+(the replay has no host offload), the planner's sampling and sensitivity when no policy scales, and the other
 mode's engine knobs.
 """
 
@@ -25,7 +25,7 @@ def branch_knob_choices(
     if set(space.router_mode) == {"round_robin"}:
         knobs.append("router_mode")
     else:
-        knobs += [k for k in ROUTER_KNOBS if space.num_g2_blocks > 0 or k not in OFFLOAD_WEIGHTS]
+        knobs += [k for k in ROUTER_KNOBS if k not in OFFLOAD_WEIGHTS]  # the replay has no host tier
     if any(scaling_policy(p).scales for p in policies):
         knobs += PLANNER_KNOBS
     else:

@@ -24,11 +24,6 @@ PINNED_FIELDS = (
     "context_length",
     "startup_time",
     "aic_nextn",
-    "num_g2_blocks",
-    "kv_bytes_per_token",
-    "bandwidth_g1_to_g2_gbps",
-    "bandwidth_g2_to_g1_gbps",
-    "offload_batch_size",
 )
 
 
