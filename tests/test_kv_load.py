@@ -3,20 +3,21 @@
 import pytest
 from conftest import build, config_data
 
-from spica_lib.facts.kv_capacity import KvEstimate, KvEstimator
+from spica_lib.facts.kv_capacity import KvBlocks, KvEstimator, KvSettings
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 
 
 class FixedKvEstimator:
-    """Fake estimator (tests our arithmetic only): fixed tokens per rank per role shape."""
+    """Fake estimator (tests our arithmetic only): fixed cache tokens per rank per role shape."""
 
     def __init__(self, tokens_by_tp):
         self.tokens_by_tp, self.asked = tokens_by_tp, []
 
-    def estimate(self, shape, backend, settings):
+    def gpu_blocks(self, shape, backend, settings, block_size):
         self.asked.append(shape.tp)
-        return KvEstimate(tokens_per_rank=self.tokens_by_tp.get(shape.tp))
+        tokens = self.tokens_by_tp.get(shape.tp)
+        return KvBlocks(blocks_per_rank=None if tokens is None else tokens // block_size, reason="fake")
 
 
 def workload(isl=100, osl=100):
@@ -78,11 +79,64 @@ def test_block_size_must_be_positive():
         resolve_kv_load(sample(block=0), workload(), AGG, 0.5, FixedKvEstimator({2: 10_000}))
 
 
+@pytest.mark.parametrize(
+    "backend, shape",
+    [("vllm", ParallelShape(tp=2)), ("sglang", ParallelShape(tp=1)), ("trtllm", ParallelShape(tp=4))],
+)
+def test_block_count_is_the_one_dynamos_mocker_computes(backend, shape):
+    from dynamo._internal.aic import estimate_num_gpu_blocks as mocker_estimate  # the replay's own sizing
+
+    version = catalog_version(backend)
+    settings = KvSettings(max_num_tokens=4096, memory_fraction=0.8)
+    ours = KvEstimator(MODEL, SKU, {backend: version}).gpu_blocks(shape, backend, settings, 32).blocks_per_rank
+    fraction = {"gpu_memory_utilization": 0.8, "mem_fraction_static": 0.8, "free_gpu_memory_fraction": 0.8}
+    assert ours == mocker_estimate(backend, SKU, MODEL, shape.tp, 32, 4096, backend_version=version, **fraction)
+
+
 @pytest.mark.slow
-def test_real_estimator_gives_the_tp2_capacity():
-    estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"vllm": "0.24.0"})
-    load = resolve_kv_load(
-        sample(), workload(1024, 256), ReplicaConfig(shape=ParallelShape(tp=2), replicas=2), 1.0, estimator
-    )
-    assert load.role_capacity_tokens["agg"] == (751_550 // 64 * 64) * 2
-    assert load.concurrency == load.role_capacity_tokens["agg"] // (1024 + 128)
+def test_replay_simulates_exactly_the_cache_the_load_is_sized_against():
+    """A replay told our block count behaves as one left to size its own cache; half the count does not."""
+    from spica_lib.replay.call import execute_call
+
+    version = catalog_version("vllm")
+    settings = KvSettings(max_num_tokens=8192, memory_fraction=0.8)
+    blocks = KvEstimator(MODEL, SKU, {"vllm": version}).gpu_blocks(ParallelShape(tp=1), "vllm", settings, 64)
+    engine = {
+        "engine_type": "vllm",
+        "worker_type": "aggregated",
+        "aic_backend": "vllm",
+        "aic_backend_version": version,
+        "aic_system": SKU,
+        "aic_model_path": MODEL,
+        "aic_tp_size": 1,
+        "aic_attention_dp_size": 1,
+        "max_num_batched_tokens": 8192,
+        "max_num_seqs": 1024,
+        "block_size": 64,
+        "gpu_memory_utilization": 0.8,
+        "enable_prefix_caching": False,
+    }
+
+    def mean_ttft(**count):
+        call = {
+            "function": "synthetic",
+            "args": [],
+            "kwargs": {"input_tokens": 6000, "output_tokens": 100, "request_count": 150, "num_workers": 1},
+            "load": {"replay_concurrency": 120},
+            "engines": {"extra_engine_args": {**engine, **count}},
+            "router_config": None,
+        }
+        return execute_call(call)["metrics"]["mean_ttft_ms"]
+
+    own_sizing = mean_ttft()
+    assert mean_ttft(num_gpu_blocks=blocks.blocks_per_rank) == own_sizing
+    assert mean_ttft(num_gpu_blocks=blocks.blocks_per_rank // 2) != own_sizing
+
+
+def catalog_version(backend):
+    from spica_lib.facts.catalog import resolve_backend_version
+
+    return resolve_backend_version(SKU, backend)
+
+
+MODEL, SKU = "Qwen/Qwen3-32B", "h200_sxm"

@@ -1,15 +1,16 @@
 """KV-cache capacity of a worker shape, from aiconfigurator's memory estimator.
 
-The answer is KV tokens per attention-DP rank (TP and EP ranks share one KV cache). A shape whose
-weights and activations leave no room for a KV cache is infeasible (None), never zero; any other
-estimator failure is a real error and is raised with the shape that caused it.
+The answer is per attention-DP rank (TP and EP ranks share one KV cache): tokens for the pools'
+fit check, and scheduler blocks exactly as the replay's mocker sizes its simulated cache. A shape
+whose weights and activations leave no room for a KV cache is infeasible (None), never zero; any
+other estimator failure is a real error and is raised with the shape that caused it.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -50,6 +51,13 @@ class KvEstimate(BaseModel):
     reason: str | None = None
 
 
+class KvBlocks(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    blocks_per_rank: int | None  # None: no whole block fits beside the weights and activations
+    reason: str | None = None
+
+
 class KvEstimator:
     """Memoised KV estimates for one (model, hardware). Not thread-safe; one per process is enough."""
 
@@ -59,6 +67,7 @@ class KvEstimator:
         self.backend_versions = dict(backend_versions)
         self.calls = 0
         self._memo: dict[tuple[str, ParallelShape, KvSettings], KvEstimate] = {}
+        self._blocks_memo: dict[tuple[str, ParallelShape, KvSettings, int], KvBlocks] = {}
 
     def version(self, backend: str) -> str:
         version = self.backend_versions.get(backend)
@@ -75,36 +84,75 @@ class KvEstimator:
             self._memo[key] = self._call(shape, backend, settings)
         return self._memo[key]
 
+    def gpu_blocks(self, shape: ParallelShape, backend: str, settings: KvSettings, block_size: int) -> KvBlocks:
+        """KV blocks per attention-DP rank of the cache the replay simulates for this engine.
+
+        The mocker sizes its cache with aiconfigurator's `estimate_num_gpu_blocks` when no block count
+        is given, with batch size 1, no MTP depth, no PP and MoE sizes only for MoE layouts; the same
+        call with the same arguments gives the same count (tests/test_kv_load.py checks it).
+        """
+        key = (backend, shape, settings, block_size)
+        if key not in self._blocks_memo:
+            self._blocks_memo[key] = self._blocks_call(shape, backend, settings, block_size)
+        return self._blocks_memo[key]
+
+    def _blocks_call(self, shape: ParallelShape, backend: str, settings: KvSettings, block_size: int) -> KvBlocks:
+        from aiconfigurator_core.sdk.memory import estimate_num_gpu_blocks
+
+        moe = shape.moe_tp * shape.moe_ep > 1
+        blocks = self._guarded(
+            estimate_num_gpu_blocks,
+            shape,
+            backend,
+            scheduler_block_size=block_size,
+            max_num_tokens=settings.max_num_tokens,
+            max_batch_size=1,
+            memory_fraction_kind=MEMORY_FRACTION_KIND[backend],
+            memory_fraction_value=settings.memory_fraction,
+            tp_size=shape.tp,
+            attention_dp_size=shape.attention_dp,
+            moe_tp_size=shape.moe_tp if moe else None,
+            moe_ep_size=shape.moe_ep if moe else None,
+        )
+        if isinstance(blocks, str):
+            return KvBlocks(blocks_per_rank=None, reason=blocks)
+        return KvBlocks(blocks_per_rank=int(blocks) or None, reason=None if blocks else "no whole KV block fits")
+
     def _call(self, shape: ParallelShape, backend: str, settings: KvSettings) -> KvEstimate:
         from aiconfigurator_core.sdk.memory import estimate_kv_cache
 
+        result = self._guarded(
+            estimate_kv_cache,
+            shape,
+            backend,
+            max_num_tokens=settings.max_num_tokens,
+            max_batch_size=settings.max_batch_size,
+            memory_fraction_kind=MEMORY_FRACTION_KIND[backend],
+            memory_fraction_value=settings.memory_fraction,
+            tp_size=shape.tp,
+            pp_size=shape.pp,
+            attention_dp_size=shape.attention_dp,
+            moe_tp_size=shape.moe_tp,
+            moe_ep_size=shape.moe_ep,
+            nextn=settings.nextn,
+        )
+        if isinstance(result, str):
+            return KvEstimate(tokens_per_rank=None, reason=result)
+        return KvEstimate(tokens_per_rank=int(result["total_kv_size_tokens"]))
+
+    def _guarded(self, function: Any, shape: ParallelShape, backend: str, **kwargs: Any) -> Any:
+        """The estimator's answer, or the reason (a str) when the shape leaves no room for a KV cache."""
         version = self.version(backend)
         logging.getLogger("aiconfigurator").setLevel(logging.ERROR)
         self.calls += 1
         try:
-            result = estimate_kv_cache(
-                self.model_name,
-                self.sku,
-                backend,
-                version,
-                max_num_tokens=settings.max_num_tokens,
-                max_batch_size=settings.max_batch_size,
-                memory_fraction_kind=MEMORY_FRACTION_KIND[backend],
-                memory_fraction_value=settings.memory_fraction,
-                tp_size=shape.tp,
-                pp_size=shape.pp,
-                attention_dp_size=shape.attention_dp,
-                moe_tp_size=shape.moe_tp,
-                moe_ep_size=shape.moe_ep,
-                nextn=settings.nextn,
-            )
+            return function(self.model_name, self.sku, backend, version, **kwargs)
         except ValueError as exc:
             if any(marker in str(exc) for marker in _INFEASIBLE_MARKERS):
-                return KvEstimate(tokens_per_rank=None, reason=_no_room(str(exc)))
+                return _no_room(str(exc))
             raise KvEstimateError(self._context(shape, backend, version) + f": {exc}") from exc
         except Exception as exc:
             raise KvEstimateError(self._context(shape, backend, version) + f": {type(exc).__name__}: {exc}") from exc
-        return KvEstimate(tokens_per_rank=int(result["total_kv_size_tokens"]))
 
     def _context(self, shape: ParallelShape, backend: str, version: str) -> str:
         return f"KV estimate failed for {self.model_name} on {self.sku} {backend} {version}, shape {shape.label()}"

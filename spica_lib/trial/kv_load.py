@@ -1,9 +1,10 @@
 """KV-load: turn a `kv_load_ratio` into a closed-loop concurrency for one candidate.
 
-The ratio is relative to what the candidate's own KV cache holds, so load pressure compares
-across layouts: capacity = usable KV tokens per rank (whole blocks) x attention-DP ranks x
-replicas of the load role (decode in disagg), divided by the average tokens a request keeps in
-the cache (isl + osl/2). TP and EP ranks share one KV cache, so they do not multiply it.
+The ratio is relative to the KV cache the replay actually simulates for the candidate, so a load
+of 0.8 is 80 % of that cache and load pressure compares across layouts: capacity = the mocker's
+KV blocks per rank x block size x attention-DP ranks x replicas of the load role (decode in
+disagg), divided by the average tokens a request keeps in the cache (isl + osl/2). TP and EP
+ranks share one KV cache, so they do not multiply it.
 """
 
 from __future__ import annotations
@@ -32,12 +33,10 @@ class KVLoadResolution(BaseModel):
 
 
 def role_kv_settings(sample: dict[str, Any], role: str) -> KvSettings:
-    """The KV settings a role's engine will run with, from the candidate's own knob values."""
+    """The settings the replay sizes a role's cache with (it ignores batch size and MTP depth there)."""
     return KvSettings(
         max_num_tokens=int(sample[f"{role}_max_num_batched_tokens"]),
-        max_batch_size=int(sample[f"{role}_max_num_seqs"]),
         memory_fraction=float(sample[f"{role}_gpu_memory_utilization"]),
-        nextn=int(sample.get("aic_nextn") or 0),
     )
 
 
@@ -57,14 +56,13 @@ def resolve_kv_load(
         if block <= 0:
             raise ValueError(f"{role}_block_size must be greater than zero, got {block}")
         settings = role_kv_settings(sample, role)
-        per_rank = estimator.estimate(replica.shape, backend, settings).tokens_per_rank
-        if per_rank is None:
+        blocks = estimator.gpu_blocks(replica.shape, backend, settings, block)
+        if blocks.blocks_per_rank is None:
             raise InfeasibleKVCapacity(
                 f"no KV budget for backend={backend}, shape={replica.shape.label()}, "
-                f"max_num_batched_tokens={settings.max_num_tokens}, max_num_seqs={settings.max_batch_size}"
+                f"max_num_batched_tokens={settings.max_num_tokens}: {blocks.reason}"
             )
-        usable = per_rank // block * block
-        capacity[role] = usable * replica.shape.attention_dp * replica.replicas
+        capacity[role] = blocks.blocks_per_rank * block * replica.shape.attention_dp * replica.replicas
     load_role = "decode" if isinstance(parallel_config, DisaggConfig) else "agg"
     per_request = workload.isl + workload.osl // 2
     if per_request <= 0:
