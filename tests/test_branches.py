@@ -1,7 +1,5 @@
 """Stage `branches`: pools per mode with the real perf DB, pins, skips and errors."""
 
-import logging
-
 import pytest
 from conftest import REPO, build, config_data
 
@@ -50,12 +48,19 @@ def test_moe_on_sglang_enumerates_only_pure_patterns():
     assert agg.spec.pool_size == 28
 
 
-def test_trtllm_disagg_is_left_out_with_its_reason(caplog):
-    branches = branches_for(backend=["trtllm"], gpu_budget=8)
+def test_trtllm_is_left_out_of_disagg_with_its_reason_when_another_backend_runs_it():
+    branches = branches_for(backend=["trtllm", "vllm"], gpu_budget=8)
     disagg = branches["disagg"]
-    assert disagg.spec.status == "skipped" and disagg.pool == []
+    assert disagg.spec.status == "ready" and disagg.spec.knob_choices["backend"] == ["vllm"]
+    assert [s.backend for s in disagg.spec.skipped_backends] == ["trtllm"]
     assert "TRT-LLM disaggregation" in disagg.spec.skipped_backends[0].reason
-    assert branches["agg"].spec.status == "ready" and branches["agg"].spec.knob_choices["backend"] == ["trtllm"]
+    assert branches["agg"].spec.knob_choices["backend"] == ["trtllm", "vllm"]
+
+
+def test_a_listed_mode_no_backend_can_run_is_refused():
+    with pytest.raises(NoViableParallelConfig, match="TRT-LLM disaggregation") as caught:
+        branches_for(backend=["trtllm"], gpu_budget=8)
+    assert caught.value.problems[0][0] == "search_space.deployment_mode" and "'disagg'" in caught.value.problems[0][1]
 
 
 def test_large_moe_on_gb200_only_uses_wide_workers():
@@ -65,7 +70,7 @@ def test_large_moe_on_gb200_only_uses_wide_workers():
                 "model_name": "deepseek-ai/DeepSeek-V3",
                 "hardware_sku": "gb200",
                 "backend": ["trtllm"],
-                "deployment_mode": ["agg", "disagg"],
+                "deployment_mode": ["agg"],
                 "gpu_budget": 16,
             }
         )
@@ -82,13 +87,12 @@ def test_model_too_big_for_the_budget_says_what_to_change():
     assert "raise search_space.gpu_budget" in message and "agg/sglang" in message and "disagg/sglang" in message
 
 
-def test_one_infeasible_mode_is_skipped_with_a_warning(caplog):
-    # At 1 GPU a MoE model has no agg layout and no disagg pair; at 4 GPUs agg works but disagg roles get 2 GPUs.
-    with caplog.at_level(logging.WARNING):
-        branches = branches_for(model_name="Qwen/Qwen3-30B-A3B", gpu_budget=2, backend=["vllm"], context_length=4096)
-    assert branches["agg"].spec.status == "ready"
-    assert branches["disagg"].spec.status == "skipped" and "gpu_budget=2" in branches["disagg"].spec.skip_reason
-    assert "skipped" in caplog.text
+def test_one_infeasible_mode_is_refused_with_its_reason():
+    # A MoE worker needs 2 GPUs: at a budget of 2, agg runs but a disagg pair cannot be formed.
+    with pytest.raises(NoViableParallelConfig) as caught:
+        branches_for(model_name="Qwen/Qwen3-30B-A3B", gpu_budget=2, backend=["vllm"], context_length=4096)
+    assert [path for path, _ in caught.value.problems] == ["search_space.deployment_mode"]
+    assert "'disagg'" in str(caught.value) and "gpu_budget=2" in str(caught.value) and "'agg'" not in str(caught.value)
 
 
 def test_pinned_configs_replace_the_menu_exactly():
@@ -120,12 +124,15 @@ def test_pins_no_backend_can_run():
         )
 
 
-def test_backend_without_perf_db_is_dropped_and_order_kept():
-    agg = branches_for(
-        hardware_sku="b60", backend=["trtllm", "vllm"], deployment_mode=["agg"], gpu_budget=8, context_length=8192
-    )["agg"]
-    assert agg.spec.knob_choices["backend"] == ["vllm"]
-    assert agg.spec.skipped_backends[0].backend == "trtllm" and "perf database" in agg.spec.skipped_backends[0].reason
+def test_backend_without_perf_db_is_refused_by_name_and_order_kept():
+    with pytest.raises(NoViableParallelConfig) as caught:
+        branches_for(
+            hardware_sku="b60", backend=["trtllm", "vllm"], deployment_mode=["agg"], gpu_budget=8, context_length=8192
+        )
+    assert caught.value.problems == [
+        ("search_space.backend", "'trtllm' has no viable layout in any listed mode: agg/trtllm: "
+         "no aiconfigurator perf database for this backend on the hardware_sku")
+    ]  # fmt: skip
     both = branches_for(backend=["trtllm", "vllm"], deployment_mode=["agg"], gpu_budget=4)["agg"]
     assert both.spec.knob_choices["backend"] == ["trtllm", "vllm"]
 

@@ -20,6 +20,7 @@ def test_validate_prints_a_summary_and_exits_0(capsys):
     assert "Qwen/Qwen3-32B on h200_sxm, gpu_budget 8" in out
     assert "vllm (perf DB" in out and "sglang (perf DB" in out
     assert "agg" in out and "disagg" in out and "knob combinations" in out
+    assert "memory-feasible layouts (vllm" in out
 
 
 def test_validate_shows_the_kv_load_range_of_a_pareto_study(capsys):
@@ -32,6 +33,19 @@ def test_invalid_config_exits_2_with_the_field(tmp_path, capsys):
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert "invalid config" in err and "search_space.backend" in err and "'tgi'" in err
+
+
+def test_a_config_that_cannot_fit_exits_2_naming_the_mode_and_backend(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    too_small = {"model_name": "deepseek-ai/DeepSeek-V3", "backend": ["sglang"], "gpu_budget": 2}
+    path = write_yaml(tmp_path, config_data(search_space=too_small))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "search_space.deployment_mode: 'agg' has no viable layout" in err
+    assert "search_space.deployment_mode: 'disagg' has no viable layout" in err
+    assert "search_space.backend: 'sglang'" in err and "GiB" in err
+    assert main(["run", str(path)]) == 2  # refused while the workflow is parsed, before any job runs
+    assert not (tmp_path / "results").exists()
 
 
 def test_malformed_yaml_exits_2(tmp_path, capsys):

@@ -77,10 +77,14 @@ def _pools(path: str) -> int:
 def _validate(path: str) -> int:
     try:
         validated = build_validated_config(path)
+        branches = enumerate_branches(validated.config, apply_policy_filters(validated.config).kept)
+    except NoViableParallelConfig as error:
+        print(ConfigError(error.problems, source=path), file=sys.stderr)
+        return EXIT_CONFIG
     except ConfigError as error:
         print(error, file=sys.stderr)
         return EXIT_CONFIG
-    print(summary(path, validated))
+    print(summary(path, validated, branches))
     return EXIT_OK
 
 

@@ -28,13 +28,13 @@ def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
     return "\n".join(lines)
 
 
-def summary(path: str, validated: ValidatedConfig) -> str:
+def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> str:
     """One screen: what will be searched, against what traffic, for which goal."""
     config = validated.config
     space, sweep = config.search_space, config.sweep
     policies = apply_policy_filters(config)
     versions = validated.catalog.perf_db_versions
-    backends = ", ".join(f"{b} (perf DB {v})" if v else f"{b} (no perf DB: skipped)" for b, v in versions.items())
+    backends = ", ".join(f"{b} (perf DB {v})" for b, v in versions.items())
     lines = [
         f"{path}: valid — run id {validated.run}",
         f"  model      {space.model_name} on {space.hardware_sku}, gpu_budget {space.gpu_budget}"
@@ -50,16 +50,19 @@ def summary(path: str, validated: ValidatedConfig) -> str:
         ),
         "  branches",
     ]
-    for mode in dict.fromkeys(space.deployment_mode):
+    for branch in branches:
+        mode, spec = branch.spec.deployment_mode, branch.spec
         choices = branch_knob_choices(space, mode, policies.kept)
         searched = {k: str(len(v)) for k, v in choices.items() if len(v) > 1}
         if config.workload.kv_load_ratio_range:
             searched["kv_load_ratio"] = "continuous {} to {}".format(*config.workload.kv_load_ratio_range)
-        pool = "pinned parallel configs" if space.parallel_configs else "all legal parallel layouts"
+        pool = "pinned" if spec.pinned else "memory-feasible"
+        by_backend = ", ".join(f"{b} {n}" for b, n in spec.pool_size_by_backend.items())
         lines.append(
-            f"    {mode:<7} {combinations(choices)} knob combinations x {pool}; searched: "
-            + (", ".join(f"{k} ({n})" for k, n in searched.items()) or "none")
+            f"    {mode:<7} {combinations(choices)} knob combinations x {spec.pool_size} {pool} layouts "
+            f"({by_backend}); searched: " + (", ".join(f"{k} ({n})" for k, n in searched.items()) or "none")
         )
+        lines += [f"            {s.backend} left out: {s.reason}" for s in spec.skipped_backends]
     lines.append(
         f"  sweep      {sweep.max_rounds} rounds x {sweep.per_round} candidates per branch, "
         f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments"

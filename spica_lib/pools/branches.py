@@ -2,13 +2,13 @@
 
 A branch is what one Vizier study searches: the layouts in its pool (each tagged with the backends
 that can run it), the backend as a knob, and the engine, router and planner knobs that matter in
-that mode. A mode where no configured backend has a viable layout is skipped with its reason; if
-every mode is skipped, or pinned layouts are illegal, the stage fails saying what to change.
+that mode. A backend that cannot run one mode (TRT-LLM disaggregation, say) is left out of that
+mode with its reason. A listed mode or backend that runs nowhere would be a setting that does
+nothing, so it is an error naming the mode or backend and why; so are illegal pinned layouts.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -23,7 +23,6 @@ from spica_lib.pools.build import BackendPool, DroppedShape, build_backend_pool,
 from spica_lib.pools.knobs import branch_knob_choices
 
 SCHEMA_VERSION = 1
-log = logging.getLogger(__name__)
 
 # Backends the Dynamo 1.5.1 replay refuses for a mode ("trace replay disaggregation does not
 # support TRT-LLM", checked by tests/test_replay_support.py against the installed replay).
@@ -31,7 +30,11 @@ REPLAY_UNSUPPORTED = {("disagg", "trtllm"): "Dynamo 1.5.1's replay does not supp
 
 
 class NoViableParallelConfig(ValueError):
-    """No layout can run: the message says which knob to change."""
+    """A listed mode or backend has no layout that can run: `problems` holds (field path, why) pairs."""
+
+    def __init__(self, message: str, problems: list[tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.problems = problems or [("search_space", message)]
 
 
 class SkippedBackend(BaseModel):
@@ -101,15 +104,36 @@ def enumerate_branches(config: SmartSearchConfig, policies: list[Any] | None = N
         _branch(config, mode, versions, facts, estimator, max_seq_len, policies)
         for mode in dict.fromkeys(space.deployment_mode)
     ]
-    if all(branch.spec.status == "skipped" for branch in branches):
-        reasons = [
-            f"  {b.spec.deployment_mode}/{s.backend}: {s.reason}" for b in branches for s in b.spec.skipped_backends
-        ]
-        raise NoViableParallelConfig(
-            f"no deployment_mode has a viable parallel config for {space.model_name} on {space.hardware_sku}; raise "
-            "search_space.gpu_budget, lower context_length, or change backend / hardware_sku:\n" + "\n".join(reasons)
-        )
+    _refuse_settings_that_run_nowhere(config, branches)
     return branches
+
+
+def _refuse_settings_that_run_nowhere(config: SmartSearchConfig, branches: list[Branch]) -> None:
+    space = config.search_space
+    why = {(b.spec.deployment_mode, s.backend): s.reason for b in branches for s in b.spec.skipped_backends}
+    problems = [
+        ("search_space.deployment_mode", f"{mode!r} has no viable layout: " + _reasons(why, mode=mode))
+        for mode in (b.spec.deployment_mode for b in branches if b.spec.status == "skipped")
+    ]
+    running = {backend for b in branches for backend in b.spec.backends}
+    problems += [
+        ("search_space.backend", f"{backend!r} has no viable layout in any listed mode: " + _reasons(why, backend))
+        for backend in dict.fromkeys(space.backend)
+        if backend not in running
+    ]
+    if problems:
+        head = (
+            f"{space.model_name} on {space.hardware_sku} cannot run every listed mode and backend; raise "
+            "search_space.gpu_budget, lower context_length, or remove what cannot run"
+        )
+        lines = [head] + [f"  {path}: {message}" for path, message in problems]
+        raise NoViableParallelConfig("\n".join(lines), problems)
+
+
+def _reasons(why: dict[tuple[str, str], str], backend: str | None = None, mode: str | None = None) -> str:
+    return "; ".join(
+        f"{m}/{b}: {reason}" for (m, b), reason in why.items() if backend in (None, b) and mode in (None, m)
+    )
 
 
 def _branch(
@@ -155,7 +179,6 @@ def _branch(
             + "; ".join(f"{s.backend}: {s.reason}" for s in skipped)
             + ")"
         )
-        log.warning("deployment_mode %r skipped: %s", mode, skip_reason)
     spec = BranchSpec(
         deployment_mode=mode,
         status=status,

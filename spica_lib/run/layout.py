@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from spica_lib.config import ConfigError
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import ValidatedConfig, build_validated_config
+from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.predictor.plan import plan_predictor_jobs
 
 RESULTS_ROOT = "results"
@@ -162,6 +163,10 @@ def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_RO
     """Validate the config and name its run; refuse to mix a different config into an existing run."""
     validated = build_validated_config(config_file, run)
     config = validated.config
+    try:  # cheap (well under a second) and it spares a user a failed branches stage
+        enumerate_branches(config, apply_policy_filters(config).kept)
+    except NoViableParallelConfig as error:
+        raise ConfigError(error.problems, source=config_file) from error
     # The DAG needs the scoring jobs before policies.json exists: plan them from the config here.
     plan = plan_predictor_jobs(config, apply_policy_filters(config).kept)
     layout = RunLayout(
