@@ -78,14 +78,13 @@ def test_dry_run_lists_the_stages(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_pool_stage_failure_is_reported_with_the_reason(tmp_path):
+def test_a_config_no_layout_fits_stops_snakemake_before_any_job(tmp_path):
     too_small = {"model_name": "deepseek-ai/DeepSeek-V3", "backend": ["sglang"], "gpu_budget": 2}
     path = write_yaml(tmp_path, config_data(search_space=too_small))
     done = snakemake(tmp_path, "--config", f"spica={path}")
-    assert done.returncode != 0
-    assert "no deployment_mode has a viable parallel config" in done.stdout + done.stderr
-    run = next((tmp_path / "results").iterdir())
-    assert (run / "config.json").is_file() and not (run / "branches" / "agg" / "pool.parquet").exists()
+    assert done.returncode == 2
+    assert "search_space.deployment_mode: 'agg' has no viable layout" in done.stderr
+    assert not (tmp_path / "results").exists()
 
 
 def test_load_predictor_stage_scores_each_candidate_as_its_own_job_and_resumes(tmp_path):
