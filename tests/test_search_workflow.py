@@ -50,6 +50,9 @@ def test_default_sweep_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     ranked = pd.read_csv(result / "ranked.csv")
     assert len(ranked) >= 1 and list(ranked["rank"]) == list(range(1, len(ranked) + 1))
     assert ranked["score"].is_monotonic_decreasing and (ranked["used_gpus"] <= 8).all()
+    # A row says what was replayed: a KV router with one target per role ran as round robin.
+    fell_back = ranked["notes"].fillna("").str.contains("replayed as round_robin")
+    assert (ranked.loc[fell_back, "config_router_mode"] == "round_robin").all() and (ranked["selections"] >= 1).all()
     summary = json.loads((result / "summary.json").read_text())
     assert summary["unique_trials"] == len(list(result.glob("rounds/*/*/trials/*/*.json"))) <= 8
     assert set(summary["branches"]) == {"agg", "disagg"}
@@ -57,6 +60,18 @@ def test_default_sweep_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
     assert len(pd.read_parquet(result / "candidates.parquet")) == summary["tallies"]["feasible"]
     again = run(tmp_path, path)
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+
+
+def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
+    # Every replay hits a time limit far below its cost: nothing is feasible, but every trial is recorded.
+    data = default_config(max_eval_seconds=0.01)
+    data["search_space"].update(deployment_mode=["agg"], router_mode=["round_robin"])
+    path = write_yaml(tmp_path, data)
+    done = run(tmp_path, path)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "found no feasible candidate" in done.stderr and "timed out" in done.stderr
+    summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["best_score"] is None and summary["tallies"]["timed_out"] >= 1
 
 
 def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path):

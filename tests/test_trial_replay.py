@@ -199,6 +199,48 @@ def test_single_target_kv_router_is_replayed_as_round_robin():
     assert evaluate_trial(spec, max_eval_seconds=60).status == "feasible"
 
 
+KV_WEIGHTS = {"overlap_score_credit": 0.5, "prefill_load_scale": 1.0, "router_temperature": 0.0}
+
+
+def test_knobs_the_replay_never_sees_make_one_trial_not_several():
+    cfg = config()
+    plain = spec_for(cfg, agg(2, 1))
+    single_target_kv = spec_for(cfg, agg(2, 1), router_mode="kv_router", **KV_WEIGHTS)
+    other_weights = spec_for(cfg, agg(2, 1), router_mode="kv_router", **{**KV_WEIGHTS, "overlap_score_credit": 1.0})
+    idle_planner_knobs = spec_for(cfg, agg(2, 1), planner_fpm_sampling="large", planner_load_sensitivity="aggressive")
+    assert plain.key() == single_target_kv.key() == other_weights.key() == idle_planner_knobs.key()
+    assert (
+        single_target_kv.sample["router_mode"] == "round_robin"
+        and "overlap_score_credit" not in single_target_kv.sample
+    )
+    assert single_target_kv.selection["router_mode"] == "kv_router"  # what the search asked for is kept
+    two_workers = spec_for(cfg, agg(2, 2), router_mode="kv_router", **KV_WEIGHTS)
+    assert (
+        two_workers.key()
+        != spec_for(cfg, agg(2, 2), router_mode="kv_router", **{**KV_WEIGHTS, "router_temperature": 0.5}).key()
+    )
+    assert spec_for(cfg, agg(2, 1), agg_max_num_seqs=512).key() != plain.key()  # a real knob stays a new trial
+
+
+def disagg(prefill, decode, prefill_dp=1):
+    return DisaggConfig(
+        prefill=ReplicaConfig(shape=ParallelShape(tp=2 // prefill_dp, attention_dp=prefill_dp), replicas=prefill),
+        decode=ReplicaConfig(shape=ParallelShape(tp=2), replicas=decode),
+    )
+
+
+def test_kv_router_fallback_covers_disagg_when_every_role_has_one_target():
+    cfg = config()
+    one_each = spec_for(cfg, disagg(1, 1), mode="disagg", router_mode="kv_router", **KV_WEIGHTS)
+    assert one_each.replay.plan.router_mode == "round_robin" and "single worker" in one_each.notes[0]
+    assert one_each.key() == spec_for(cfg, disagg(1, 1), mode="disagg").key()
+    for layout in (disagg(2, 1), disagg(1, 2)):  # a choice among prefill or decode workers keeps the KV router
+        assert (
+            spec_for(cfg, layout, mode="disagg", router_mode="kv_router", **KV_WEIGHTS).replay.plan.router_mode
+            == "kv_router"
+        )
+
+
 def test_kv_load_ratio_sizes_concurrency_from_the_candidates_capacity():
     cfg = config(request_rate=None, kv_load_ratio=0.05, num_request_ratio=2)
     spec = spec_for(cfg, agg(2, 1), kv_load_ratio=0.05)

@@ -22,7 +22,7 @@ from spica_lib.facts.catalog import CatalogFacts, check_catalog
 
 # 2: trial files under the replay job that wrote them (rounds/<b>/<k>/trials/<job>/), found by the
 # round and job recorded in each observation; a run folder of version 1 cannot be resumed.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: trial keys name the replayed deployment (older runs cannot be resumed)
 RUN_ID_LENGTH = 12
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 

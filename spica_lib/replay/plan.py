@@ -61,10 +61,13 @@ class DeploymentPlan(BaseModel):
 
     @property
     def routing_targets(self) -> int:
-        """Workers x attention-DP ranks the router can choose among (agg), or the smaller disagg pool."""
+        """The most workers x attention-DP ranks the router can choose among in any one role."""
         if self.deployment_mode == "agg":
-            return self.num_workers * int(self.agg_engine_args.get("aic_attention_dp_size") or 1)
-        return min(self.num_prefill_workers, self.num_decode_workers)
+            return self.num_workers * _dp_ranks(self.agg_engine_args)
+        return max(
+            self.num_prefill_workers * _dp_ranks(self.prefill_engine_args),
+            self.num_decode_workers * _dp_ranks(self.decode_engine_args),
+        )
 
     @model_validator(mode="after")
     def _roles_match_mode(self) -> DeploymentPlan:
@@ -73,6 +76,10 @@ class DeploymentPlan(BaseModel):
         if self.deployment_mode == "disagg" and (self.prefill_engine_args is None or self.decode_engine_args is None):
             raise ValueError("a disagg plan needs prefill_engine_args and decode_engine_args")
         return self
+
+
+def _dp_ranks(args: dict[str, Any] | None) -> int:
+    return int((args or {}).get("aic_attention_dp_size") or 1)
 
 
 def engine_args(sample: dict[str, Any], role: str, backend_version: str) -> dict[str, Any]:

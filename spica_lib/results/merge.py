@@ -1,7 +1,9 @@
 """Stage `merge`: every branch's trials become one ranked list (or a Pareto front) and a summary.
 
-Outputs: `candidates.parquet` (every feasible candidate: branch, round, trial key, score,
-objectives, headline metrics and its flat config), `ranked.csv` (scalar goals: best first, ties to
+Outputs: `candidates.parquet` (every feasible deployment: branch, round, trial key, score,
+objectives, headline metrics and its flat config as replayed, with how many selections mapped to
+it, the trial's notes and, for a row whose metrics equal a better-ranked one's, that row's rank),
+`ranked.csv` (scalar goals: best first, ties to
 fewer GPUs) or `pareto.csv` (non-dominated candidates along the last objective), and
 `summary.json` (tallies, failure reasons with counts, best value, replay time).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -66,9 +69,13 @@ class CandidateRow(BaseModel):
     round: int
     candidate: Candidate
     average_gpus: float | None
+    selections: int = 1  # the search's selections that mapped to this deployment (cache hits included)
+    notes: list[str] = []
 
 
 def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialRecord]) -> list[CandidateRow]:
+    """One row per feasible deployment (trial key), in the order the branches first replayed them."""
+    mapped = Counter(o.key for history in histories for o in history.observations if o.key)
     rows, seen = [], set()
     for history in histories:
         for observation in history.observations:
@@ -94,6 +101,8 @@ def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialR
                     round=observation.round,
                     candidate=candidate,
                     average_gpus=result.average_gpus,
+                    selections=mapped[key],
+                    notes=record.spec.notes,
                 )
             )
     return rows
@@ -112,9 +121,10 @@ def ordered(config: SmartSearchConfig, rows: list[CandidateRow]) -> list[Candida
 
 def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     records = []
+    ties = same_result_as(rows)
     for position, row in enumerate(rows, start=1):
         c = row.candidate
-        out: dict[str, Any] = {"rank": position} if with_rank else {}
+        out: dict[str, Any] = {"rank": position, "same_result_as": ties[position - 1]} if with_rank else {}
         out.update(
             branch=row.branch,
             round=row.round,
@@ -122,12 +132,33 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
             score=c.score,
             used_gpus=c.used_gpus,
             average_gpus=row.average_gpus,
+            selections=row.selections,
+            notes="; ".join(row.notes) or None,
         )
         out.update({f"objective_{k}": v for k, v in (c.objectives or {}).items()})
         out.update({k: c.metrics.get(k) for k in HEADLINE_METRICS})
         out.update({f"config_{k}": _cell(v) for k, v in c.config.items()})
         records.append(out)
-    return pd.DataFrame(records)
+    table = pd.DataFrame(records)
+    if with_rank and len(table):
+        table["same_result_as"] = table["same_result_as"].astype("Int64")  # a rank, or empty
+    return table
+
+
+def same_result_as(rows: list[CandidateRow]) -> list[int | None]:
+    """Per row, the rank of the first earlier row with the very same score, GPUs and metrics, else None.
+
+    Different deployments that replay to identical numbers (a knob that did not bind at this load)
+    are legitimate trials, but the ranking must not pretend one beats the other.
+    """
+    first: dict[str, int] = {}
+    out: list[int | None] = []
+    for position, row in enumerate(rows, start=1):
+        c = row.candidate
+        outcome = json.dumps([c.score, c.used_gpus, c.metrics], sort_keys=True)
+        earlier = first.setdefault(outcome, position)
+        out.append(earlier if earlier != position else None)
+    return out
 
 
 def _cell(value: Any) -> Any:
@@ -172,6 +203,17 @@ def summarise(
     )
     summary.line = summary_line(config, summary)
     return summary
+
+
+def no_feasible_candidate(summary_path: str) -> str | None:
+    """Why a finished sweep has nothing to rank (from its summary.json), or None when it has something."""
+    path = Path(summary_path)
+    if not path.is_file():
+        return None  # a partial target (e.g. `--until branches`) was asked for: nothing to judge
+    summary = SweepSummary.model_validate_json(path.read_text(encoding="utf-8"))
+    if summary.best_score is not None:
+        return None
+    return f"spica: the sweep found no feasible candidate ({summary_path}):\n{summary.line}"
 
 
 def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, make_candidate
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
-from spica_lib.trial.unroll import unroll_sample
+from spica_lib.trial.unroll import as_round_robin, unroll_sample
 
 GOODPUT_KEY = "goodput_output_throughput_tok_s"
 
@@ -54,18 +55,22 @@ def prepare_trial(
     if concurrency is not None:
         sample["concurrency"] = concurrency
     sla = goal.sla
-    plan = build_deployment(
-        sample,
+    plan_for = partial(
+        build_deployment,
         backend_version=backend_version,
         optimization_target=goal.target.planner_optimization_target,
         sla_ttft_ms=sla.ttft_ms if sla else None,
         sla_itl_ms=sla.itl_ms if sla else None,
     )
+    plan = plan_for(sample)
     notes = []
-    if plan.router_mode == "kv_router" and plan.deployment_mode == "agg" and plan.routing_targets < 2:
-        # The replay refuses a KV router with a single target; with one target it routes like round robin.
-        plan = plan.model_copy(update={"router_mode": "round_robin", "router_config": None})
-        notes.append("kv_router with a single worker/DP rank replayed as round_robin (nothing to choose between)")
+    if plan.router_mode == "kv_router" and plan.routing_targets < 2:
+        # With one target per role there is nothing to choose between: the KV router routes like round
+        # robin (the replay refuses it in agg, and can crawl with it in disagg). The sample says what ran,
+        # so its weights drop out of the trial key and a variant that differs only in them is a cache hit.
+        sample = as_round_robin(sample)
+        plan = plan_for(sample)
+        notes.append("kv_router with a single worker/DP rank per role replayed as round_robin (nothing to choose)")
     trace = workload.trace_path
     return TrialSpec(
         deployment_mode=selection["deployment_mode"],

@@ -1,7 +1,8 @@
 """The trial file's models: the spec (everything needed to reproduce one replay), the result and the record.
 
-`TrialSpec.key()` is the canonical-JSON hash of the spec: it names the trial file, so an identical
-candidate is never replayed twice.
+`TrialSpec.key()` is the canonical-JSON hash of what is replayed and how it is scored (the plan,
+traffic, goal and layout), not of the selection that led there: it names the trial file, so two
+selections that differ only in knobs with no effect on the replay are one trial, replayed once.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from spica_lib.config import OptimizationGoal
 from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
 from spica_lib.replay.request import ReplayRequest, ScalingEvent
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: the key hashes the replayed deployment, not the selection
 TrialStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported"]
 
 
@@ -40,8 +41,14 @@ class TrialSpec(BaseModel):
         return self.parallel_config.total_gpus
 
     def key(self) -> str:
-        """SHA-256 of the canonical JSON, with the trace named by its content rather than its path."""
-        data = self.model_dump(mode="json")
+        """SHA-256 of the canonical JSON of the replayed deployment, with the trace named by its content.
+
+        The selection, the flat sample and the notes describe how the search got here; they are
+        left out so that knobs the replay never sees (router weights under round robin, planner
+        sampling without a scaling policy, a load ratio that rounds to the same concurrency) cannot
+        make a second trial of one deployment.
+        """
+        data = self.model_dump(mode="json", exclude={"selection", "sample", "notes"})
         if self.trace_sha256 is not None:
             data["replay"]["workload"]["trace_path"] = f"sha256:{self.trace_sha256}"
         return sha256_of(data)

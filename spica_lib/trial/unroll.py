@@ -84,6 +84,12 @@ def _router_fields(space: SearchSpace, selection: dict[str, Any]) -> dict[str, A
     return fields
 
 
+def as_round_robin(sample: dict[str, Any]) -> dict[str, Any]:
+    """The sample with the KV router replaced by round robin, and the router's own fields dropped."""
+    dropped = set(ROUTER_WEIGHTS) | set(ADMISSION_FIELDS)
+    return {**{k: v for k, v in sample.items() if k not in dropped}, "router_mode": "round_robin"}
+
+
 def _planner_fields(selection: dict[str, Any], winners: dict[float, CompositeEntry]) -> dict[str, Any]:
     entry = selection["planner_scaling_policy"]
     policy = scaling_policy(entry)

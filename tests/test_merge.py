@@ -1,0 +1,31 @@
+"""Merge tables: one row per replayed deployment, ties shown, what was replayed named."""
+
+from spica_lib.results.merge import CandidateRow, frame, same_result_as
+from spica_lib.trial.score import Candidate
+
+
+def row(key, score, router="round_robin", metrics=None, gpus=2, **extra):
+    candidate = Candidate(
+        config={"router_mode": router, "used_gpus": gpus},
+        used_gpus=gpus,
+        score=score,
+        metrics=metrics or {"mean_ttft_ms": 100.0},
+        objectives=None,
+    )
+    return CandidateRow(key=key, branch="agg", round=0, candidate=candidate, average_gpus=float(gpus), **extra)
+
+
+def test_rows_with_identical_results_point_at_the_first_of_them():
+    rows = [row("a", 9.0), row("b", 9.0), row("c", 8.0), row("d", 9.0, gpus=4), row("e", 9.0)]
+    assert same_result_as(rows) == [None, 1, None, None, 1]
+    assert same_result_as([row("a", 9.0), row("b", 9.0, metrics={"mean_ttft_ms": 101.0})]) == [None, None]
+
+
+def test_ranked_table_names_the_replayed_router_the_selection_count_and_the_ties():
+    fallback = "kv_router with a single worker/DP rank per role replayed as round_robin (nothing to choose)"
+    rows = [row("a", 9.0, selections=3, notes=[fallback]), row("b", 9.0, router="kv_router")]
+    table = frame(rows, with_rank=True)
+    assert list(table["config_router_mode"]) == ["round_robin", "kv_router"]
+    assert list(table["selections"]) == [3, 1] and table["notes"][0] == fallback
+    assert table["same_result_as"].isna()[0] and table["same_result_as"][1] == 1
+    assert "same_result_as" not in frame(rows).columns  # candidates.parquet is in branch order, not ranked
