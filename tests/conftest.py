@@ -10,11 +10,10 @@ import pytest
 import yaml
 
 from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.replay.request import WALL_CLOCK_METRICS  # noqa: F401 (the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
-# Replay metrics measured in real time, not simulated: they differ between two replays of one trial.
-WALL_CLOCK_METRICS = {"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"}
 
 BASE: dict[str, Any] = {
     "search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm"},

@@ -19,6 +19,10 @@ def test_rows_with_identical_results_point_at_the_first_of_them():
     rows = [row("a", 9.0), row("b", 9.0), row("c", 8.0), row("d", 9.0, gpus=4), row("e", 9.0)]
     assert same_result_as(rows) == [None, 1, None, None, 1]
     assert same_result_as([row("a", 9.0), row("b", 9.0, metrics={"mean_ttft_ms": 101.0})]) == [None, None]
+    # How fast the simulator ran is not a property of the deployment.
+    fast = {"mean_ttft_ms": 100.0, "wall_time_ms": 26.0}
+    slow = {"mean_ttft_ms": 100.0, "wall_time_ms": 44.0, "planner_total_ticks": 5.0}  # a planner that never scaled
+    assert same_result_as([row("a", 9.0, metrics=fast), row("b", 9.0, metrics=slow)]) == [None, 1]
 
 
 def test_ranked_table_names_the_replayed_router_the_selection_count_and_the_ties():

@@ -120,6 +120,9 @@ def test_rounds_suggest_new_trials_and_rank_best_first():
     scores = [row.candidate.score for row in best]
     assert len(best) == 4 and scores == sorted(scores, reverse=True)
     assert best[0].candidate.config["used_gpus"] * best[0].candidate.config["agg_max_num_seqs"] == scores[0]
+    # Each round's tally carries the branch's best so far, for the progress line and `spica status`.
+    first_round = max(store[k].result.score for k in files[0].new_keys)
+    assert [t.best_score for t in history.tallies] == [first_round, scores[0]]
 
 
 def test_same_files_and_seed_give_the_same_suggestions():

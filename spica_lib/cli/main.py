@@ -1,6 +1,7 @@
 """`spica`: command-line entry points around the library (the workflow itself runs in Snakemake).
 
 spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
+spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
 spica schema          JSON Schema of the config file, for editors
 """
 
@@ -39,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--profile", help="a Snakemake profile folder, e.g. profiles/slurm")
     run.add_argument("--run", dest="run_name", help="name the run folder instead of using the config hash")
     run.epilog = "Anything after a lone `--` goes to Snakemake unchanged, e.g. `spica run c.yaml -- --dry-run`."
+    status = commands.add_parser("status", help="per branch: rounds told, trials finished/running/failed, best")
+    status.add_argument("run", help="a run folder (results/<run>) or a run name")
+    show = commands.add_parser("show", help="one deployment of a run: spec, metrics, reason, scaling events")
+    show.add_argument("run", help="a run folder (results/<run>) or a run name")
+    show.add_argument("which", nargs="?", default="1", help="a rank in the ranking (default 1) or a trial key prefix")
+    rebuild = commands.add_parser("report", help="rebuild a run's report.md and plots from its files")
+    rebuild.add_argument("run", help="a run folder (results/<run>) or a run name")
     commands.add_parser("schema", help="print the JSON Schema of the config file")
     argv = list(sys.argv[1:] if argv is None else argv)
     # Split off Snakemake's arguments ourselves: argparse's REMAINDER would also swallow our own options
@@ -59,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     if args.command == "pools":
         return _pools(args.config)
+    if args.command in ("status", "show", "report"):
+        from spica_lib.cli.runs import run_command
+
+        return run_command(args.command, args.run, getattr(args, "which", None))
     return _validate(args.config)
 
 

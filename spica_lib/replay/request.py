@@ -15,6 +15,8 @@ from spica_lib.config import SLATarget, Workload
 from spica_lib.replay.plan import DeploymentPlan
 
 TRACE_BLOCK_SIZE = 512  # tokens per Mooncake hash id
+# Metrics of the simulator's own speed, not of the deployment: they differ between two replays of one plan.
+WALL_CLOCK_METRICS = frozenset({"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"})
 
 
 class ReplayRequest(BaseModel):

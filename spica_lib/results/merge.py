@@ -19,6 +19,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import SmartSearchConfig
+from spica_lib.replay.request import WALL_CLOCK_METRICS
 from spica_lib.results.ranking import pareto_front, rank
 from spica_lib.search.history import BranchHistory
 from spica_lib.trial.score import Candidate
@@ -37,6 +38,7 @@ HEADLINE_METRICS = (
     "duration_ms",
     "completed_requests",
 )
+NOT_AN_OUTCOME = WALL_CLOCK_METRICS | {"planner_total_ticks"}
 TALLY_KEYS = ("feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit")
 
 
@@ -155,7 +157,9 @@ def same_result_as(rows: list[CandidateRow]) -> list[int | None]:
     out: list[int | None] = []
     for position, row in enumerate(rows, start=1):
         c = row.candidate
-        outcome = json.dumps([c.score, c.used_gpus, c.metrics], sort_keys=True)
+        # The simulator's own speed and the planner's tick count say nothing about the requests served.
+        deployment_metrics = {k: v for k, v in c.metrics.items() if k not in NOT_AN_OUTCOME}
+        outcome = json.dumps([c.score, c.used_gpus, deployment_metrics], sort_keys=True)
         earlier = first.setdefault(outcome, position)
         out.append(earlier if earlier != position else None)
     return out

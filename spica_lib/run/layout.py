@@ -111,6 +111,30 @@ class RunFiles(BaseModel):
     def summary_json(self) -> str:
         return f"{self.dir}/summary.json"
 
+    def ranked_csv(self, is_pareto: bool) -> str:
+        """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
+        return f"{self.dir}/{'pareto' if is_pareto else 'ranked'}.csv"
+
+    @property
+    def report_dir(self) -> str:
+        return f"{self.dir}/report"
+
+    def report_file(self, name: str) -> str:
+        """`report.md` and the plots beside it."""
+        return f"{self.report_dir}/{name}"
+
+    @property
+    def deploy_dir(self) -> str:
+        """Deployment files of the top candidates: `deploy/<rank>/`."""
+        return f"{self.dir}/deploy"
+
+    def deployment(self, rank: int) -> str:
+        return f"{self.deploy_dir}/{rank}"
+
+    @property
+    def manifest_json(self) -> str:
+        return f"{self.dir}/manifest.json"
+
     def log(self, stage: str) -> str:
         return f"{self.dir}/logs/{stage}.log"
 
@@ -135,8 +159,7 @@ class RunLayout(RunFiles):
 
     @property
     def ranking_csv(self) -> str:
-        """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
-        return f"{self.dir}/{'pareto' if self.is_pareto else 'ranked'}.csv"
+        return self.ranked_csv(self.is_pareto)
 
 
 def locate_config(snakemake_config: dict[str, Any], configfiles: list[str], default: str = DEFAULT_CONFIG) -> str:

@@ -79,6 +79,7 @@ class RoundTally(BaseModel):
     new_trials: int
     counts: dict[str, int]
     optimizer_seconds: float = 0.0
+    best_score: float | None = None  # the branch's best feasible score after this round (Pareto: first objective)
 
 
 class BranchHistory(BaseModel):

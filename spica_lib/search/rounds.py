@@ -211,12 +211,15 @@ def tell_round(
         )
     if suggestions.skipped is not None and not stalled:
         stalled, stall_reason = True, suggestions.skipped
+    scores = [results[key].score for key in suggestions.new_keys if results[key].status == "feasible"]
+    earlier = previous.tallies[-1].best_score if previous.tallies else None
     tally = RoundTally(
         round=suggestions.round,
         attempts=suggestions.attempts,
         new_trials=len(suggestions.new_keys),
         counts=counts,
         optimizer_seconds=suggestions.optimizer_seconds,
+        best_score=max([s for s in (*scores, earlier) if s is not None], default=None),
     )
     return BranchHistory(
         deployment_mode=suggestions.deployment_mode,

@@ -18,6 +18,13 @@ with stage_log(smk.log[0]) as log:
     records = read_trials(files.trial_files(smk.wildcards.branch, suggestions.suggested))
     updated = tell_round(config.goal, suggestions, {k: r.result for k, r in records.items()}, history)
     write_model(smk.output.history, updated)
-    log.info("%s round %d: %s", updated.deployment_mode, suggestions.round, updated.tallies[-1].counts)
+    tally = updated.tallies[-1]
+    best = "none feasible yet" if tally.best_score is None else f"{tally.best_score:.4g}"
+    # One progress line per round, on the console as well as in the log.
+    progress = (
+        f"spica {updated.deployment_mode} round {suggestions.round}: {tally.new_trials} new trial(s), best {best}"
+    )
+    print(progress, flush=True)
+    log.info("%s; %s", progress, tally.counts)
     if updated.stalled and (history is None or not history.stalled):
         log.info("branch %s stops: %s", updated.deployment_mode, updated.stall_reason)

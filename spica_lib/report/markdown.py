@@ -1,0 +1,148 @@
+"""`report.md`: the goal, how much of the space was replayed, what failed, the top deployments, the winner."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from spica_lib.base.artifacts import read_model
+from spica_lib.pools.branches import BranchSpec
+from spica_lib.pools.knobs import combinations
+from spica_lib.report.describe import describe
+from spica_lib.report.view import RunView
+from spica_lib.results.merge import same_result_as
+from spica_lib.search.metrics import sla_miss
+
+UNITS = {
+    "throughput": "output tokens/s",
+    "throughput_per_gpu": "output tokens/s per GPU",
+    "throughput_per_user": "output tokens/s per user",
+    "e2e_latency": "−mean end-to-end latency (ms)",
+    "goodput": "goodput tokens/s",
+    "goodput_per_gpu": "goodput tokens/s per GPU",
+}
+TABLE_ROWS = 10
+
+
+def score_label(view: RunView) -> str:
+    goal = view.config.goal
+    if goal.is_pareto:
+        return f"{goal.resolved_pareto_objectives[0].value} ({UNITS[goal.resolved_pareto_objectives[0].value]})"
+    return f"{goal.target.value} ({UNITS[goal.target.value]})"
+
+
+def render(view: RunView, plots: list[str]) -> str:
+    """The whole report; `plots` are the image file names written next to it."""
+    sections = [_head(view), _space(view), _tallies(view), _top(view), _per_branch_backend(view), _winner(view)]
+    sections.append("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plots))
+    return "\n\n".join(s for s in sections if s) + "\n"
+
+
+def _head(view: RunView) -> str:
+    config, goal = view.config, view.config.goal
+    sla = goal.sla
+    bounds = [f"{name} ≤ {value:g} ms" for name, value in (("TTFT", sla.ttft_ms), ("ITL", sla.itl_ms),
+              ("E2E", sla.e2e_ms)) if value] if sla else []  # fmt: skip
+    space = config.search_space
+    target = ", ".join(t.value for t in goal.resolved_pareto_objectives) if goal.is_pareto else goal.target.value
+    return "\n".join(
+        [
+            f"# Spica report — run `{view.validated.run}`",
+            "",
+            f"- **Model / hardware**: {space.model_name} on {space.hardware_sku}, at most {space.gpu_budget} GPUs",
+            f"- **Goal**: {'Pareto front of ' if goal.is_pareto else 'maximise '}{target}",
+            f"- **SLA** (means over requests): {', '.join(bounds) if bounds else 'none'}",
+            f"- **Search**: {config.sweep.algorithm}, seed {config.sweep.seed}, "
+            f"{config.sweep.max_rounds} rounds × {config.sweep.per_round} per branch",
+        ]
+    )
+
+
+def _space(view: RunView) -> str:
+    lines = ["## Search space and coverage", "", "| branch | layouts | knob settings | deployments | replayed |",
+             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    replayed = {h.deployment_mode: len({o.key for o in h.observations if o.key}) for h in view.histories}
+    for history in view.histories:
+        mode = history.deployment_mode
+        spec = read_model(view.files.branch_json(mode), BranchSpec)
+        knobs = combinations({k: v for k, v in spec.knob_choices.items() if k != "backend"})
+        # A layout runs on the backends that support it, so the space is Σ over layouts of its backends × knobs.
+        size = spec.pool_size and sum(spec.pool_size_by_backend.values()) * knobs
+        continuous = " (× continuous kv_load_ratio)" if spec.float_ranges else ""
+        lines.append(f"| {mode} | {spec.pool_size} | {knobs}{continuous} | {size} | {replayed[mode]} |")
+    return "\n".join(lines)
+
+
+def _tallies(view: RunView) -> str:
+    summary = view.summary
+    if summary is None:
+        return ""
+    tallies = ", ".join(f"{name} {count}" for name, count in summary.tallies.items())
+    lines = ["## Outcomes", "", f"{summary.unique_trials} unique replays; observations: {tallies}."]
+    if summary.failure_reasons:
+        lines += ["", "| failure reason | count |", "|---|---:|"]
+        lines += [f"| {reason[:160]} | {count} |" for reason, count in summary.failure_reasons.items()]
+    return "\n".join(lines)
+
+
+def sla_margin(view: RunView, metrics: dict[str, float]) -> str:
+    """How far inside (+) or outside (−) the SLA the tightest bound is, in percent."""
+    goal = view.config.goal
+    if goal.sla is None:
+        return "—"
+    return f"{(1.0 - sla_miss(metrics, goal)) * 100:+.0f} %"
+
+
+def _top(view: RunView) -> str:
+    rows = view.ranked[:TABLE_ROWS]
+    if not rows:
+        return "## Top deployments\n\nNo feasible deployment was found."
+    title = "Pareto front" if view.config.goal.is_pareto else "Top deployments"
+    lines = [f"## {title}", "", f"Score: {score_label(view)}. A row marked `= #n` replayed to exactly the "
+             "metrics of row n: the knobs that differ did not bind at this load.", "",
+             "| # | deployment | score | GPUs | SLA margin | TTFT ms | ITL ms | selections |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    ties = same_result_as(rows)
+    for position, (row, tie) in enumerate(zip(rows, ties, strict=True), start=1):
+        record, m = view.records[row.key], row.candidate.metrics
+        name = describe(record.spec) + (f" (= #{tie})" if tie else "")
+        lines.append(
+            f"| {position} | {name} | {row.candidate.score:.4g} | {row.candidate.used_gpus} | "
+            f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | {row.selections} |"
+        )
+    return "\n".join(lines)
+
+
+def _per_branch_backend(view: RunView) -> str:
+    best: dict[tuple[str, str], tuple[float, str]] = {}
+    for row in view.ranked if not view.config.goal.is_pareto else view.rows:
+        backend = str(row.candidate.config.get("backend"))
+        if (row.branch, backend) not in best or row.candidate.score > best[(row.branch, backend)][0]:
+            best[(row.branch, backend)] = (row.candidate.score, describe(view.records[row.key].spec))
+    if not best:
+        return ""
+    lines = ["## Best per branch and backend", "", "| branch | backend | score | deployment |", "|---|---|---:|---|"]
+    lines += [f"| {b} | {k} | {s:.4g} | {d} |" for (b, k), (s, d) in sorted(best.items())]
+    return "\n".join(lines)
+
+
+def _winner(view: RunView) -> str:
+    if not view.ranked:
+        return ""
+    row = view.ranked[0]
+    record = view.records[row.key]
+    lines = ["## The winner", "", f"`{describe(record.spec)}` — trial `{row.key[:12]}` (branch {row.branch}, "
+             f"round {row.round}).", ""]  # fmt: skip
+    lines += [f"- note: {note}" for note in record.spec.notes]
+    events = record.result.scaling_events
+    if events:
+        lines += ["", "Planner scaling events during the replay:", "", "| at (s) | component | from | to |",
+                  "|---:|---|---:|---:|"]  # fmt: skip
+        lines += [f"| {e.at_s:.0f} | {e.component} | {e.from_count} | {e.to_count} |" for e in events]
+    elif record.spec.replay.plan.planner_config is not None:
+        lines.append("The planner ran and did not scale during the replay.")
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:.0f}"

@@ -1,0 +1,143 @@
+"""What a sweep hands back: report.md and plots (checked at the data level), deployment files,
+the manifest, and `spica status` / `show` / `report` — on real sweeps of the real replay."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, write_yaml
+
+from spica_lib.base.artifacts import read_model
+from spica_lib.cli.main import main
+from spica_lib.config.validate import ValidatedConfig
+from spica_lib.report.deploy import DeploymentFiles, differences
+from spica_lib.report.manifest import RunManifest
+from spica_lib.report.status import run_status
+from spica_lib.report.view import RunView
+from spica_lib.results.ranking import pareto_front
+from spica_lib.trial.store import read_trial
+
+pytestmark = pytest.mark.slow
+SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
+
+
+def sweep(folder, data, *extra):
+    path = write_yaml(folder, data)
+    done = subprocess.run(
+        [*SPICA, str(path), *extra], cwd=folder, capture_output=True, text=True, check=False, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return next((folder / "results").iterdir()), done
+
+
+def default_config(rounds=2, per_round=3):
+    data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+    data["sweep"].update(max_rounds=rounds, candidates_per_round=per_round)
+    return data
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    return sweep(tmp_path_factory.mktemp("default"), default_config())
+
+
+def test_a_sweep_writes_the_report_its_plots_the_manifest_and_top_k_deployments(default_run):
+    run, done = default_run
+    assert {p.name for p in (run / "report").iterdir()} == {"report.md", "tradeoff.png", "convergence.png",
+                                                            "latency.png"}  # fmt: skip
+    text = (run / "report" / "report.md").read_text()
+    assert "goodput_per_gpu" in text and "TTFT ≤ 2000 ms" in text and "## Top deployments" in text
+    ranks = sorted(p.name for p in (run / "deploy").iterdir() if not p.name.startswith("."))  # Snakemake stamps
+    assert ranks == ["1", "2", "3"]  # sweep.top_k defaults to 3
+    manifest = read_model(run / "manifest.json", RunManifest)
+    validated = read_model(run / "config.json", ValidatedConfig)
+    assert manifest.versions["ai-dynamo"] == "1.5.1" and manifest.perf_db_versions == validated.catalog.perf_db_versions
+    assert manifest.sha256["config_normalised"] == validated.config_sha256 and manifest.sha256["lock"]
+    assert manifest.started_at <= manifest.finished_at and manifest.seed == validated.config.sweep.seed
+    # One progress line per told round, naming the branch, the round and the best so far.
+    assert done.stdout.count("spica agg round ") == 2 and "new trial(s), best" in done.stdout
+
+
+def test_the_plots_show_the_candidates_the_sla_misses_and_the_best_so_far(default_run):
+    run, _ = default_run
+    view = RunView(run)
+    candidates = pd.read_parquet(run / "candidates.parquet")
+    points = view.tradeoff_points()
+    assert sorted(p.key for p in points) == sorted(candidates["key"])
+    sla = view.config.goal.sla
+    by_key = candidates.set_index("key")
+    for point in points:  # a point is marked a miss exactly when a mean latency is over its bound
+        row = by_key.loc[point.key]
+        assert point.misses_sla == bool(row["mean_ttft_ms"] > sla.ttft_ms or row["mean_itl_ms"] > sla.itl_ms)
+        assert point.score == pytest.approx(row["score"]) and point.used_gpus == row["used_gpus"]
+    ranked = pd.read_csv(run / "ranked.csv")
+    for branch, series in view.convergence().items():
+        bests = [p.best for p in series if p.best is not None]
+        assert bests == sorted(bests) and bests[-1] == pytest.approx(ranked[ranked.branch == branch]["score"].max())
+
+
+def test_deployment_files_parse_and_name_the_replayed_shape_and_what_the_generator_changed(default_run):
+    run, _ = default_run
+    for rank in (1, 2, 3):
+        folder = run / "deploy" / str(rank)
+        summary = read_model(folder / "deploy.json", DeploymentFiles)
+        record = read_trial(folder / "trial.json")
+        assert summary.error is None and summary.key == record.key
+        dgd = yaml.safe_load((folder / "k8s_deploy.yaml").read_text())
+        assert dgd["kind"] == "DynamoGraphDeployment"
+        workers = [s for s in dgd["spec"]["services"].values() if s.get("componentType") == "worker"]
+        backend = record.spec.sample["backend"]
+        assert all(backend in s["extraPodSpec"]["mainContainer"]["image"] for s in workers)
+        roles = {s.get("subComponentType") or "agg": s for s in workers}
+        config = record.spec.parallel_config
+        expected = {"agg": config} if record.spec.deployment_mode == "agg" else {"prefill": config.prefill,
+                                                                                 "decode": config.decode}  # fmt: skip
+        for role, replica in expected.items():
+            assert roles[role]["replicas"] == replica.replicas
+            assert f"{replica.shape.tp}" in json.dumps(roles[role]["extraPodSpec"]["mainContainer"]["args"])
+        assert (folder / "run_0.sh").is_file()
+        if backend == "vllm":  # the vLLM template has no memory-fraction flag: reported, not hidden
+            assert any("gpu_memory_utilization" in d for d in summary.differences)
+        # A DGD changed after generation is caught: every difference is found by reading it back.
+        first = next(iter(roles.values()))
+        first["replicas"] += 1
+        assert any("replicas" in d for d in differences(record, dgd))
+
+
+def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeypatch):
+    run, _ = default_run
+    statuses = {s.branch: s for s in run_status(run)}
+    summary = json.loads((run / "summary.json").read_text())
+    for branch, status in statuses.items():
+        assert status.rounds_told == 2 and status.trials_running == 0
+        assert status.trials_finished == summary["branches"][branch]["counts"].get("feasible", 0) + status.trials_failed
+    monkeypatch.chdir(run.parent.parent)
+    assert main(["show", run.name]) == 0 and "trial " in capsys.readouterr().out
+    assert main(["show", run.name, "999"]) == 2
+    (run / "report" / "report.md").unlink()
+    assert main(["report", str(run)]) == 0 and (run / "report" / "report.md").is_file()
+
+
+def test_status_of_a_run_stopped_after_one_round(tmp_path):
+    data = default_config(rounds=3, per_round=2)
+    data["search_space"]["deployment_mode"] = ["agg"]
+    run, _ = sweep(tmp_path, data, "--run", "half", "--", "results/half/rounds/agg/0/observations.json")
+    (status,) = run_status(run)
+    round_zero = json.loads((run / "rounds" / "agg" / "0" / "suggestions.json").read_text())
+    assert status.rounds_told == 1 and status.rounds_total == 3
+    assert status.trials_finished == len(round_zero["new_keys"]) and status.trials_running == 0
+    assert not (run / "rounds" / "agg" / "1" / "suggestions.json").exists()
+
+
+def test_a_pareto_report_plots_the_front_over_all_feasible_points(tmp_path):
+    data = yaml.safe_load((REPO / "config" / "examples" / "pareto_kv_load.yaml").read_text())
+    data["sweep"].update(max_rounds=1, candidates_per_round=4)
+    run, _ = sweep(tmp_path, data)
+    assert (run / "report" / "pareto.png").is_file()
+    view = RunView(run)
+    front = pareto_front([r.candidate for r in view.rows], view.config.goal.resolved_pareto_objectives)
+    assert sorted(r.key for r in view.ranked) == sorted(r.key for r in view.rows if r.candidate in front)
+    assert sorted(pd.read_csv(run / "pareto.csv")["key"]) == sorted(r.key for r in view.ranked)
