@@ -141,3 +141,14 @@ def test_a_pareto_report_plots_the_front_over_all_feasible_points(tmp_path):
     front = pareto_front([r.candidate for r in view.rows], view.config.goal.resolved_pareto_objectives)
     assert sorted(r.key for r in view.ranked) == sorted(r.key for r in view.rows if r.candidate in front)
     assert sorted(pd.read_csv(run / "pareto.csv")["key"]) == sorted(r.key for r in view.ranked)
+
+
+def test_snakemake_report_holds_the_report_and_every_plot(default_run):
+    run, _ = default_run
+    folder = run.parent.parent
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "workflow" / "Snakefile")]
+    command += ["--config", f"spica={folder / 'spica.yaml'}", "--report", "report.html"]
+    done = subprocess.run(command, cwd=folder, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    html = (folder / "report.html").read_text(encoding="utf-8")
+    assert all(name in html for name in ("report.md", "tradeoff.png", "convergence.png", "latency.png"))

@@ -63,7 +63,9 @@ checkpoint suggest:
 def last_replay_attempt(wildcards):
     # Cluster jobs run Snakemake with --retries 0, so the main process, which evaluates this before it
     # submits, hands its count down through the environment (sbatch exports it to the job).
-    os.environ.setdefault("SPICA_TRIAL_RETRIES", str(workflow.execution_settings.retries))
+    # `snakemake --report` builds the DAG without execution settings: nothing is retried there.
+    settings = workflow.execution_settings
+    os.environ.setdefault("SPICA_TRIAL_RETRIES", str(settings.retries if settings is not None else 0))
     return int(os.environ["SPICA_TRIAL_RETRIES"]) + 1
 
 
