@@ -28,6 +28,13 @@ def test_validate_shows_the_kv_load_range_of_a_pareto_study(capsys):
     assert "kv_load_ratio (continuous 0.1 to 1.0)" in capsys.readouterr().out
 
 
+def test_validate_shows_the_sla_as_it_will_be_applied(capsys):
+    assert main(["validate", str(REPO / "config" / "examples" / "p99_sla.yaml")]) == 0
+    assert "SLA p99_ttft_ms ≤ 1500 ms, p99_itl_ms ≤ 150 ms (a hard constraint" in capsys.readouterr().out
+    assert main(["validate", str(REPO / "config" / "default.yaml")]) == 0
+    assert "SLA mean_ttft_ms ≤ 2000 ms, mean_itl_ms ≤ 50 ms (goodput per request" in capsys.readouterr().out
+
+
 def test_invalid_config_exits_2_with_the_field(tmp_path, capsys):
     path = write_yaml(tmp_path, config_data(search_space={"backend": ["tgi"]}))
     assert main(["validate", str(path)]) == 2

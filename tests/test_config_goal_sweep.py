@@ -144,3 +144,33 @@ def test_a_replay_always_has_a_finite_time_limit():
     data["sweep"] = {"max_eval_seconds": None}
     rejected(data, "sweep.max_eval_seconds")
     assert build(config_data()).sweep.max_eval_seconds == 600.0
+
+
+def test_a_percentile_sla_reads_that_statistic_and_refuses_what_it_cannot_mean():
+    goal = build(
+        config_data(goal={"target": "throughput", "sla": {"ttft_ms": 500, "itl_ms": 40, "percentile": 99}})
+    ).goal
+    assert goal.sla.bounds() == [("p99_ttft_ms", 500.0), ("p99_itl_ms", 40.0)] and goal.sla.is_constraint
+    median = build(config_data(goal={"target": "throughput", "sla": {"e2e_ms": 9000, "percentile": 50}})).goal
+    assert median.sla.bounds() == [("median_e2e_latency_ms", 9000.0)]
+    mean = build(config_data(goal={"target": "throughput", "sla": {"ttft_ms": 500}})).goal
+    assert mean.sla.bounds() == [("mean_ttft_ms", 500.0)] and not mean.sla.is_constraint
+    for bad in (98, 100, "p99", 99.5):
+        rejected(config_data(goal={"sla": {"ttft_ms": 500, "percentile": bad}}), "goal.sla.percentile", "50")
+    rejected(config_data(goal={"sla": {"percentile": 99}}), "goal.sla", "needs at least one bound")
+    rejected(config_data(goal={"sla": {"p99_ttft_ms": 500}}), "goal.sla.p99_ttft_ms")  # one spelling only
+
+
+def test_gpu_hour_prices_are_checked_and_the_cost_target_needs_one():
+    one = build(config_data(goal={"target": "cost_per_million_output_tokens", "gpu_hour_usd": 3.2})).goal
+    assert one.gpu_hour_price("h200_sxm") == 3.2 and not one.target.maximize
+    per_sku = build(config_data(goal={"gpu_hour_usd": {"h200_sxm": 3, "b200_sxm": 5.5}})).goal
+    assert per_sku.gpu_hour_price("h200_sxm") == 3.0
+    rejected(config_data(goal={"target": "cost_per_million_output_tokens"}), "goal", "needs goal.gpu_hour_usd")
+    for bad in (-1, 0):
+        rejected(config_data(goal={"gpu_hour_usd": bad}), "goal.gpu_hour_usd", "positive number of US dollars")
+    rejected(config_data(goal={"gpu_hour_usd": {"h200_sxm": -2}}), "goal.gpu_hour_usd", "positive")
+    rejected(config_data(goal={"gpu_hour_usd": {}}), "goal.gpu_hour_usd", "empty price map")
+    rejected(config_data(goal={"gpu_hour_usd": {"b200_sxm": 5}}), "", "not search_space.hardware_sku 'h200_sxm'")
+    pareto = {"target": "pareto", "pareto_objectives": ["cost_per_million_output_tokens", "throughput_per_user"]}
+    assert build(config_data(goal={**pareto, "gpu_hour_usd": 3})).goal.is_pareto

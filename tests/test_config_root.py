@@ -95,6 +95,8 @@ def test_normalised_dump_round_trips():
         "examples/pareto_kv_load.yaml",
         "examples/moe.yaml",
         "examples/pinned_parallel.yaml",
+        "examples/p99_sla.yaml",
+        "examples/cost.yaml",
     ],
 )
 def test_shipped_configs_are_valid(name):

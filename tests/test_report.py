@@ -49,7 +49,7 @@ def test_a_sweep_writes_the_report_its_plots_the_manifest_and_top_k_deployments(
     assert {p.name for p in (run / "report").iterdir()} == {"report.md", "tradeoff.png", "convergence.png",
                                                             "latency.png"}  # fmt: skip
     text = (run / "report" / "report.md").read_text()
-    assert "goodput_per_gpu" in text and "TTFT ≤ 2000 ms" in text and "## Top deployments" in text
+    assert "goodput_per_gpu" in text and "mean_ttft_ms ≤ 2000 ms" in text and "## Top deployments" in text
     ranks = sorted(p.name for p in (run / "deploy").iterdir() if not p.name.startswith("."))  # Snakemake stamps
     assert ranks == ["1", "2", "3"]  # sweep.top_k defaults to 3
     manifest = read_model(run / "manifest.json", RunManifest)
@@ -152,3 +152,33 @@ def test_snakemake_report_holds_the_report_and_every_plot(default_run):
     assert done.returncode == 0, done.stderr[-3000:]
     html = (folder / "report.html").read_text(encoding="utf-8")
     assert all(name in html for name in ("report.md", "tradeoff.png", "convergence.png", "latency.png"))
+
+
+def small(example):
+    data = yaml.safe_load((REPO / "config" / "examples" / example).read_text())
+    data["sweep"].update(max_rounds=1, candidates_per_round=3)
+    data["search_space"]["deployment_mode"] = ["agg"]
+    return data
+
+
+def test_the_p99_example_ranks_only_deployments_whose_p99_meets_the_sla(tmp_path):
+    data = small("p99_sla.yaml")
+    data["search_space"]["parallel_configs"] = [{"tp": 4, "replicas": 1}, {"tp": 1, "replicas": 1}]  # meets, misses
+    data["sweep"]["candidates_per_round"] = 4
+    run, _ = sweep(tmp_path, data)
+    sla = data["goal"]["sla"]
+    ranked = pd.read_csv(run / "ranked.csv")
+    assert (ranked["p99_ttft_ms"] <= sla["ttft_ms"]).all()
+    records = [json.loads(p.read_text())["result"] for p in run.glob("rounds/*/*/trials/*/*.json")]
+    missed = [r for r in records if r["status"] == "infeasible"]
+    assert all(r["reason"].startswith("misses the p99 SLA") and r["sla_miss"] > 1 for r in missed)
+    assert len(ranked) >= 1 and len(missed) >= 1 and len(ranked) + len(missed) == len(records)
+    assert "p99_ttft_ms ≤ 1500 ms" in (run / "report" / "report.md").read_text()
+
+
+def test_the_cost_example_ranks_the_cheapest_per_token_first(tmp_path):
+    run, _ = sweep(tmp_path, small("cost.yaml"))
+    ranked = pd.read_csv(run / "ranked.csv")
+    cost = ranked["cost_per_million_output_tokens"]
+    assert cost.notna().all() and cost.is_monotonic_increasing and (ranked["score"] == -cost).all()
+    assert read_model(run / "manifest.json", RunManifest).gpu_hour_usd == 3.5

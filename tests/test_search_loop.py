@@ -286,3 +286,18 @@ def test_a_user_list_of_engine_values_is_searched_exactly_in_numeric_order():
     seen = {record.spec.sample["agg_max_num_batched_tokens"] for record in store.values()}
     assert seen <= set(values) and len(seen) > 1
     assert all(record.spec.replay.plan.agg_engine_args["max_num_batched_tokens"] in values for record in store.values())
+
+
+def test_a_percentile_sla_miss_is_observed_infeasible_but_still_tells_the_distance():
+    from spica_lib.search.history import Suggested, observe
+
+    sla = {"ttft_ms": 1000, "percentile": 99}
+    goal = build(config_data(goal={"target": "throughput", "sla": sla})).goal
+    item = Suggested(vizier_id=1, params={}, key="k", outcome="new", trial_round=0, trial_batch=0)
+    near = TrialResult(status="infeasible", reason="misses", score=50.0, used_gpus=1, sla_miss=1.5)
+    far = TrialResult(status="infeasible", reason="misses", score=90.0, used_gpus=1, sla_miss=9.0)
+    told = [observe(item, 0, goal, result) for result in (near, far)]
+    assert all(o.status == "infeasible" for o in told)
+    assert told[1].metrics["objective"] < told[0].metrics["objective"] < 0  # a bigger miss is worse, whatever the score
+    broken = TrialResult(status="failed", reason="crash", used_gpus=1)
+    assert observe(item, 0, goal, broken).metrics == {}

@@ -383,3 +383,28 @@ def test_a_journal_entry_for_another_spec_is_not_restored(tmp_path):
     )
     record, source = job([other], tmp_path, attempt=1, last_attempt=1)[other.key()]
     assert source == "replayed" and record.spec == other
+
+
+def test_a_p99_sla_rejects_a_candidate_whose_mean_meets_it_and_says_which_bound():
+    probe = evaluate_trial(spec_for(config(goal={"target": "throughput"}), agg(1, 1)), max_eval_seconds=120)
+    mean, p99 = probe.metrics["mean_ttft_ms"], probe.metrics["p99_ttft_ms"]
+    assert probe.status == "feasible" and mean < p99  # a tail to tell apart
+    between = (mean + p99) / 2
+    on_mean = evaluate_trial(spec_for(config(goal={"target": "throughput", "sla": {"ttft_ms": between}}), agg(1, 1)))
+    assert on_mean.status == "feasible" and on_mean.sla_miss < 1
+    sla = {"ttft_ms": between, "percentile": 99}
+    on_p99 = evaluate_trial(spec_for(config(goal={"target": "throughput", "sla": sla}), agg(1, 1)))
+    assert on_p99.status == "infeasible" and on_p99.reason.startswith("misses the p99 SLA: p99_ttft_ms")
+    assert on_p99.sla_miss == pytest.approx(p99 / between) and on_p99.metrics["p99_ttft_ms"] == p99
+
+
+def test_cost_comes_from_the_replays_own_gpu_hours_and_output_tokens():
+    goal = {"target": "cost_per_million_output_tokens", "gpu_hour_usd": {"h200_sxm": 3.5, "b200_sxm": 6.0}}
+    result = evaluate_trial(spec_for(config(goal=goal), agg(2, 2)), max_eval_seconds=120)
+    m = result.metrics
+    assert result.status == "feasible" and m["gpu_hours"] > 0 and m["total_output_tokens"] > 0
+    assert m["cost_usd"] == pytest.approx(m["gpu_hours"] * 3.5)
+    assert m["cost_per_million_output_tokens"] == pytest.approx(m["cost_usd"] / m["total_output_tokens"] * 1e6)
+    assert result.score == -m["cost_per_million_output_tokens"]  # minimised: higher score is cheaper
+    unpriced = evaluate_trial(spec_for(config(), agg(2, 2)), max_eval_seconds=120)
+    assert "cost_usd" not in unpriced.metrics

@@ -89,8 +89,11 @@ def _goal_line(config: SmartSearchConfig) -> str:
     head = f"pareto over {[t.value for t in goal.resolved_pareto_objectives]}" if goal.is_pareto else goal.target.value
     if goal.sla is None:
         return head
-    bounds = {k: v for k, v in goal.sla.model_dump().items() if v is not None}
-    return f"{head}, SLA " + ", ".join(f"{k} {v}" for k, v in bounds.items())
+    bounds = ", ".join(f"{metric} ≤ {bound:g} ms" for metric, bound in goal.sla.bounds())
+    meaning = (
+        "a hard constraint on every candidate" if goal.sla.is_constraint else "goodput per request, as Dynamo counts it"
+    )
+    return f"{head}, SLA {bounds} ({meaning})"
 
 
 def _label(policy: object) -> str:

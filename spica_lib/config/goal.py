@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
-from pydantic import Field, StrictFloat, StrictInt, model_validator
+from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
 
 from spica_lib.config.strict import StrictModel
 
@@ -18,13 +19,14 @@ class OptimizationTarget(StrEnum):
     E2E_LATENCY = "e2e_latency"
     GOODPUT = "goodput"
     GOODPUT_PER_GPU = "goodput_per_gpu"
+    COST_PER_MILLION_OUTPUT_TOKENS = "cost_per_million_output_tokens"
     PARETO = "pareto"
 
     @property
     def maximize(self) -> bool:
         if self is OptimizationTarget.PARETO:
             raise ValueError("'pareto' is multi-objective and has no single direction to optimise")
-        return self is not OptimizationTarget.E2E_LATENCY
+        return self not in (OptimizationTarget.E2E_LATENCY, OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS)
 
     @property
     def planner_optimization_target(self) -> str:
@@ -35,6 +37,10 @@ class OptimizationTarget(StrEnum):
     def needs_sla(self) -> bool:
         return self in (OptimizationTarget.GOODPUT, OptimizationTarget.GOODPUT_PER_GPU)
 
+    @property
+    def needs_price(self) -> bool:
+        return self is OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS
+
 
 _PLANNER_TARGET = {
     OptimizationTarget.THROUGHPUT: "throughput",
@@ -43,18 +49,45 @@ _PLANNER_TARGET = {
     OptimizationTarget.E2E_LATENCY: "latency",
     OptimizationTarget.GOODPUT: "sla",
     OptimizationTarget.GOODPUT_PER_GPU: "sla",
+    OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS: "throughput",  # fewer GPU-hours per token served
     OptimizationTarget.PARETO: "throughput",
 }
 
 DEFAULT_PARETO_OBJECTIVES = [OptimizationTarget.THROUGHPUT_PER_GPU, OptimizationTarget.THROUGHPUT_PER_USER]
 
 
+SLA_STATISTIC_METRICS = {"ttft_ms": "ttft_ms", "itl_ms": "itl_ms", "e2e_ms": "e2e_latency_ms"}  # bound -> replay metric
+
+
 class SLATarget(StrictModel):
-    """Per-request service-level bounds, in milliseconds. A request meeting them counts as goodput."""
+    """Service-level bounds, in milliseconds. A request meeting them counts as goodput (Dynamo's meaning).
+
+    Without `percentile` the bounds are read against mean latencies (as the reference does) and only
+    shape goodput. With it, they are a hard constraint on that percentile over requests: a candidate
+    whose p-th percentile TTFT, ITL or E2E is over its bound is infeasible, whatever its score.
+    """
 
     ttft_ms: Number | None = Field(default=None, gt=0)
     itl_ms: Number | None = Field(default=None, gt=0)
     e2e_ms: Number | None = Field(default=None, gt=0)
+    percentile: Literal[50, 75, 90, 95, 99] | None = None
+
+    def bounds(self) -> list[tuple[str, float]]:
+        """(replay metric of the chosen statistic, bound) for each bound given, e.g. ("p99_ttft_ms", 2000)."""
+        prefix = {None: "mean", 50: "median"}.get(self.percentile, f"p{self.percentile}")
+        return [
+            (f"{prefix}_{metric}", float(getattr(self, bound)))
+            for bound, metric in SLA_STATISTIC_METRICS.items()
+            if getattr(self, bound) is not None
+        ]
+
+    @property
+    def statistic(self) -> str:
+        return "mean" if self.percentile is None else f"p{self.percentile}"
+
+    @property
+    def is_constraint(self) -> bool:
+        return self.percentile is not None
 
     @model_validator(mode="after")
     def _one_kind_of_bound(self) -> SLATarget:
@@ -64,6 +97,8 @@ class SLATarget(StrictModel):
                 "give either ttft_ms and itl_ms, or e2e_ms alone: the Dynamo replay counts goodput against "
                 f"one kind of bound (got ttft_ms={self.ttft_ms}, itl_ms={self.itl_ms}, e2e_ms={self.e2e_ms})"
             )
+        if self.percentile is not None and not self.bounds():
+            raise ValueError(f"percentile {self.percentile} needs at least one bound (ttft_ms, itl_ms or e2e_ms)")
         return self
 
     @property
@@ -82,6 +117,25 @@ class OptimizationGoal(StrictModel):
     target: OptimizationTarget = OptimizationTarget.THROUGHPUT
     sla: SLATarget | None = None
     pareto_objectives: list[OptimizationTarget] | None = None
+    # US dollars per GPU-hour: one price, or one per hardware SKU (the run's SKU must be listed).
+    gpu_hour_usd: Number | dict[str, Number] | None = None
+
+    @field_validator("gpu_hour_usd", mode="after")
+    @classmethod
+    def _positive_prices(cls, price: float | dict[str, float] | None) -> float | dict[str, float] | None:
+        prices = price if isinstance(price, dict) else {"": price} if price is not None else {}
+        if isinstance(price, dict) and not price:
+            raise ValueError("an empty price map prices nothing: give one price, or one per hardware SKU")
+        bad = {sku or "price": value for sku, value in prices.items() if not value > 0}
+        if bad:
+            raise ValueError(f"a GPU-hour price is a positive number of US dollars, got {bad}")
+        return price
+
+    def gpu_hour_price(self, sku: str) -> float | None:
+        """The price per GPU-hour on `sku`, or None when no price was given."""
+        if isinstance(self.gpu_hour_usd, dict):
+            return float(self.gpu_hour_usd[sku]) if sku in self.gpu_hour_usd else None
+        return None if self.gpu_hour_usd is None else float(self.gpu_hour_usd)
 
     @property
     def is_pareto(self) -> bool:
@@ -110,6 +164,9 @@ class OptimizationGoal(StrictModel):
             raise ValueError(
                 f"{needing_sla} count only requests that meet an SLA: set goal.sla with ttft_ms and itl_ms, or e2e_ms"
             )
+        needing_price = sorted(t.value for t in self.objectives if t.needs_price)
+        if needing_price and self.gpu_hour_usd is None:
+            raise ValueError(f"{needing_price} needs goal.gpu_hour_usd (US dollars per GPU-hour)")
         return self
 
     def _check_pareto_objectives(self) -> None:

@@ -45,6 +45,12 @@ class SmartSearchConfig(StrictModel):
                 f"workload.kv_load_ratio is a range {self.workload.kv_load_ratio}, which only a 'pareto' goal "
                 f"can sweep (goal.target is {self.goal.target.value!r}); give one number instead"
             )
+        prices = self.goal.gpu_hour_usd
+        sku = self.search_space.hardware_sku
+        if isinstance(prices, dict) and sku not in prices:
+            raise ValueError(
+                f"goal.gpu_hour_usd prices {sorted(prices)} but not search_space.hardware_sku {sku!r}; add it"
+            )
         if self.sweep.algorithm is None:
             default = DEFAULT_PARETO_ALGORITHM if self.goal.is_pareto else DEFAULT_ALGORITHM
             self.sweep.algorithm = default

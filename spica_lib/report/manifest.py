@@ -32,6 +32,7 @@ class RunManifest(BaseModel):
     perf_db_versions: dict[str, str | None]
     sha256: dict[str, str | None]  # config (file as written), config_normalised, trace, lock, model_config
     seed: int
+    gpu_hour_usd: float | None  # the price per GPU-hour used for the run's hardware SKU, if any
     host: str
     started_at: str  # when the run's config.json was written (its first start)
     finished_at: str  # when this manifest was written
@@ -59,6 +60,7 @@ def build_manifest(validated: ValidatedConfig, config_json: str | Path) -> RunMa
             "model_config": file_sha256(model_dir / "config.json") if model_dir.is_dir() else None,
         },
         seed=config.sweep.seed,
+        gpu_hour_usd=config.goal.gpu_hour_price(config.search_space.hardware_sku),
         host=platform.node(),
         started_at=_iso(Path(config_json).stat().st_mtime),
         finished_at=_iso(datetime.datetime.now(datetime.UTC).timestamp()),

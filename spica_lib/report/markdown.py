@@ -11,7 +11,7 @@ from spica_lib.pools.knobs import combinations
 from spica_lib.report.describe import describe
 from spica_lib.report.view import RunView
 from spica_lib.results.merge import same_result_as
-from spica_lib.search.metrics import sla_miss
+from spica_lib.trial.score import sla_miss
 
 UNITS = {
     "throughput": "output tokens/s",
@@ -20,6 +20,7 @@ UNITS = {
     "e2e_latency": "−mean end-to-end latency (ms)",
     "goodput": "goodput tokens/s",
     "goodput_per_gpu": "goodput tokens/s per GPU",
+    "cost_per_million_output_tokens": "−US$ per million output tokens",
 }
 TABLE_ROWS = 10
 
@@ -41,8 +42,7 @@ def render(view: RunView, plots: list[str]) -> str:
 def _head(view: RunView) -> str:
     config, goal = view.config, view.config.goal
     sla = goal.sla
-    bounds = [f"{name} ≤ {value:g} ms" for name, value in (("TTFT", sla.ttft_ms), ("ITL", sla.itl_ms),
-              ("E2E", sla.e2e_ms)) if value] if sla else []  # fmt: skip
+    bounds = [f"{metric} ≤ {bound:g} ms" for metric, bound in sla.bounds()] if sla else []
     space = config.search_space
     target = ", ".join(t.value for t in goal.resolved_pareto_objectives) if goal.is_pareto else goal.target.value
     return "\n".join(
@@ -51,7 +51,8 @@ def _head(view: RunView) -> str:
             "",
             f"- **Model / hardware**: {space.model_name} on {space.hardware_sku}, at most {space.gpu_budget} GPUs",
             f"- **Goal**: {'Pareto front of ' if goal.is_pareto else 'maximise '}{target}",
-            f"- **SLA** (means over requests): {', '.join(bounds) if bounds else 'none'}",
+            f"- **SLA**: {', '.join(bounds) if bounds else 'none'}"
+            + (" (a hard constraint)" if sla is not None and sla.is_constraint else ""),
             f"- **Search**: {config.sweep.algorithm}, seed {config.sweep.seed}, "
             f"{config.sweep.max_rounds} rounds × {config.sweep.per_round} per branch",
         ]
@@ -100,15 +101,16 @@ def _top(view: RunView) -> str:
     title = "Pareto front" if view.config.goal.is_pareto else "Top deployments"
     lines = [f"## {title}", "", f"Score: {score_label(view)}. A row marked `= #n` replayed to exactly the "
              "metrics of row n: the knobs that differ did not bind at this load.", "",
-             "| # | deployment | score | GPUs | SLA margin | TTFT ms | ITL ms | selections |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "| # | deployment | score | GPUs | SLA margin | TTFT ms | ITL ms | US$/1M tok | selections |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     ties = same_result_as(rows)
     for position, (row, tie) in enumerate(zip(rows, ties, strict=True), start=1):
         record, m = view.records[row.key], row.candidate.metrics
         name = describe(record.spec) + (f" (= #{tie})" if tie else "")
         lines.append(
             f"| {position} | {name} | {row.candidate.score:.4g} | {row.candidate.used_gpus} | "
-            f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | {row.selections} |"
+            f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
+            f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
     return "\n".join(lines)
 
@@ -142,6 +144,10 @@ def _winner(view: RunView) -> str:
     elif record.spec.replay.plan.planner_config is not None:
         lines.append("The planner ran and did not scale during the replay.")
     return "\n".join(lines)
+
+
+def _usd(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
 
 
 def _ms(value: float | None) -> str:

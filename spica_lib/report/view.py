@@ -17,7 +17,7 @@ from spica_lib.config.validate import ValidatedConfig
 from spica_lib.results.merge import CandidateRow, SweepSummary, collect_candidates, ordered
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory
-from spica_lib.search.metrics import sla_miss
+from spica_lib.trial.score import sla_miss
 from spica_lib.trial.spec import TrialRecord
 from spica_lib.trial.store import read_trials
 

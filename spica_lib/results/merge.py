@@ -35,6 +35,8 @@ HEADLINE_METRICS = (
     "mean_e2e_latency_ms",
     "mean_output_token_throughput_per_user",
     "gpu_hours",
+    "cost_per_million_output_tokens",  # only when goal.gpu_hour_usd gives a price
+    "cost_usd",
     "duration_ms",
     "completed_requests",
 )
@@ -224,7 +226,7 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
     t = summary.tallies
     attempts = t["feasible"] + t["infeasible"] + t["failed"] + t["timed_out"]
     line = (
-        f"spica done: {t['feasible']}/{attempts} replay attempt(s) feasible, {t['infeasible']} gated, "
+        f"spica done: {t['feasible']}/{attempts} replay attempt(s) feasible, {t['infeasible']} infeasible, "
         f"{t['unsupported']} backend-unsupported, {t['failed']} replay-failed, {t['timed_out']} timed out, "
         f"{t['cache_hit']} cache hit(s)"
     )

@@ -115,7 +115,7 @@ def observe(
     }
     if result is None:
         return Observation(**base, status=item.outcome, reason=item.reason)
-    if result.status != "feasible":
-        return Observation(**base, status=result.status, reason=result.reason)
+    if result.status != "feasible":  # a percentile-SLA miss still tells the designer how far it missed
+        return Observation(**base, status=result.status, reason=result.reason, metrics=designer_metrics(result, goal))
     status = "feasible" if item.outcome == "new" else "cache_hit"
     return Observation(**base, status=status, metrics=designer_metrics(result, goal))

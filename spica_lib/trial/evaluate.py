@@ -22,7 +22,7 @@ from spica_lib.replay.plan import build_deployment, checked_by_dynamo
 from spica_lib.replay.request import ReplayOutcome, ReplayRequest, replay_call
 from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
-from spica_lib.trial.score import average_gpus, make_candidate
+from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
 from spica_lib.trial.unroll import as_round_robin, unroll_sample
 
@@ -181,6 +181,9 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     if broken:
         reason = f"replay reported non-finite metric(s) {broken}"
         return TrialResult(status="failed", reason=reason, metrics=metrics, **base, **timing)
+    price = spec.goal.gpu_hour_price(spec.sample["hardware_sku"])
+    if price is not None:
+        metrics.update(cost_metrics(metrics, price))
     needs_goodput = [t for t in spec.goal.objectives if t.needs_sla]
     if needs_goodput and GOODPUT_KEY not in metrics:
         reason = f"replay reported no {GOODPUT_KEY} for a goodput objective (no per-request SLA accounting)"
@@ -191,12 +194,17 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     if not all(math.isfinite(v) for v in (candidate.score, *(candidate.objectives or {}).values())):
         reason = f"the goal's score is not finite ({candidate.score}): the replay reported no metric it needs"
         return TrialResult(status="failed", reason=reason, metrics=metrics, **base, **timing)
+    goal = spec.goal
+    miss = sla_miss(metrics, goal) if goal.sla is not None else None
+    misses = sla_misses(metrics, goal) if goal.sla is not None and goal.sla.is_constraint else []
     return TrialResult(
-        status="feasible",
+        status="infeasible" if misses else "feasible",
+        reason=f"misses the {goal.sla.statistic} SLA: {', '.join(misses)}" if misses else None,
         metrics=candidate.metrics,
         objectives=candidate.objectives,
         score=candidate.score,
         average_gpus=average_gpus(metrics),
+        sla_miss=miss,
         **base,
         **timing,
     )

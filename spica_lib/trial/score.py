@@ -13,9 +13,39 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spica_lib.config import OptimizationTarget
+from spica_lib.config import OptimizationGoal, OptimizationTarget
 
 MS_PER_HOUR = 3_600_000.0
+
+
+COST_PER_MILLION = "cost_per_million_output_tokens"
+
+
+def cost_metrics(report: dict[str, float], gpu_hour_usd: float) -> dict[str, float]:
+    """What the replay's GPU-hours cost, in total and per million output tokens (time-averaged GPUs:
+    a planner that scales down is charged for what it held). Empty when the replay cannot tell."""
+    gpu_hours, tokens = report.get("gpu_hours"), report.get("total_output_tokens")
+    if not gpu_hours or gpu_hours <= 0:
+        return {}
+    cost = gpu_hours * gpu_hour_usd
+    per_million = {COST_PER_MILLION: cost / (tokens / 1e6)} if tokens and tokens > 0 else {}
+    return {"cost_usd": cost, **per_million}
+
+
+def sla_miss(metrics: dict[str, float], goal: OptimizationGoal) -> float:
+    """The worst ratio of the SLA's statistic (mean, or its percentile) to its bound; above 1 is a miss."""
+    ratios = [metrics.get(metric, math.inf) / bound for metric, bound in goal.sla.bounds()]
+    worst = max(ratios, default=1.0)
+    return worst if math.isfinite(worst) else 1e6
+
+
+def sla_misses(metrics: dict[str, float], goal: OptimizationGoal) -> list[str]:
+    """Each bound the SLA's statistic is over, in words (`p99_ttft_ms 2310 > 2000`)."""
+    return [
+        f"{metric} {metrics.get(metric, math.inf):.4g} > {bound:g}"
+        for metric, bound in goal.sla.bounds()
+        if not metrics.get(metric, math.inf) <= bound
+    ]
 
 
 def average_gpus(report: dict[str, float]) -> float:
@@ -42,6 +72,7 @@ def objective_value(report: dict[str, float], target: OptimizationTarget) -> flo
         OptimizationTarget.E2E_LATENCY: lambda: report.get("mean_e2e_latency_ms", math.inf),
         OptimizationTarget.GOODPUT: lambda: goodput,
         OptimizationTarget.GOODPUT_PER_GPU: lambda: _per_gpu(goodput, report),
+        OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS: lambda: report.get(COST_PER_MILLION, math.inf),
     }
     if target is OptimizationTarget.PARETO:
         raise ValueError("'pareto' has several objectives; use objective_vector and pareto_front")

@@ -66,6 +66,7 @@ class TrialResult(BaseModel):
     score: float | None = None
     used_gpus: int
     average_gpus: float | None = None
+    sla_miss: float | None = None  # worst ratio of the SLA's statistic to its bound (> 1: missed); None without SLA
     scaling_events: list[ScalingEvent] = Field(default_factory=list)
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
