@@ -1,9 +1,10 @@
 """goal and sweep: targets, SLA requirements, Pareto objectives, and the sweep's bounds."""
 
 import pytest
-from conftest import build, config_data, rejected
+from conftest import TRACE, build, config_data, rejected
 
 from spica_lib.config import OptimizationTarget as T
+from spica_lib.config import SmartSearchConfig
 
 SLA = {"ttft_ms": 2000, "itl_ms": 50}
 
@@ -99,7 +100,7 @@ def test_pareto_objective_rules():
 def test_sweep_defaults():
     sweep = build(config_data()).sweep
     assert (sweep.max_rounds, sweep.parallel_evals, sweep.candidates_per_round) == (20, 16, None)
-    assert sweep.max_eval_seconds == 600.0 and sweep.seed == 0 and sweep.top_k == 3
+    assert sweep.max_eval_seconds == 60.4 and sweep.seed == 0 and sweep.top_k == 3
     assert sweep.per_round == 16
     assert build(config_data(sweep={"candidates_per_round": 4})).sweep.per_round == 4
 
@@ -143,7 +144,25 @@ def test_a_replay_always_has_a_finite_time_limit():
     data = config_data()
     data["sweep"] = {"max_eval_seconds": None}
     rejected(data, "sweep.max_eval_seconds")
-    assert build(config_data()).sweep.max_eval_seconds == 600.0
+    assert build(config_data()).sweep.max_eval_seconds == 60.0 + 0.01 * 40  # 10 x 4 req/s: derived, see below
+
+
+def test_the_default_time_limit_scales_with_the_workload_and_a_given_one_is_kept():
+    small = build(config_data(workload={"request_rate": 4.0, "num_request_ratio": 10})).sweep.max_eval_seconds
+    large = build(config_data(workload={"request_rate": 40.0, "num_request_ratio": 1000})).sweep.max_eval_seconds
+    assert small == 60.4 and large == 460.0  # a minute, plus 10 ms per request
+    huge = build(config_data(workload={"request_rate": 100.0, "num_request_ratio": 10_000})).sweep.max_eval_seconds
+    assert huge == 3600.0
+    trace = {"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(TRACE)}
+    assert build(config_data(workload=trace)).sweep.max_eval_seconds == 60.0 + 0.01 * 3993  # the trace's records
+    kv_load = build(config_data(workload={"request_rate": None, "kv_load_ratio": 0.5})).sweep.max_eval_seconds
+    assert kv_load == 600.0  # each candidate sizes its own request count
+    given = build(
+        config_data(workload={"request_rate": 40.0, "num_request_ratio": 1000}, sweep={"max_eval_seconds": 30})
+    )
+    assert given.sweep.max_eval_seconds == 30
+    again = SmartSearchConfig.model_validate(given.model_dump(mode="json"))
+    assert again.sweep.max_eval_seconds == 30
 
 
 def test_a_percentile_sla_reads_that_statistic_and_refuses_what_it_cannot_mean():

@@ -408,3 +408,51 @@ def test_cost_comes_from_the_replays_own_gpu_hours_and_output_tokens():
     assert result.score == -m["cost_per_million_output_tokens"]  # minimised: higher score is cheaper
     unpriced = evaluate_trial(spec_for(config(), agg(2, 2)), max_eval_seconds=120)
     assert "cost_usd" not in unpriced.metrics
+
+
+def busy(**goal_extra):
+    """400 requests at 40 req/s against a 1 s mean TTFT bound: one TP1 worker drowns, four TP2 keep up."""
+    goal = {"target": "throughput", "sla": {"ttft_ms": 1000, "itl_ms": 60}, **goal_extra}
+    return config(goal=goal, request_rate=40.0, num_request_ratio=10)
+
+
+def test_an_overloaded_candidate_is_screened_on_its_prefix_and_its_trial_says_so(tmp_path):
+    spec = spec_for(busy(), agg(1, 1))
+    assert spec.replay.screen.requests == 80 and spec.replay.screen.bounds == [("mean_ttft_ms", 1000.0),
+                                                                                ("mean_itl_ms", 60.0)]  # fmt: skip
+    ((record, source),) = job([spec], tmp_path, attempt=1, last_attempt=1).values()
+    result = record.result
+    assert source == "replayed" and result.status == "infeasible" and result.screen.screened
+    assert result.reason.startswith("screened: mean_ttft_ms") and "on the first 80 of 400 requests" in result.reason
+    assert result.metrics["completed_requests"] == 80 and result.sla_miss == result.screen.ratio >= 2.0
+    # Resumed or retried, the screen is restored from the journal, never replayed again.
+    ((again, source),) = job([spec], tmp_path, attempt=2, last_attempt=2).values()
+    assert source == "journal" and again.result == result
+
+
+def test_a_candidate_that_keeps_up_is_replayed_in_full_after_its_screen():
+    result = evaluate_trial(spec_for(busy(), agg(2, 4)), max_eval_seconds=120)
+    assert result.status == "feasible" and result.metrics["completed_requests"] == 400
+    assert result.screen is not None and not result.screen.screened and result.screen.ratio < 2.0
+
+
+def test_no_sla_or_no_fraction_means_no_screen_and_asking_for_one_without_an_sla_is_an_error():
+    assert spec_for(config(goal={"target": "throughput"}), agg(1, 1)).replay.screen is None
+    unscreened = config_data(workload={"request_rate": 40.0})
+    unscreened.update(goal={"target": "throughput", "sla": SLA}, sweep={"screen_fraction": None})  # None: off
+    assert spec_for(build(unscreened), agg(1, 1)).replay.screen is None
+    from conftest import rejected
+
+    rejected(config_data(sweep={"screen_fraction": 0.3}), "", "nothing to screen against")
+    rejected(config_data(sweep={"screen_margin": 1.0}), "sweep.screen_margin")
+
+
+def test_an_open_loop_trace_is_screened_on_the_first_part_of_its_simulated_time():
+    data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
+                                 "trace_path": str(TRACE), "arrival_speedup_ratio": 8.0})  # fmt: skip
+    data["goal"] = {"target": "throughput", "sla": SLA}
+    spec = spec_for(build(data), agg(1, 1))  # one TP1 worker under the trace sped up 8x
+    assert spec.replay.screen.sim_time_ms == pytest.approx(0.2 * 1_022_025 / 8.0)  # 20 % of the span, sped up
+    result = evaluate_trial(spec, max_eval_seconds=120)
+    assert result.status == "infeasible" and result.screen.screened and "s simulated" in result.reason
+    assert result.metrics["completed_requests"] < 3993 * 0.2  # it stopped at the prefix

@@ -67,7 +67,20 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
         f"  sweep      {sweep.max_rounds} rounds x {sweep.per_round} candidates per branch, "
         f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments"
     )
+    lines.append(f"  limits     {_limit_line(config)}")
     return "\n".join(lines)
+
+
+def _limit_line(config: SmartSearchConfig) -> str:
+    sweep, requests = config.sweep, config.workload.expected_requests()
+    size = f"{requests} requests per replay" if requests is not None else "request count set per candidate"
+    line = f"{sweep.max_eval_seconds:g} s per trial ({size})"
+    if config.goal.sla is None or sweep.screen_fraction is None:
+        return line + "; no prefix screen" + (" (no SLA to screen against)" if config.goal.sla is None else "")
+    return (
+        line + f"; screened on the first {sweep.screen_fraction:.0%} of the workload, "
+        f"stopped there at {sweep.screen_margin:g}x an SLA bound"
+    )
 
 
 def _workload_line(config: SmartSearchConfig) -> str:

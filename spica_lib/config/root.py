@@ -11,7 +11,13 @@ from pydantic import Field, ValidationError, model_validator
 from spica_lib.config.goal import OptimizationGoal, OptimizationTarget
 from spica_lib.config.search_space import SearchSpace
 from spica_lib.config.strict import ConfigError, StrictModel, problems_from
-from spica_lib.config.sweep import DEFAULT_ALGORITHM, DEFAULT_PARETO_ALGORITHM, MULTI_OBJECTIVE_ALGORITHMS, SweepConfig
+from spica_lib.config.sweep import (
+    DEFAULT_ALGORITHM,
+    DEFAULT_PARETO_ALGORITHM,
+    MULTI_OBJECTIVE_ALGORITHMS,
+    SweepConfig,
+    default_max_eval_seconds,
+)
 from spica_lib.config.workload import LOAD_DRIVERS, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
@@ -44,6 +50,16 @@ class SmartSearchConfig(StrictModel):
             raise ValueError(
                 f"workload.kv_load_ratio is a range {self.workload.kv_load_ratio}, which only a 'pareto' goal "
                 f"can sweep (goal.target is {self.goal.target.value!r}); give one number instead"
+            )
+        if "max_eval_seconds" not in self.sweep.model_fields_set:
+            self.sweep.max_eval_seconds = default_max_eval_seconds(self.workload.expected_requests())
+        # Compared with the defaults, not with what was written, so that a dumped config reads back.
+        defaults = SweepConfig.model_fields
+        screening = [n for n in ("screen_fraction", "screen_margin") if getattr(self.sweep, n) != defaults[n].default]
+        if screening and self.sweep.screen_fraction is not None and self.goal.sla is None:
+            raise ValueError(
+                f"sweep.{sorted(screening)[0]} screens a candidate against goal.sla on a prefix of the workload; "
+                "without an SLA there is nothing to screen against: set goal.sla, or remove it"
             )
         prices = self.goal.gpu_hour_usd
         sku = self.search_space.hardware_sku

@@ -33,6 +33,7 @@ class MooncakeRecord(BaseModel):
 class TraceScan(NamedTuple):
     sha256: str
     records: int
+    duration_ms: float  # last arrival minus first (the trace's span before any speed-up)
 
 
 def scan_trace(path: str | Path) -> TraceScan:
@@ -51,16 +52,18 @@ def scan_trace(path: str | Path) -> TraceScan:
 def _scan(path: str, size: int, mtime_ns: int) -> TraceScan:  # size and mtime: a changed file is scanned again
     digest = hashlib.sha256()
     records = 0
+    first, last = float("inf"), float("-inf")
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             digest.update(raw)
             line = raw.decode("utf-8", errors="replace")
             if line.strip():
-                parse_record(line, number)
+                stamp = float(parse_record(line, number).timestamp)
+                first, last = min(first, stamp), max(last, stamp)
                 records += 1
     if records == 0:
         raise TraceFormatError("the file holds no records")
-    return TraceScan(sha256=digest.hexdigest(), records=records)
+    return TraceScan(sha256=digest.hexdigest(), records=records, duration_ms=last - first)
 
 
 def parse_record(line: str, number: int) -> MooncakeRecord:

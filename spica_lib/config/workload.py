@@ -90,6 +90,14 @@ class Workload(StrictModel):
             return override
         return self.concurrency
 
+    def expected_requests(self) -> int | None:
+        """Requests per replay, when the workload alone decides it (not for a kv_load_ratio workload)."""
+        if self.is_trace_based:
+            return scan_trace(self.trace_path).records
+        if self.kv_load_ratio is not None:
+            return None
+        return self.resolved_request_count()
+
     def resolved_request_count(self, override: int | None = None) -> int:
         """Requests in a synthetic replay: `num_request_ratio` times the load driver, at least 1."""
         load: float | None = override if override is not None else (self.concurrency or self.request_rate)

@@ -1,8 +1,13 @@
 """The replay call itself, as plain data in and plain data out (no pydantic; only the base file writer).
 
 `ReplayCall` JSON: {"function": "trace" | "synthetic", "args": [...], "kwargs": {...}, "load": {the
-traffic's kwargs}, "engines": {kwarg: MockEngineArgs kwargs}, "router_config": KvRouterConfig kwargs | null}. Kept
-free of heavy imports so the child process that runs it starts fast (it runs once per trial).
+traffic's kwargs}, "engines": {kwarg: MockEngineArgs kwargs}, "router_config": KvRouterConfig kwargs | null,
+"screen": {"args" | "kwargs": the prefix's changes, "bounds": [[metric, bound]], "margin", "prefix"} | null}.
+Kept free of heavy imports so the child process that runs it starts fast (it runs once per trial).
+
+With a screen, the prefix is replayed first; when its worst SLA ratio reaches the margin, the full
+replay is skipped (the prefix's metrics are returned, marked screened): a hopeless candidate costs
+seconds, not the minutes a deep queue makes the simulator crawl for.
 """
 
 from __future__ import annotations
@@ -16,7 +21,43 @@ from spica_lib.base.artifacts import atomic_write_parquet
 
 
 def execute_call(call: dict[str, Any], per_request_path: str | None = None) -> dict[str, Any]:
-    """Run one replay call; return {"metrics", "scaling_events", "replay_seconds"}. Raises Dynamo's errors."""
+    """Run one replay call (its screen first, if any); return {"metrics", "scaling_events", "replay_seconds",
+    "screen"}. Raises Dynamo's errors."""
+    screen = call.get("screen")
+    if not screen:
+        return _replay(call, per_request_path)
+    prefix_call = {
+        **call,
+        "args": screen.get("args", call["args"]),
+        "kwargs": {**call["kwargs"], **screen.get("kwargs", {})},
+        "screen": None,
+    }
+    prefix = _replay(prefix_call, None)
+    verdict = _verdict(prefix["metrics"], screen, prefix["replay_seconds"])
+    if verdict["screened"]:
+        return {**prefix, "screen": verdict}
+    return {**_replay(call, per_request_path), "screen": verdict}
+
+
+NO_REQUEST_DONE = 1e6  # the ratio told when the prefix completed no request at all
+
+
+def _verdict(metrics: dict[str, float], screen: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """The worst ratio of a prefix metric to its bound, and whether it reaches the screen's margin."""
+    worst = ("", 0.0, 0.0)
+    for metric, bound in screen["bounds"]:
+        value = metrics.get(metric)
+        if not metrics.get("completed_requests") or value is None or value != value:  # none done, or NaN
+            worst = max(worst, (metric, 0.0, NO_REQUEST_DONE), key=lambda w: w[2])
+        else:
+            worst = max(worst, (metric, float(value), float(value) / bound), key=lambda w: w[2])
+    metric, value, ratio = worst
+    screened = ratio >= screen["margin"]
+    return {"screened": screened, "metric": metric, "value": value, "ratio": ratio, "prefix": screen["prefix"],
+            "replay_seconds": seconds}  # fmt: skip
+
+
+def _replay(call: dict[str, Any], per_request_path: str | None) -> dict[str, Any]:
     os.environ.setdefault("DYN_LOG", "error")
     from dynamo.llm import KvRouterConfig
     from dynamo.mocker import MockEngineArgs

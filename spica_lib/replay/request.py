@@ -19,6 +19,32 @@ TRACE_BLOCK_SIZE = 512  # tokens per Mooncake hash id
 WALL_CLOCK_METRICS = frozenset({"wall_time_ms", "processed_tokens_per_s", "processed_output_tokens_per_s"})
 
 
+class ScreenPlan(BaseModel):
+    """Replay a prefix of the workload first: the first `requests` (synthetic) or the first `sim_time_ms`
+    of simulated time (trace). If the SLA's statistic there is `margin` times a bound, stop there."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bounds: list[tuple[str, float]]  # (replay metric, bound), e.g. ("p99_ttft_ms", 2000.0)
+    margin: float
+    requests: int | None = None
+    sim_time_ms: float | None = None
+    prefix: str  # in words, for the trial's reason: "first 48 of 240 requests"
+
+
+class ScreenOutcome(BaseModel):
+    """What the prefix replay showed: the worst bound's metric, value and ratio, and whether it stopped there."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    screened: bool
+    metric: str
+    value: float
+    ratio: float  # value / bound (1e6 when the prefix completed no request)
+    prefix: str
+    replay_seconds: float
+
+
 class ReplayRequest(BaseModel):
     """One replay: the plan, the traffic, the closed-loop cap and the SLA used for goodput."""
 
@@ -32,6 +58,7 @@ class ReplayRequest(BaseModel):
     arrival_seed: int = 42
     trace_block_size: int = TRACE_BLOCK_SIZE
     benchmark_granularity: int = 8
+    screen: ScreenPlan | None = None
 
 
 class ScalingEvent(BaseModel):
@@ -51,6 +78,9 @@ class ReplayOutcome(BaseModel):
     metrics: dict[str, float]
     scaling_events: list[ScalingEvent] = Field(default_factory=list)
     replay_seconds: float
+    screen: ScreenOutcome | None = (
+        None  # with a screen plan: what the prefix showed (metrics are the prefix's if screened)
+    )
 
 
 def _router_and_engines(plan: DeploymentPlan) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -103,7 +133,19 @@ def replay_call(request: ReplayRequest) -> dict[str, Any]:
         "load": load,
         "engines": engines,
         "router_config": request.plan.router_config,
+        "screen": _screen(request.screen, function, args),
     }
+
+
+def _screen(plan: ScreenPlan | None, function: str, args: list[Any]) -> dict[str, Any] | None:
+    """The prefix call's changes to the full call (plain data for the child), with the bounds to check."""
+    if plan is None:
+        return None
+    if function == "synthetic":
+        change = {"args": [*args[:2], plan.requests]}
+    else:
+        change = {"kwargs": {"max_sim_time_ms": plan.sim_time_ms}}
+    return {**change, "bounds": [list(b) for b in plan.bounds], "margin": plan.margin, "prefix": plan.prefix}
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:

@@ -33,7 +33,7 @@ PR_SET_PDEATHSIG = 1
 STDERR_TAIL = 2000
 POLL_SECONDS = 0.05
 # A replay of a handful of requests: enough to load the perf DB behind a (system, backend, version).
-WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}}
+WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}, "screen": None}
 
 
 @dataclass

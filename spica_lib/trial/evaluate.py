@@ -18,11 +18,13 @@ from spica_lib.config.presets import CompositeEntry
 from spica_lib.config.trace import scan_trace
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
+from spica_lib.replay.call import NO_REQUEST_DONE
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo
 from spica_lib.replay.request import ReplayOutcome, ReplayRequest, replay_call
 from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
+from spica_lib.trial.screen import screen_plan
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
 from spica_lib.trial.unroll import as_round_robin, unroll_sample
 
@@ -77,7 +79,13 @@ def prepare_trial(
         selection=selection,
         parallel_config=parallel_config,
         sample=sample,
-        replay=ReplayRequest(plan=plan, workload=workload, concurrency=concurrency, sla=sla),
+        replay=ReplayRequest(
+            plan=plan,
+            workload=workload,
+            concurrency=concurrency,
+            sla=sla,
+            screen=screen_plan(config, concurrency),
+        ),
         goal=goal,
         gpu_budget=config.search_space.gpu_budget,
         trace_sha256=scan_trace(trace).sha256 if trace else None,
@@ -173,10 +181,16 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     if run.status != "ok":
         return TrialResult(status=run.status, reason=run.reason, **base)
     outcome = ReplayOutcome.model_validate(run.report["outcome"])
+    if outcome.screen is not None and outcome.screen.screened:
+        return _screened(spec, outcome, base)
     # A NaN or infinite number has no JSON form: written, it would come back as null and the trial
     # file (and its journal entry, restored on every retry) would never load again.
     metrics = {k: v for k, v in outcome.metrics.items() if math.isfinite(v)}
-    timing = {"replay_seconds": outcome.replay_seconds, "scaling_events": outcome.scaling_events}
+    timing = {
+        "replay_seconds": outcome.replay_seconds,
+        "scaling_events": outcome.scaling_events,
+        "screen": outcome.screen,
+    }
     broken = sorted(set(outcome.metrics) - set(metrics))
     if broken:
         reason = f"replay reported non-finite metric(s) {broken}"
@@ -207,6 +221,22 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
         sla_miss=miss,
         **base,
         **timing,
+    )
+
+
+def _screened(spec: TrialSpec, outcome: ReplayOutcome, base: dict[str, Any]) -> TrialResult:
+    """A trial the prefix already showed hopeless: infeasible, with how far it missed (told to the designer)."""
+    screen = outcome.screen
+    shown = "no request completed" if screen.ratio >= NO_REQUEST_DONE else f"{screen.metric} {screen.value:.4g}"
+    return TrialResult(
+        status="infeasible",
+        reason=f"screened: {shown} on the {screen.prefix} (at least {spec.replay.screen.margin:g}x its bound)",
+        metrics={k: v for k, v in outcome.metrics.items() if math.isfinite(v)},
+        sla_miss=screen.ratio,
+        screen=screen,
+        replay_seconds=outcome.replay_seconds,
+        scaling_events=outcome.scaling_events,
+        **base,
     )
 
 

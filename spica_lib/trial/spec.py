@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from spica_lib.base.artifacts import sha256_of
 from spica_lib.config import OptimizationGoal
 from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
-from spica_lib.replay.request import ReplayRequest, ScalingEvent
+from spica_lib.replay.request import ReplayRequest, ScalingEvent, ScreenOutcome
 
 SCHEMA_VERSION = 2  # 2: the key hashes the replayed deployment, not the selection
 TrialStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported"]
@@ -67,6 +67,7 @@ class TrialResult(BaseModel):
     used_gpus: int
     average_gpus: float | None = None
     sla_miss: float | None = None  # worst ratio of the SLA's statistic to its bound (> 1: missed); None without SLA
+    screen: ScreenOutcome | None = None  # the prefix replay, when the trial was screened first
     scaling_events: list[ScalingEvent] = Field(default_factory=list)
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0
