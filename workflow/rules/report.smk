@@ -1,11 +1,12 @@
-# What the user takes away: report.md with its plots (also in `snakemake --report`), the manifest,
-# and deployment files for the top `sweep.top_k` candidates. All read the run's files only.
+# What the user takes away, in one job after the merge: report.md with its plots (also in
+# `snakemake --report`), the manifest, and deployment files for the top `sweep.top_k` candidates.
+# All are read from the run's files.
 from spica_lib.report.build import plot_names
 
 
 rule report:
     message:
-        "Writing the report of run {params.run}"
+        "Writing the report, manifest and deployment files of run {params.run}"
     input:
         config=rules.validate.output.config,
         summary=RUN.summary_json,
@@ -16,6 +17,7 @@ rule report:
             report(RUN.report_file(name), category="Plots") for name in plot_names(RUN.is_pareto)
         ],
         manifest=RUN.manifest_json,
+        deploy=directory(RUN.deploy_dir),
     log:
         RUN.log("report"),
     params:
@@ -24,22 +26,3 @@ rule report:
     localrule: True
     script:
         "../scripts/report.py"
-
-
-rule deploy:
-    message:
-        "Writing deployment files for the top candidates of run {params.run}"
-    input:
-        config=rules.validate.output.config,
-        summary=RUN.summary_json,
-        table=RUN.ranking_csv,
-    output:
-        deploy=directory(RUN.deploy_dir),
-    log:
-        RUN.log("deploy"),
-    params:
-        run=RUN.run,
-        run_dir=RUN.dir,
-    localrule: True
-    script:
-        "../scripts/deploy.py"
