@@ -240,6 +240,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     data["search_space"]["deployment_mode"] = ["agg"]
     data["sweep"]["max_rounds"] = 1
     data["workload"]["num_request_ratio"] = 400  # 3,200 requests: replays long enough to be cancelled mid-way
+    data["sweep"]["screen_fraction"] = None  # no prefix screen: it could end a trial before the cancel lands
     config = write_yaml(tmp_path, data)
     process = subprocess.Popen(
         [*SPICA, str(config), "--profile", PROFILE, "--", *FAST, "--retries", "1"],
@@ -254,9 +255,12 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
             subprocess.run(["scancel", cancelled], check=True, timeout=10)
         time.sleep(0.1)
     output, _ = process.communicate(timeout=600)
-    assert cancelled is not None and process.returncode == 0, output[-5000:]
-
     records = [json.loads(p.read_text()) for p in trial_files(tmp_path)]
+    any_feasible = any(r["result"]["status"] == "feasible" for r in records)
+    # The sweep finishes either way; with every trial killed it has nothing to rank and exits 1 saying so.
+    assert cancelled is not None and process.returncode == (0 if any_feasible else 1), output[-5000:]
+    assert any_feasible or "found no feasible candidate" in output
+
     killed = [r for r in records if r["result"]["status"] == "failed"]
     assert killed and all("killed outside the replay in 1 attempt" in r["result"]["reason"] for r in killed)
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())

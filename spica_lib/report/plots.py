@@ -22,6 +22,11 @@ def _figure() -> tuple[Any, Any]:
     return figure, axes
 
 
+def _legend(axes: Any) -> None:
+    if axes.get_legend_handles_labels()[0]:  # an empty plot (nothing feasible yet) has nothing to explain
+        axes.legend(fontsize="small")
+
+
 def _save(figure: Any, path: str | Path) -> None:
     from matplotlib import pyplot
 
@@ -54,7 +59,7 @@ def tradeoff(points: list[Point], winner: Point | None, score_label: str, path: 
     axes.set_xlabel("GPUs provisioned")
     axes.set_ylabel(score_label)
     axes.set_title("Every feasible deployment: score against GPUs")
-    axes.legend(fontsize="small")
+    _legend(axes)
     _save(figure, path)
 
 
@@ -71,7 +76,7 @@ def convergence(series: dict[str, list[BestSoFar]], score_label: str, path: str 
     axes.set_xlabel("trial (in the order the branch observed them; faint lines start a round)")
     axes.set_ylabel(f"best {score_label} so far")
     axes.set_title("Convergence per branch")
-    axes.legend(fontsize="small")
+    _legend(axes)
     _save(figure, path)
 
 
@@ -85,7 +90,7 @@ def pareto(all_points: list[tuple[float, float]], front: list[tuple[float, float
     axes.set_xlabel(labels[0])
     axes.set_ylabel(labels[1])
     axes.set_title("Pareto front over all feasible deployments")
-    axes.legend(fontsize="small")
+    _legend(axes)
     _save(figure, path)
 
 
@@ -105,7 +110,7 @@ def latency(names: list[str], ttft_ms: list[float], itl_ms: list[float], sla: tu
         axes.bar(names, values, color="tab:blue")
         if bound is not None:
             axes.axhline(bound, color="tab:red", linestyle="--", label=f"SLA {bound:g} ms")
-            axes.legend(fontsize="small")
+            _legend(axes)
         axes.set_title(title)
         axes.set_xlabel("rank")
         axes.grid(True, axis="y", alpha=0.3)
