@@ -25,7 +25,7 @@ def run_command(command: str, run: str, which: str | None) -> int:
     if command == "report":
         from spica_lib.report.build import write_report
 
-        for path in write_report(folder, RunFiles(dir=str(folder)).report_dir):
+        for path in write_report(RunView(folder), RunFiles(dir=str(folder)).report_dir):
             print(path)
         return EXIT_OK
     return _show(RunView(folder), which or "1")

@@ -17,9 +17,8 @@ def plot_names(is_pareto: bool) -> list[str]:
     return ["tradeoff.png", "convergence.png", *(["pareto.png"] if is_pareto else []), "latency.png"]
 
 
-def write_report(run_dir: str | Path, report_dir: str | Path) -> list[Path]:
+def write_report(view: RunView, report_dir: str | Path) -> list[Path]:
     """Draw every plot and write report.md; return the files written."""
-    view = RunView(run_dir)
     folder = Path(report_dir)
     folder.mkdir(parents=True, exist_ok=True)
     names = plot_names(view.config.goal.is_pareto)

@@ -77,9 +77,8 @@ class DeploymentFiles(BaseModel):
     error: str | None = None  # the generator failed: no deployment files, only trial.json and replayed.json
 
 
-def write_top_deployments(run_dir: str | Path, deploy_dir: str | Path) -> list[DeploymentFiles]:
+def write_top_deployments(view: RunView, deploy_dir: str | Path) -> list[DeploymentFiles]:
     """deploy/<rank>/ for each of the top `sweep.top_k` ranked deployments (the Pareto front's first, for a front)."""
-    view = RunView(run_dir)
     Path(deploy_dir).mkdir(parents=True, exist_ok=True)
     top = view.ranked[: view.config.sweep.top_k]
     return [

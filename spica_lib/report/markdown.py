@@ -117,7 +117,7 @@ def _top(view: RunView) -> str:
 
 def _per_branch_backend(view: RunView) -> str:
     best: dict[tuple[str, str], tuple[float, str]] = {}
-    for row in view.ranked if not view.config.goal.is_pareto else view.rows:
+    for row in view.rows:
         backend = str(row.candidate.config.get("backend"))
         if (row.branch, backend) not in best or row.candidate.score > best[(row.branch, backend)][0]:
             best[(row.branch, backend)] = (row.candidate.score, describe(view.records[row.key].spec))

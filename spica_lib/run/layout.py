@@ -182,14 +182,21 @@ def _stable_path(path: str) -> str:
         return str(resolved)
 
 
-def prepare_run(config_file: str, run: str | None = None, root: str = RESULTS_ROOT) -> RunLayout:
-    """Validate the config and name its run; refuse to mix a different config into an existing run."""
+def prepare_run(
+    config_file: str, run: str | None = None, root: str = RESULTS_ROOT, check_layouts: bool = True
+) -> RunLayout:
+    """Validate the config and name its run; refuse to mix a different config into an existing run.
+
+    `check_layouts` also refuses a listed mode or backend with no layout; a job process (a SLURM job
+    re-reads the Snakefile) skips it, since the invocation that submitted the job already checked.
+    """
     validated = build_validated_config(config_file, run)
     config = validated.config
-    try:  # cheap (well under a second) and it spares a user a failed branches stage
-        enumerate_branches(config, apply_policy_filters(config).kept)
-    except NoViableParallelConfig as error:
-        raise ConfigError(error.problems, source=config_file) from error
+    if check_layouts:
+        try:
+            enumerate_branches(config, apply_policy_filters(config).kept)
+        except NoViableParallelConfig as error:
+            raise ConfigError(error.problems, source=config_file) from error
     # The DAG needs the scoring jobs before policies.json exists: plan them from the config here.
     plan = plan_predictor_jobs(config, apply_policy_filters(config).kept)
     layout = RunLayout(
