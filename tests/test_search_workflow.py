@@ -110,7 +110,7 @@ def replay_job_in_flight(process):
     """A replay job of this sweep with a replay child running, or None."""
     for candidate in process.children(recursive=True):
         try:
-            if any(part.endswith("replay.py") for part in candidate.cmdline()) and candidate.children():
+            if any(part.endswith("replay.py") for part in candidate.cmdline()) and alive(candidate.children()):
                 return candidate
         except psutil.NoSuchProcess:
             continue
@@ -131,7 +131,9 @@ def alive(processes):
 def slow_replays_config():
     data = default_config()
     data["search_space"]["deployment_mode"] = ["agg"]
-    data["workload"]["num_request_ratio"] = 400  # 3,200 requests: a replay runs long enough to be caught
+    # 24,000 requests: a replay runs ~2 s, long enough to be caught mid-way (3,200 ran 0.3 s, and a
+    # poll could catch a child that had already ended and been journaled)
+    data["workload"]["num_request_ratio"] = 3000
     data["sweep"]["max_rounds"] = 1
     return data
 
@@ -144,7 +146,7 @@ def test_a_replay_job_killed_from_outside_records_its_started_trials_as_failed_a
     killed, deadline = None, time.time() + 300
     while killed is None and time.time() < deadline and process.poll() is None:
         job = replay_job_in_flight(psutil.Process(process.pid))
-        if job is not None:
+        if job is not None and list(run_dir(tmp_path).glob("journal/*.started")):
             replays = job.children()
             job.kill()  # the whole job, as the OOM killer or a scheduler would
             killed = replays

@@ -239,7 +239,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     data = sweep_config()
     data["search_space"]["deployment_mode"] = ["agg"]
     data["sweep"]["max_rounds"] = 1
-    data["workload"]["num_request_ratio"] = 400  # 3,200 requests: replays long enough to be cancelled mid-way
+    data["workload"]["num_request_ratio"] = 3000  # 24,000 requests: ~2 s replays, long enough to cancel mid-way
     data["sweep"]["screen_fraction"] = None  # no prefix screen: it could end a trial before the cancel lands
     config = write_yaml(tmp_path, data)
     process = subprocess.Popen(
