@@ -59,7 +59,7 @@ def sweep(data: dict) -> dict:
             "warm_up": [
                 float(s)
                 for log in run.glob("logs/rounds/*/*/replay/*.log")
-                for s in re.findall(r"loaded in ([0-9.]+) s", log.read_text())
+                for s in re.findall(r"ready after ([0-9.]+) s", log.read_text())
             ],
             "setup": _setup_seconds(run),
         }

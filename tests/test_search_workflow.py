@@ -23,9 +23,15 @@ def default_config(**sweep):
     return data
 
 
-def run(folder, config_path, *extra):
+def run(folder, config_path, *extra, env=None):
     return subprocess.run(
-        [*SPICA, str(config_path), *extra], cwd=folder, capture_output=True, text=True, check=False, timeout=900
+        [*SPICA, str(config_path), *extra],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -106,15 +112,39 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     assert list(ranked[0]["key"]) == list(ranked[1]["key"]) and list(ranked[0]["score"]) == list(ranked[1]["score"])
 
 
-def replay_job_in_flight(process):
-    """A replay job of this sweep with a replay child running, or None."""
-    for candidate in process.children(recursive=True):
-        try:
-            if any(part.endswith("replay.py") for part in candidate.cmdline()) and alive(candidate.children()):
-                return candidate
-        except psutil.NoSuchProcess:
-            continue
-    return None
+def replay_job_in_flight(launcher):
+    """(a replay job's process, the replays running for it), or None while no replay runs.
+
+    With the sweep's warm host the job's replays run under the host (host -> the job's child ->
+    replays); without it, under the job's own process. One replay job runs at a time in the sweeps
+    that use this (one branch, one round).
+    """
+    processes = launcher.children(recursive=True)
+    jobs = [p for p in processes if runs(p, "replay.py")]
+    hosts = warm_hosts(processes)
+    replays = [replay for host in hosts for child in children(host) for replay in children(child)]
+    replays = alive(replays or [replay for job in jobs for replay in children(job)])
+    return (jobs[0], replays) if jobs and replays else None
+
+
+def warm_hosts(processes):
+    """The warm host among these processes (its forked job children carry the same command line)."""
+    hosts = [p for p in processes if runs(p, "spica_lib.host.server")]
+    return [p for p in hosts if p.ppid() not in {h.pid for h in hosts}]
+
+
+def runs(process, part):
+    try:
+        return any(word.endswith(part) for word in process.cmdline())
+    except psutil.NoSuchProcess:
+        return False
+
+
+def children(process):
+    try:
+        return process.children()
+    except psutil.NoSuchProcess:
+        return []
 
 
 def alive(processes):
@@ -145,10 +175,10 @@ def test_a_replay_job_killed_from_outside_records_its_started_trials_as_failed_a
     )
     killed, deadline = None, time.time() + 300
     while killed is None and time.time() < deadline and process.poll() is None:
-        job = replay_job_in_flight(psutil.Process(process.pid))
-        if job is not None and list(run_dir(tmp_path).glob("journal/*.started")):
-            replays = job.children()
-            job.kill()  # the whole job, as the OOM killer or a scheduler would
+        found = replay_job_in_flight(psutil.Process(process.pid))
+        if found is not None and list(run_dir(tmp_path).glob("journal/*.started")):
+            job, replays = found
+            job.kill()  # the job's process, as the OOM killer or a scheduler would
             killed = replays
         time.sleep(0.05)
     output, _ = process.communicate(timeout=600)
@@ -182,6 +212,26 @@ def test_stopping_spica_run_stops_every_job_and_replay_and_leaves_no_temporary_f
     assert [p for p in (tmp_path / "results").rglob("*") if p.name.endswith(".tmp")] == []
 
 
+def test_a_sigkill_of_snakemake_mid_replay_takes_the_warm_host_its_jobs_and_their_replays_with_it(tmp_path):
+    path = write_yaml(tmp_path, slow_replays_config())
+    process = subprocess.Popen(
+        [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    launcher, deadline = psutil.Process(process.pid), time.time() + 300
+    while time.time() < deadline and process.poll() is None and replay_job_in_flight(launcher) is None:
+        time.sleep(0.05)
+    assert replay_job_in_flight(launcher) is not None
+    everything = launcher.children(recursive=True)
+    (host,) = warm_hosts(everything)
+    snakemake = host.parent()
+    snakemake.kill()  # nothing can clean up after a SIGKILL: the kernel's parent-death signals must
+    deadline = time.time() + 30
+    while time.time() < deadline and alive(everything):
+        time.sleep(0.1)
+    assert alive(everything) == []
+    process.wait(timeout=60)
+
+
 TIMINGS = {"wall_seconds", "cpu_seconds", "replay_seconds"}
 
 
@@ -197,17 +247,24 @@ def trials_without_timings(run_path):
     return out
 
 
-def test_one_warm_job_per_round_gives_the_trials_and_ranking_of_one_job_per_trial(tmp_path):
+def test_the_warm_host_and_one_job_per_trial_give_the_trials_and_ranking_of_jobs_in_their_own_processes(tmp_path):
     data = default_config(seed=4)
     data["search_space"]["router_mode"] = ["round_robin"]
     path = write_yaml(tmp_path, data)
-    shared, single = tmp_path / "shared", tmp_path / "single"
-    shared.mkdir(), single.mkdir()
-    assert run(shared, path).returncode == 0
+    hosted, single, own = tmp_path / "hosted", tmp_path / "single", tmp_path / "own"
+    for folder in (hosted, single, own):
+        folder.mkdir()
+    assert run(hosted, path).returncode == 0
     done = run(single, path, "--", "--set-resources", "replay:trials_per_job=1")
     assert done.returncode == 0, done.stderr[-3000:]
+    done = run(own, path, env={"SPICA_WARM_HOST": "off"})  # every job in its own process, cold
+    assert done.returncode == 0, done.stderr[-3000:]
     assert len(list(run_dir(single).glob("rounds/*/0/trials/*"))) > len(
-        list(run_dir(shared).glob("rounds/*/0/trials/*"))
+        list(run_dir(hosted).glob("rounds/*/0/trials/*"))
     )
-    assert trials_without_timings(run_dir(shared)) == trials_without_timings(run_dir(single))
-    assert (run_dir(shared) / "ranked.csv").read_bytes() == (run_dir(single) / "ranked.csv").read_bytes()
+    for other in (single, own):
+        assert trials_without_timings(run_dir(hosted)) == trials_without_timings(run_dir(other))
+        assert (run_dir(hosted) / "ranked.csv").read_bytes() == (run_dir(other) / "ranked.csv").read_bytes()
+    for folder, where in ((hosted, "in the sweep's warm host"), (own, "in its own process")):
+        logs = [p.read_text() for p in run_dir(folder).glob("logs/rounds/*/*/replay/*.log")]
+        assert logs and all(where in log for log in logs)  # each path really ran where it says

@@ -57,6 +57,14 @@ def _verdict(metrics: dict[str, float], screen: dict[str, Any], seconds: float) 
             "replay_seconds": seconds}  # fmt: skip
 
 
+def import_dynamo() -> None:
+    """Import Dynamo's replay (a process that forks replays imports it once, before its first fork)."""
+    os.environ.setdefault("DYN_LOG", "error")
+    import dynamo.llm  # noqa: F401
+    import dynamo.mocker  # noqa: F401
+    import dynamo.replay  # noqa: F401
+
+
 def _replay(call: dict[str, Any], per_request_path: str | None) -> dict[str, Any]:
     os.environ.setdefault("DYN_LOG", "error")
     from dynamo.llm import KvRouterConfig

@@ -64,7 +64,7 @@ def warm_up_call(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, **WARM_UP_LOAD}
 
 
-def warm_up_groups(calls: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def warm_up_groups(calls: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """One warm-up call per distinct set of engine timing sources (system, backend, version) and planner use."""
     groups: dict[str, dict[str, Any]] = {}
     for call in calls.values():
@@ -74,7 +74,27 @@ def warm_up_groups(calls: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         )
         signature = json.dumps([engines, call["kwargs"].get("planner_config") is not None])
         groups.setdefault(signature, warm_up_call(call))
-    return list(groups.values())
+    return groups
+
+
+# The groups this process has already warmed. A process forked from it (a job forked by the
+# sweep's warm host, a replay child) inherits them warm, so it skips them.
+_WARMED: set[str] = set()
+
+
+def warm_up(calls: dict[str, dict[str, Any]]) -> float:
+    """Load Dynamo and the perf DBs these calls need, in this process, once; return the seconds spent.
+
+    A failing warm-up is not fatal: the children then pay the load themselves and report errors.
+    """
+    started = time.perf_counter()
+    for signature, call in warm_up_groups(calls).items():
+        if signature in _WARMED:
+            continue
+        with contextlib.suppress(Exception):
+            execute_call(call)
+            _WARMED.add(signature)
+    return time.perf_counter() - started
 
 
 class ReplayWorker:
@@ -102,15 +122,8 @@ class ReplayWorker:
             signal.signal(signum, handler)
 
     def warm(self, calls: dict[str, dict[str, Any]]) -> float:
-        """Load Dynamo and the perf DBs these calls need, in this process; return the seconds spent.
-
-        A failing warm-up is not fatal: the children then pay the load themselves and report errors.
-        """
-        started = time.perf_counter()
-        for call in warm_up_groups(calls):
-            with contextlib.suppress(Exception):
-                execute_call(call)
-        return time.perf_counter() - started
+        """Load Dynamo and the perf DBs these calls need (see `warm_up`); return the seconds spent."""
+        return warm_up(calls)
 
     def run(
         self,

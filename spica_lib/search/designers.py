@@ -32,6 +32,17 @@ def configure_vizier_runtime() -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def import_designers() -> None:
+    """Import every designer's module (a process that forks suggest jobs does it once, before its first fork).
+
+    Importing starts no JAX backend: the forked jobs start their own when they compute.
+    """
+    configure_vizier_runtime()
+    from vizier._src.algorithms.designers import gp_bandit, gp_ucb_pe, quasi_random, random  # noqa: F401
+    from vizier._src.algorithms.designers.eagle_strategy import eagle_strategy  # noqa: F401
+    from vizier._src.algorithms.evolution import nsga2  # noqa: F401
+
+
 def round_seed(seed: int, branch: str, round_index: int) -> int:
     """A distinct, reproducible seed per (sweep seed, branch, round)."""
     digest = hashlib.sha256(f"{seed}/{branch}/{round_index}".encode()).hexdigest()

@@ -21,7 +21,7 @@ from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.call import NO_REQUEST_DONE
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo
 from spica_lib.replay.request import ReplayOutcome, ReplayRequest, replay_call
-from spica_lib.replay.worker import ChildOutcome, ReplayWorker
+from spica_lib.replay.worker import ChildOutcome, ReplayWorker, warm_up
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
 from spica_lib.trial.screen import screen_plan
@@ -127,13 +127,8 @@ def evaluate_trials(
     `warm`, Dynamo and the perf DBs the trials need are loaded here first, so no child pays for
     them. Never raises for a bad candidate: the result says what happened.
     """
-    calls = {}
-    for key, spec in specs.items():
-        refused = before_replay_problem(spec)
-        if refused is not None:
-            yield key, refused
-        else:
-            calls[key] = replay_call(spec.replay)
+    refused, calls = _replay_calls(specs)
+    yield from refused.items()
     if not calls:
         return
     with ReplayWorker(parallel=parallel, timeout=max_eval_seconds) as worker:
@@ -143,6 +138,23 @@ def evaluate_trials(
                 on_warm(seconds)
         for outcome in worker.run(calls, per_request, on_start):
             yield outcome.key, score_replay(specs[outcome.key], outcome)
+
+
+def warm_up_trials(specs: dict[str, TrialSpec]) -> float:
+    """Load Dynamo and the perf DBs these trials need into this process, once; return the seconds spent."""
+    return warm_up(_replay_calls(specs)[1])
+
+
+def _replay_calls(specs: dict[str, TrialSpec]) -> tuple[dict[str, TrialResult], dict[str, dict[str, Any]]]:
+    """The trials refused before any replay (key -> result), and the replay calls of the others."""
+    refused, calls = {}, {}
+    for key, spec in specs.items():
+        problem = before_replay_problem(spec)
+        if problem is not None:
+            refused[key] = problem
+        else:
+            calls[key] = replay_call(spec.replay)
+    return refused, calls
 
 
 def before_replay_problem(spec: TrialSpec) -> TrialResult | None:

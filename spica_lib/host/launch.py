@@ -1,0 +1,44 @@
+"""Start and stop the sweep's warm host from the Snakefile (`onstart`, `onsuccess`, `onerror`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import subprocess
+import sys
+
+from spica_lib.host.client import ADDRESS_VARIABLE, OFF
+
+_host: subprocess.Popen | None = None
+
+
+def start_host() -> None:
+    """Start the warm host as a child of this (Snakemake's main) process, and point its jobs at it.
+
+    Jobs inherit the address through the environment. `SPICA_WARM_HOST=off` keeps every job in its
+    own process.
+    """
+    global _host
+    if os.environ.get(ADDRESS_VARIABLE) == OFF or _host is not None:
+        return
+    name = f"spica-host-{os.getpid()}-{secrets.token_hex(8)}"
+    command = [sys.executable, "-m", "spica_lib.host.server", name, str(os.getpid())]
+    _host = subprocess.Popen(command, stdin=subprocess.DEVNULL)
+    os.environ[ADDRESS_VARIABLE] = f"{name}@{os.environ.get('SLURM_JOB_ID', '')}"
+
+
+def stop_host() -> None:
+    """Stop the warm host (it kills any job child still running) and wait for it."""
+    global _host
+    if _host is None:
+        return
+    os.environ.pop(ADDRESS_VARIABLE, None)
+    _host.terminate()
+    try:
+        _host.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        _host.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            _host.wait(timeout=30)
+    _host = None

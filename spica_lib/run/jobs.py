@@ -1,0 +1,193 @@
+"""The bodies of the search's per-round jobs: suggest, replay and tell.
+
+Each takes the job as `JobArgs` and writes the outputs its rule declares. The rule scripts hand
+them their job; the sweep's warm host (`spica_lib.host`) runs them in a child forked from a
+process that already holds Vizier, Dynamo and the perf DBs, so a round pays no start-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.base.logs import stage_log
+from spica_lib.config.validate import ValidatedConfig
+from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.pools.branches import BranchSpec
+from spica_lib.pools.table import read_pool
+from spica_lib.predictor.plan import LoadPredictorResult
+from spica_lib.run.job import JobArgs
+from spica_lib.run.layout import RunFiles
+from spica_lib.search.history import BranchHistory, RoundSuggestions
+from spica_lib.search.rounds import SearchContext, suggest_round, tell_round
+from spica_lib.trial.evaluate import warm_up_trials
+from spica_lib.trial.spec import TrialSpec
+from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
+
+# True in a job child of the sweep's warm host (set by the host after it forks), for the logs.
+HOSTED = False
+WHERE = {True: "in the sweep's warm host", False: "in its own process"}
+
+
+def suggest(job: JobArgs) -> None:
+    """Checkpoint `suggest`: branch + history -> rounds/<branch>/<k>/suggestions.json and specs/<key>.json."""
+    files = RunFiles(dir=job.params["run_dir"])
+    branch, round_index = job.wildcards["branch"], int(job.wildcards["round"])
+    with stage_log(job.log[0]) as log:
+        config = read_model(job.input["config"], ValidatedConfig).config
+        spec = read_model(job.input["branch"], BranchSpec)
+        pool = read_pool(job.input["pool"], spec.deployment_mode) if spec.status == "ready" else []
+        history = _previous(job)
+        known = read_trials(files.trial_files(branch, history.observations if history else []))
+        space = config.search_space
+        context = SearchContext(
+            config=config,
+            predictor_winners=read_model(job.input["predictor"], LoadPredictorResult).winners(),
+            estimator=KvEstimator(space.model_name, space.hardware_sku, spec.backend_versions),
+        )
+        known_results = {k: r.result for k, r in known.items()}
+        suggestions, specs = suggest_round(
+            context, spec, pool, round_index, history, known_results, trials_per_job=job.params["trials_per_job"]
+        )
+        Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)  # declared even when the round is empty
+        for trial in specs:
+            write_model(files.spec(branch, round_index, trial.key()), trial)
+        write_model(job.output["suggestions"], suggestions)
+        outcomes: dict[str, int] = {}
+        for item in suggestions.suggested:
+            outcomes[item.outcome] = outcomes.get(item.outcome, 0) + 1
+        log.info("%s round %d: %d suggestion(s) -> %s", branch, round_index, suggestions.attempts, outcomes)
+        if suggestions.skipped:
+            log.info("no work: %s", suggestions.skipped)
+
+
+def replay_specs(job: JobArgs) -> dict[str, TrialSpec]:
+    """The trials of one replay job, key -> spec."""
+    files = RunFiles(dir=job.params["run_dir"])
+    branch, round_index, batch = job.wildcards["branch"], int(job.wildcards["round"]), int(job.wildcards["batch"])
+    keys = read_model(job.input["suggestions"], RoundSuggestions).batches()[batch]
+    return {key: read_model(files.spec(branch, round_index, key), TrialSpec) for key in keys}
+
+
+def warm_up_for_replay(job: JobArgs) -> None:
+    """Load what this replay job's trials need into the calling process (the warm host, before it forks)."""
+    warm_up_trials(replay_specs(job))
+
+
+def replay(job: JobArgs) -> None:
+    """Rule `replay`: one replay job of a round -> rounds/<branch>/<k>/trials/<job>/<key>.json, one file per trial.
+
+    Each trial replays in a child forked from this (warm) process, `threads` at a time, and is
+    journaled as soon as it ends (failures are results). The trial files are gathered in
+    rounds/<branch>/<k>/replaying/<job>/ and the folder is renamed into place when every trial of
+    the job has its file: a job killed half-way leaves no half-full output that a resumed Snakemake
+    could take for finished; the rerun restores the journaled trials.
+    """
+    files = RunFiles(dir=job.params["run_dir"])
+    branch, round_index, batch = job.wildcards["branch"], int(job.wildcards["round"]), int(job.wildcards["batch"])
+    with stage_log(job.log[0], keep=True) as log:  # keep: a retried job's log holds every attempt
+        specs = replay_specs(job)
+        for key, spec in specs.items():
+            if spec.key() != key:
+                log.warning("spec %s re-hashes to %s (library changed since the round was suggested)", key, spec.key())
+        attempt, last = int(job.resources["trial_attempt"]), int(job.params["last_attempt"])
+        slurm = f", SLURM job {os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else ""
+        log.info(
+            "%d trial(s) on %s%s, %d at once, job attempt %d of %d, %s",
+            len(specs),
+            socket.gethostname(),
+            slurm,
+            job.threads,
+            attempt,
+            last,
+            WHERE[HOSTED],
+        )
+        staging = Path(files.replaying(branch, round_index, batch))
+        shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the journal has what finished
+        staging.mkdir(parents=True)
+        records = run_replay_job(
+            specs,
+            files.journal,
+            files.started,
+            attempt,
+            last,
+            max_eval_seconds=job.params["max_eval_seconds"],
+            parallel=job.threads,
+            on_warm=lambda seconds: log.info("Dynamo and perf DBs ready after %.2f s", seconds),
+        )
+        try:
+            for record, source in records:
+                write_model(staging / Path(files.trial(branch, round_index, batch, record.key)).name, record)
+                result = record.result
+                reason = f" ({result.reason})" if result.reason else ""
+                log.info(
+                    "%s %s %s: %s%s (score %s, %.2f s wall)%s",
+                    record.key[:12],
+                    record.spec.deployment_mode,
+                    record.spec.parallel_config.label(),
+                    result.status,
+                    reason,
+                    result.score,
+                    result.wall_seconds,
+                    " restored from the journal" if source == "journal" else "",
+                )
+        except Exception as error:  # our own failure, not a kill: the last attempt names it instead of "killed"
+            note_job_error([files.started(key) for key in specs], error)
+            raise
+        os.replace(staging, job.output["trials"])
+        with contextlib.suppress(OSError):  # the round's replaying/ folder, once its last job is done
+            staging.parent.rmdir()
+
+
+def tell(job: JobArgs) -> None:
+    """Rule `tell`: suggestions + trial files -> rounds/<branch>/<k>/observations.json (the branch history)."""
+    files = RunFiles(dir=job.params["run_dir"])
+    with stage_log(job.log[0]) as log:
+        config = read_model(job.input["config"], ValidatedConfig).config
+        suggestions = read_model(job.input["suggestions"], RoundSuggestions)
+        history = _previous(job)
+        records = read_trials(files.trial_files(job.wildcards["branch"], suggestions.suggested))
+        updated = tell_round(config.goal, suggestions, {k: r.result for k, r in records.items()}, history)
+        write_model(job.output["history"], updated)
+        tally = updated.tallies[-1]
+        best = "none feasible yet" if tally.best_score is None else f"{tally.best_score:.4g}"
+        # One progress line per round, on the console as well as in the log.
+        progress = (
+            f"spica {updated.deployment_mode} round {suggestions.round}: {tally.new_trials} new trial(s), best {best}"
+        )
+        print(progress, flush=True)
+        log.info("%s; %s", progress, tally.counts)
+        if updated.stalled and (history is None or not history.stalled):
+            log.info("branch %s stops: %s", updated.deployment_mode, updated.stall_reason)
+
+
+def _previous(job: JobArgs) -> BranchHistory | None:
+    previous = job.input.get("previous") or []
+    return read_model(previous[0], BranchHistory) if previous else None
+
+
+# Job name -> (body, what the warm host loads before it forks the job's child).
+JOBS: dict[str, tuple[Callable[[JobArgs], None], Callable[[JobArgs], None] | None]] = {
+    "suggest": (suggest, None),
+    "replay": (replay, warm_up_for_replay),
+    "tell": (tell, None),
+}
+
+
+def run_job_here(name: str, job: JobArgs) -> None:
+    """Run job `name` in this process."""
+    JOBS[name][0](job)
+
+
+def preload() -> None:
+    """Import what the jobs use (Vizier's designers, Dynamo's replay), without starting JAX or a replay."""
+    from spica_lib.replay.call import import_dynamo
+    from spica_lib.search.designers import import_designers
+
+    import_designers()
+    import_dynamo()
