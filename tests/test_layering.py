@@ -1,6 +1,6 @@
 """The tree shows the pipeline: each stage package imports only the packages below it.
 
-base <- facts <- config <- pools | predictor | replay <- trial <- search <- results <- run <- host <- report <- cli.
+base <- facts <- config <- pools | predictor | replay <- trial <- search <- results <- run <- report <- host <- cli.
 pools, predictor and replay share a layer and do not import each other. Imports inside functions
 count too: a lazy import is still a dependency.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import spica_lib
 
 LAYERS = [("base",), ("facts",), ("config",), ("pools", "predictor", "replay"), ("trial",), ("search",), ("results",)]
-LAYERS += [("run",), ("host",), ("report",), ("cli",)]
+LAYERS += [("run",), ("report",), ("host",), ("cli",)]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 LIB = Path(spica_lib.__file__).parent
 

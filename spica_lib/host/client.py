@@ -27,7 +27,7 @@ def run_job(name: str, smk: Any) -> None:
     job = JobArgs.from_snakemake(smk)
     code = delegate(name, job.model_dump(mode="json"))
     if code is None:
-        from spica_lib.run.jobs import run_job_here
+        from spica_lib.host.registry import run_job_here
 
         run_job_here(name, job)
     elif code != 0:

@@ -57,7 +57,7 @@ def serve(name: str, owner: int) -> None:
     listener.listen(64)
     jobs: dict[int, _Job] = {}
     try:
-        from spica_lib.run.jobs import preload
+        from spica_lib.host.registry import preload
 
         preload()
         _loop(listener, jobs)
@@ -91,7 +91,7 @@ def _accept(listener: socket.socket, jobs: dict[int, _Job]) -> _Job | None:
     try:
         connection.settimeout(REQUEST_TIMEOUT)
         name, job, request, descriptors = _read_request(connection)
-        from spica_lib.run.jobs import JOBS
+        from spica_lib.host.registry import JOBS
 
         prepare = JOBS[name][1]
         if prepare is not None:
@@ -156,11 +156,12 @@ def _job_child(
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        from spica_lib.run import jobs as bodies
+        from spica_lib.host.registry import run_job_here
+        from spica_lib.run import job as job_module
 
-        bodies.HOSTED = True
+        job_module.HOSTED = True
         try:
-            bodies.run_job_here(name, job)
+            run_job_here(name, job)
             code = 0
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1

@@ -11,6 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+# True in a job child of the sweep's warm host (the host sets it after it forks), for the logs.
+HOSTED = False
+
+
+def where() -> str:
+    """Where this job runs, as the logs say it."""
+    return "in the sweep's warm host" if HOSTED else "in its own process"
+
 
 class JobArgs(BaseModel):
     """The named inputs, outputs and params of one job, its wildcards, log files, threads and resources."""
@@ -25,6 +33,11 @@ class JobArgs(BaseModel):
     log: list[str]
     threads: int
     resources: dict[str, Any]
+
+    def inputs(self, name: str) -> list[str]:
+        """A named input as a list of paths (a single path is a list of one)."""
+        value = self.input.get(name) or []
+        return [value] if isinstance(value, str) else list(value)
 
     @classmethod
     def from_snakemake(cls, smk: Any) -> JobArgs:

@@ -1,4 +1,4 @@
-"""The bodies of the search's per-round jobs: suggest, replay and tell.
+"""The bodies of the search's jobs: suggest, replay and tell each round, and merge at the end.
 
 Each takes the job as `JobArgs` and writes the outputs its rule declares. The rule scripts hand
 them their job; the sweep's warm host (`spica_lib.host`) runs them in a child forked from a
@@ -11,27 +11,23 @@ import contextlib
 import os
 import shutil
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
-from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.table import read_pool
 from spica_lib.predictor.plan import LoadPredictorResult
-from spica_lib.run.job import JobArgs
+from spica_lib.results.merge import collect_candidates, frame, ordered, summarise
+from spica_lib.run.job import JobArgs, where
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, suggest_round, tell_round
 from spica_lib.trial.evaluate import warm_up_trials
 from spica_lib.trial.spec import TrialSpec
 from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
-
-# True in a job child of the sweep's warm host (set by the host after it forks), for the logs.
-HOSTED = False
-WHERE = {True: "in the sweep's warm host", False: "in its own process"}
 
 
 def suggest(job: JobArgs) -> None:
@@ -105,7 +101,7 @@ def replay(job: JobArgs) -> None:
             job.threads,
             attempt,
             last,
-            WHERE[HOSTED],
+            where(),
         )
         staging = Path(files.replaying(branch, round_index, batch))
         shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the journal has what finished
@@ -166,28 +162,25 @@ def tell(job: JobArgs) -> None:
             log.info("branch %s stops: %s", updated.deployment_mode, updated.stall_reason)
 
 
+def merge(job: JobArgs) -> None:
+    """Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json."""
+    files = RunFiles(dir=job.params["run_dir"])
+    with stage_log(job.log[0]) as log:
+        config = read_model(job.input["config"], ValidatedConfig).config
+        histories = [read_model(path, BranchHistory) for path in job.inputs("histories")]
+        records = {}
+        for history in histories:
+            records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
+        rows = collect_candidates(histories, records)
+        best = ordered(config, rows)
+        atomic_write_parquet(job.output["candidates"], frame(rows))
+        atomic_write_text(job.output["table"], frame(best, with_rank=True).to_csv(index=False))
+        summary = summarise(config, histories, records, best)
+        write_model(job.output["summary"], summary)
+        log.info("%s", summary.line)
+        print(summary.line)
+
+
 def _previous(job: JobArgs) -> BranchHistory | None:
-    previous = job.input.get("previous") or []
+    previous = job.inputs("previous")
     return read_model(previous[0], BranchHistory) if previous else None
-
-
-# Job name -> (body, what the warm host loads before it forks the job's child).
-JOBS: dict[str, tuple[Callable[[JobArgs], None], Callable[[JobArgs], None] | None]] = {
-    "suggest": (suggest, None),
-    "replay": (replay, warm_up_for_replay),
-    "tell": (tell, None),
-}
-
-
-def run_job_here(name: str, job: JobArgs) -> None:
-    """Run job `name` in this process."""
-    JOBS[name][0](job)
-
-
-def preload() -> None:
-    """Import what the jobs use (Vizier's designers, Dynamo's replay), without starting JAX or a replay."""
-    from spica_lib.replay.call import import_dynamo
-    from spica_lib.search.designers import import_designers
-
-    import_designers()
-    import_dynamo()

@@ -1,0 +1,39 @@
+"""The jobs a rule script can hand over: name -> body, and what the host loads before it forks one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spica_lib.report.job import report
+from spica_lib.run.job import JobArgs
+from spica_lib.run.jobs import merge, replay, suggest, tell, warm_up_for_replay
+
+Body = Callable[[JobArgs], None]
+
+# A replay job's warm-up runs in the host itself, so every later replay job forks with it loaded.
+JOBS: dict[str, tuple[Body, Body | None]] = {
+    "suggest": (suggest, None),
+    "replay": (replay, warm_up_for_replay),
+    "tell": (tell, None),
+    "merge": (merge, None),
+    "report": (report, None),
+}
+
+
+def run_job_here(name: str, job: JobArgs) -> None:
+    """Run job `name` in this process."""
+    JOBS[name][0](job)
+
+
+def preload() -> None:
+    """Import what the jobs use (Vizier's designers, Dynamo's replay, the plots), without starting JAX or a replay."""
+    import matplotlib
+
+    from spica_lib.replay.call import import_dynamo
+    from spica_lib.search.designers import import_designers
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+    import_designers()
+    import_dynamo()
