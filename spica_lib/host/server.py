@@ -93,9 +93,10 @@ def _accept(listener: socket.socket, jobs: dict[int, _Job]) -> _Job | None:
         name, job, request, descriptors = _read_request(connection)
         from spica_lib.host.registry import JOBS
 
-        prepare = JOBS[name][1]
+        prepare, started = JOBS[name][1], time.perf_counter()
         if prepare is not None:
             prepare(job)  # loaded here once, so every later job forks warm
+        request["prepare_seconds"] = time.perf_counter() - started
     except Exception:
         traceback.print_exc()  # a bad request or a failed warm-up: the rule script runs the job itself
         connection.close()
@@ -157,9 +158,9 @@ def _job_child(
         os.environ.clear()
         os.environ.update(request["env"])
         from spica_lib.host.registry import run_job_here
-        from spica_lib.run import job as job_module
+        from spica_lib.run.job import HOST
 
-        job_module.HOSTED = True
+        HOST.hosted, HOST.prepare_seconds = True, request["prepare_seconds"]
         try:
             run_job_here(name, job)
             code = 0

@@ -11,13 +11,18 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-# True in a job child of the sweep's warm host (the host sets it after it forks), for the logs.
-HOSTED = False
+
+class Host(BaseModel):
+    """Where this process runs its job, for the logs: set by the warm host in each job child it forks."""
+
+    hosted: bool = False
+    prepare_seconds: float = 0.0  # what the host spent loading for this job before it forked (a replay's warm-up)
+
+    def where(self) -> str:
+        return "in the sweep's warm host" if self.hosted else "in its own process"
 
 
-def where() -> str:
-    """Where this job runs, as the logs say it."""
-    return "in the sweep's warm host" if HOSTED else "in its own process"
+HOST = Host()
 
 
 class JobArgs(BaseModel):

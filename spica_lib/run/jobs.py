@@ -21,7 +21,7 @@ from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.table import read_pool
 from spica_lib.predictor.plan import LoadPredictorResult
 from spica_lib.results.merge import collect_candidates, frame, ordered, summarise
-from spica_lib.run.job import JobArgs, where
+from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, suggest_round, tell_round
@@ -101,7 +101,7 @@ def replay(job: JobArgs) -> None:
             job.threads,
             attempt,
             last,
-            where(),
+            HOST.where(),
         )
         staging = Path(files.replaying(branch, round_index, batch))
         shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the journal has what finished
@@ -114,7 +114,8 @@ def replay(job: JobArgs) -> None:
             last,
             max_eval_seconds=job.params["max_eval_seconds"],
             parallel=job.threads,
-            on_warm=lambda seconds: log.info("Dynamo and perf DBs ready after %.2f s", seconds),
+            # The host's warm-up for this job counts: it is what the job waited for before its first replay.
+            on_warm=lambda seconds: log.info("Dynamo and perf DBs ready after %.2f s", seconds + HOST.prepare_seconds),
         )
         try:
             for record, source in records:
