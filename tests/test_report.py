@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, write_yaml
+from conftest import REPO, TRACE, write_yaml
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.cli.main import main
@@ -183,3 +183,21 @@ def test_the_cost_example_ranks_the_cheapest_per_token_first(tmp_path):
     cost = ranked["cost_per_million_output_tokens"]
     assert cost.notna().all() and cost.is_monotonic_increasing and (ranked["score"] == -cost).all()
     assert read_model(run / "manifest.json", RunManifest).gpu_hour_usd == 3.5
+
+
+def test_the_two_workload_example_replays_each_candidate_on_both_and_ranks_by_the_worse(tmp_path):
+    data = small("two_workloads.yaml")
+    data["workload"][1]["trace_path"] = str(TRACE)  # the example names it relative to its own folder
+    data["workload"][0]["num_request_ratio"] = 10
+    run, _ = sweep(tmp_path, data)
+    records = [json.loads(p.read_text())["result"] for p in run.glob("rounds/*/*/trials/*/*.json")]
+    assert records and all(set(r["workloads"]) == {"day", "night"} for r in records)
+    for result in (r for r in records if r["status"] == "feasible"):
+        scores = {name: part["score"] for name, part in result["workloads"].items()}
+        assert result["score"] == min(scores.values()) and scores[result["binding_workload"]] == result["score"]
+    ranked = pd.read_csv(run / "ranked.csv")
+    assert len(ranked) >= 1
+    assert (ranked["score"] == ranked[["score_day", "score_night"]].min(axis=1)).all()
+    assert ranked["binding_workload"].isin(["day", "night"]).all()
+    report = (run / "report" / "report.md").read_text()
+    assert "binds:" in report and "On each workload" in report

@@ -31,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     evaluate.add_argument("config", help="path to a SmartSearchConfig YAML file")
     evaluate.add_argument("--candidate", required=True, help="candidate as a JSON/YAML file or inline JSON")
     evaluate.add_argument("--json", action="store_true", help="print the whole trial record as JSON")
-    evaluate.add_argument("--per-request", metavar="PARQUET", help="also write one row per request to this file")
+    evaluate.add_argument(
+        "--per-request",
+        metavar="PARQUET",
+        help="also write one row per request to this file (with several workloads: one file per workload, FILE.<name>.parquet)",
+    )
     run = commands.add_parser("run", help="run or resume the sweep with Snakemake")
     run.add_argument(
         "config", nargs="?", default="config/default.yaml", help="config file (default: config/default.yaml)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spica_lib.config import SmartSearchConfig
+from spica_lib.config import SmartSearchConfig, Workload
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.pools.branches import Branch
@@ -72,7 +72,9 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
 
 
 def _limit_line(config: SmartSearchConfig) -> str:
-    sweep, requests = config.sweep, config.workload.expected_requests()
+    sweep = config.sweep
+    counts = [w.expected_requests() for w in config.traffic_mix() or [config.workload]]
+    requests = None if None in counts else "/".join(str(c) for c in counts)
     size = f"{requests} requests per replay" if requests is not None else "request count set per candidate"
     line = f"{sweep.max_eval_seconds:g} s per trial ({size})"
     if config.goal.sla is None or sweep.screen_fraction is None:
@@ -84,7 +86,17 @@ def _limit_line(config: SmartSearchConfig) -> str:
 
 
 def _workload_line(config: SmartSearchConfig) -> str:
-    w = config.workload
+    mix = config.traffic_mix()
+    if mix is None:
+        return _traffic(config.workload)
+    how = "scored by the weighted mean" if config.goal.workload_score == "weighted_mean" else "scored by the worst"
+    parts = "; ".join(
+        f"{w.name}{f' (weight {w.weight:g})' if w.weight is not None else ''}: {_traffic(w)}" for w in mix
+    )
+    return f"{len(mix)} workloads, each candidate replayed on every one and {how}: {parts}"
+
+
+def _traffic(w: Workload) -> str:
     if w.is_trace_based:
         loop = f"closed loop at {w.replay_concurrency} in flight" if w.replay_concurrency else "open loop"
         return f"trace {w.trace_path} ({loop}, speed-up x{w.arrival_speedup_ratio})"

@@ -119,6 +119,8 @@ class OptimizationGoal(StrictModel):
     pareto_objectives: list[OptimizationTarget] | None = None
     # US dollars per GPU-hour: one price, or one per hardware SKU (the run's SKU must be listed).
     gpu_hour_usd: Number | dict[str, Number] | None = None
+    # With several workloads: a candidate's score is its worst workload's (default) or their weighted mean.
+    workload_score: Literal["worst", "weighted_mean"] | None = None
 
     @field_validator("gpu_hour_usd", mode="after")
     @classmethod

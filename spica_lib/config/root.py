@@ -18,7 +18,7 @@ from spica_lib.config.sweep import (
     SweepConfig,
     default_max_eval_seconds,
 )
-from spica_lib.config.workload import LOAD_DRIVERS, Workload
+from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
 
@@ -27,9 +27,25 @@ class SmartSearchConfig(StrictModel):
     """A whole search request. Validation checks the schema and every cross-field rule."""
 
     search_space: SearchSpace
-    workload: Workload
+    workload: Workload  # with several workloads: the first (it sizes the load predictor and the deployment files)
     goal: OptimizationGoal = Field(default_factory=OptimizationGoal)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
+    # Several workloads one deployment must serve: `workload` written as a list of named workloads.
+    workloads: list[NamedWorkload] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _workload_list(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("workload"), list):
+            return data
+        if "workloads" in data:
+            raise ValueError("workload is a list: give the workloads there only, not also under workloads")
+        items = data["workload"]
+        if not items:
+            raise ValueError("workload is an empty list: give one workload, or a list of named workloads")
+        first = items[0] if isinstance(items[0], dict) else {}
+        primary = {k: v for k, v in first.items() if k not in ("name", "weight")}
+        return {**data, "workload": primary, "workloads": items}
 
     @model_validator(mode="before")
     @classmethod
@@ -51,8 +67,9 @@ class SmartSearchConfig(StrictModel):
                 f"workload.kv_load_ratio is a range {self.workload.kv_load_ratio}, which only a 'pareto' goal "
                 f"can sweep (goal.target is {self.goal.target.value!r}); give one number instead"
             )
+        self._check_workload_list()
         if "max_eval_seconds" not in self.sweep.model_fields_set:
-            self.sweep.max_eval_seconds = default_max_eval_seconds(self.workload.expected_requests())
+            self.sweep.max_eval_seconds = default_max_eval_seconds(self._most_expected_requests())
         # Compared with the defaults, not with what was written, so that a dumped config reads back.
         defaults = SweepConfig.model_fields
         screening = [n for n in ("screen_fraction", "screen_margin") if getattr(self.sweep, n) != defaults[n].default]
@@ -78,6 +95,57 @@ class SmartSearchConfig(StrictModel):
         return self
 
     @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """The schema of the YAML a user writes: several workloads are a list under `workload`."""
+        schema = super().model_json_schema(*args, **kwargs)
+        schema["properties"].pop("workloads", None)  # the parsed form of that list, not a key to write
+        named = NamedWorkload.model_json_schema(ref_template="#/$defs/{model}")
+        definitions = schema.setdefault("$defs", {})
+        definitions.update(named.pop("$defs", {}))
+        definitions["NamedWorkload"] = named
+        listed = {"type": "array", "items": {"$ref": "#/$defs/NamedWorkload"}, "minItems": 1}
+        schema["properties"]["workload"] = {"anyOf": [schema["properties"]["workload"], listed]}
+        return schema
+
+    def traffic_mix(self) -> list[NamedWorkload] | None:
+        """The named workloads every candidate is replayed on, or None for one workload."""
+        return self.workloads
+
+    def _most_expected_requests(self) -> int | None:
+        counts = [w.expected_requests() for w in (self.workloads or [self.workload])]
+        return None if None in counts else max(counts)
+
+    def _check_workload_list(self) -> None:
+        score = self.goal.workload_score
+        if self.workloads is None:
+            if score is not None:
+                raise ValueError(
+                    f"goal.workload_score {score!r} combines the scores of several workloads, but workload is a "
+                    "single workload: write workload as a list of named workloads, or remove it"
+                )
+            return
+        names = [w.name for w in self.workloads]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"workload names must be distinct; repeated: {repeated}")
+        if self.workload != self.workloads[0].traffic():
+            raise ValueError("workload must be the first of workloads (write the list under workload)")
+        weighted = [w.name for w in self.workloads if w.weight is not None]
+        if weighted and score != "weighted_mean":
+            raise ValueError(
+                f"workload weights {weighted} only apply with goal.workload_score: weighted_mean "
+                f"(the score is {score or 'worst'!r}, the worst workload's)"
+            )
+        if self.goal.is_pareto:
+            raise ValueError("a 'pareto' goal takes one workload; several workloads are scored by one target")
+        driven = [w.name for w in self.workloads if w.kv_load_ratio is not None]
+        if driven:
+            raise ValueError(
+                f"workloads {driven} set kv_load_ratio, which sizes the load from each candidate; with several "
+                "workloads give each a request_rate, concurrency or trace"
+            )
+
+    @classmethod
     def from_yaml(cls, path: str | Path) -> SmartSearchConfig:
         """Read and validate a config file; a relative `trace_path` is resolved from the file's folder."""
         path = Path(path)
@@ -92,7 +160,9 @@ class SmartSearchConfig(StrictModel):
         try:
             return cls.model_validate(data, context=context)
         except ValidationError as exc:
-            raise ConfigError(problems_from(exc, cls), source=source) from None
+            # A workload list is written under `workload`: name its items there, as the user wrote them.
+            problems = [(_user_path(path), message) for path, message in problems_from(exc, cls)]
+            raise ConfigError(problems, source=source) from None
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -124,3 +194,7 @@ def _is_pareto(goal: Any) -> bool:
         target = goal.get("target", OptimizationTarget.THROUGHPUT.value)
         return target in (OptimizationTarget.PARETO, OptimizationTarget.PARETO.value)
     return False
+
+
+def _user_path(path: str) -> str:
+    return "workload" + path[len("workloads") :] if path.startswith("workloads[") else path

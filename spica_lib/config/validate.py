@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.base.artifacts import sha256_of
 from spica_lib.base.versions import package_versions
@@ -33,6 +33,9 @@ class RunInputs(BaseModel):
     config_file: str
     trace_file: str | None
     trace_sha256: str | None
+    # With several workloads: every workload's trace (name -> path, name -> SHA-256); the fields above are the first's.
+    workload_traces: dict[str, str] = Field(default_factory=dict)
+    workload_trace_sha256: dict[str, str] = Field(default_factory=dict)
 
 
 class ValidatedConfig(BaseModel):
@@ -72,6 +75,9 @@ def config_sha256(config: SmartSearchConfig) -> str:
     trace = config.workload.trace_path
     if trace is not None:
         data["workload"]["trace_path"] = f"sha256:{scan_trace(trace).sha256}"
+    for item in data.get("workloads") or []:
+        if item.get("trace_path") is not None:
+            item["trace_path"] = f"sha256:{scan_trace(item['trace_path']).sha256}"
     return sha256_of(data)
 
 
@@ -94,6 +100,10 @@ def build_validated_config(path: str | Path, run: str | None = None) -> Validate
             config_file=str(Path(path).resolve()),
             trace_file=trace,
             trace_sha256=scan_trace(trace).sha256 if trace else None,
+            workload_traces={w.name: w.trace_path for w in config.workloads or [] if w.trace_path},
+            workload_trace_sha256={
+                w.name: scan_trace(w.trace_path).sha256 for w in config.workloads or [] if w.trace_path
+            },
         ),
         catalog=facts,
         versions=package_versions(),

@@ -156,3 +156,14 @@ def _check_kv_load_ratio(ratio: float | list[float]) -> None:
         raise ValueError(f"kv_load_ratio values must be finite and >= 0 (above 1 oversubscribes), got {ratio}")
     if isinstance(ratio, list) and ratio[0] >= ratio[1]:
         raise ValueError(f"a kv_load_ratio range needs min < max, got {ratio}")
+
+
+class NamedWorkload(Workload):
+    """One of several workloads every candidate must serve (`workload` written as a list)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", max_length=64)
+    weight: Number | None = Field(default=None, gt=0)  # only with goal.workload_score: weighted_mean
+
+    def traffic(self) -> Workload:
+        """The workload itself, without its name and weight."""
+        return Workload.model_construct(**{name: getattr(self, name) for name in Workload.model_fields})

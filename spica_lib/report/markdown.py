@@ -12,6 +12,7 @@ from spica_lib.report.describe import describe
 from spica_lib.report.view import RunView
 from spica_lib.results.merge import same_result_as
 from spica_lib.trial.score import sla_miss
+from spica_lib.trial.spec import TrialResult
 
 UNITS = {
     "throughput": "output tokens/s",
@@ -107,12 +108,31 @@ def _top(view: RunView) -> str:
     for position, (row, tie) in enumerate(zip(rows, ties, strict=True), start=1):
         record, m = view.records[row.key], row.candidate.metrics
         name = describe(record.spec) + (f" (= #{tie})" if tie else "")
+        if row.binding_workload is not None:
+            name += f" · binds: {row.binding_workload}"
         lines.append(
             f"| {position} | {name} | {row.candidate.score:.4g} | {row.candidate.used_gpus} | "
             f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
             f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
     return "\n".join(lines)
+
+
+def _per_workload(result: TrialResult) -> list[str]:
+    """The winner on each of several workloads (the headline metrics are the binding one's)."""
+    if not result.workloads:
+        return []
+    lines = ["", "On each workload (the score is set by the one that binds):", "",
+             "| workload | score | TTFT ms | ITL ms | requests |", "|---|---:|---:|---:|---:|"]  # fmt: skip
+    for name, part in result.workloads.items():
+        m = part.metrics
+        mark = " (binds)" if name == result.binding_workload else ""
+        score = "—" if part.score is None else f"{part.score:.4g}"
+        lines.append(
+            f"| {name}{mark} | {score} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
+            f"{m.get('completed_requests', 0):.0f} |"
+        )
+    return lines
 
 
 def _per_branch_backend(view: RunView) -> str:
@@ -136,6 +156,7 @@ def _winner(view: RunView) -> str:
     lines = ["## The winner", "", f"`{describe(record.spec)}` — trial `{row.key[:12]}` (branch {row.branch}, "
              f"round {row.round}).", ""]  # fmt: skip
     lines += [f"- note: {note}" for note in record.spec.notes]
+    lines += _per_workload(record.result)
     events = record.result.scaling_events
     if events:
         lines += ["", "Planner scaling events during the replay:", "", "| at (s) | component | from | to |",

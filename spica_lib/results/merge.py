@@ -75,6 +75,9 @@ class CandidateRow(BaseModel):
     average_gpus: float | None
     selections: int = 1  # the search's selections that mapped to this deployment (cache hits included)
     notes: list[str] = []
+    # Several workloads: the one that set the score, and each workload's score.
+    binding_workload: str | None = None
+    workload_scores: dict[str, float] = {}
 
 
 def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialRecord]) -> list[CandidateRow]:
@@ -107,6 +110,10 @@ def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialR
                     average_gpus=result.average_gpus,
                     selections=mapped[key],
                     notes=record.spec.notes,
+                    binding_workload=result.binding_workload,
+                    workload_scores={
+                        name: part.score for name, part in (result.workloads or {}).items() if part.score is not None
+                    },
                 )
             )
     return rows
@@ -139,6 +146,9 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
             selections=row.selections,
             notes="; ".join(row.notes) or None,
         )
+        if row.binding_workload is not None:
+            out["binding_workload"] = row.binding_workload
+            out.update({f"score_{name}": value for name, value in row.workload_scores.items()})
         out.update({f"objective_{k}": v for k, v in (c.objectives or {}).items()})
         out.update({k: c.metrics.get(k) for k in HEADLINE_METRICS})
         out.update({f"config_{k}": _cell(v) for k, v in c.config.items()})
@@ -161,7 +171,7 @@ def same_result_as(rows: list[CandidateRow]) -> list[int | None]:
         c = row.candidate
         # The simulator's own speed and the planner's tick count say nothing about the requests served.
         deployment_metrics = {k: v for k, v in c.metrics.items() if k not in NOT_AN_OUTCOME}
-        outcome = json.dumps([c.score, c.used_gpus, deployment_metrics], sort_keys=True)
+        outcome = json.dumps([c.score, c.used_gpus, deployment_metrics, row.workload_scores], sort_keys=True)
         earlier = first.setdefault(outcome, position)
         out.append(earlier if earlier != position else None)
     return out

@@ -25,8 +25,9 @@ from spica_lib.replay.worker import ChildOutcome, ReplayWorker, warm_up
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
 from spica_lib.trial.screen import screen_plan
-from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
+from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus, WorkloadReplay
 from spica_lib.trial.unroll import as_round_robin, unroll_sample
+from spica_lib.trial.workloads import combine_workloads, part_key, split_part_key
 
 GOODPUT_KEY = "goodput_output_throughput_tok_s"
 
@@ -75,6 +76,7 @@ def prepare_trial(
         notes.append("kv_router with a single worker/DP rank per role replayed as round_robin (nothing to choose)")
     trace = workload.trace_path
     return TrialSpec(
+        workloads=_workload_replays(config, plan),
         deployment_mode=selection["deployment_mode"],
         selection=selection,
         parallel_config=parallel_config,
@@ -91,6 +93,33 @@ def prepare_trial(
         trace_sha256=scan_trace(trace).sha256 if trace else None,
         notes=notes,
     )
+
+
+def _workload_replays(config: SmartSearchConfig, plan: Any) -> list[WorkloadReplay] | None:
+    """With several workloads, the replay request of each (the same deployment, its own traffic)."""
+    mix = config.traffic_mix()
+    if mix is None:
+        return None
+    parts = []
+    for named in mix:
+        traffic = named.traffic()
+        request = ReplayRequest(
+            plan=plan,
+            workload=traffic,
+            concurrency=traffic.concurrency,
+            sla=config.goal.sla,
+            screen=screen_plan(config, traffic.concurrency, traffic),
+        )
+        trace = traffic.trace_path
+        parts.append(
+            WorkloadReplay(
+                name=named.name,
+                weight=float(named.weight or 1.0),
+                replay=request,
+                trace_sha256=scan_trace(trace).sha256 if trace else None,
+            )
+        )
+    return parts
 
 
 def rejected_before_replay(status: TrialStatus, reason: str, used_gpus: int) -> TrialResult:
@@ -131,13 +160,31 @@ def evaluate_trials(
     yield from refused.items()
     if not calls:
         return
+    # A trial on several workloads is one replay per workload; its result waits for all of them.
+    parts: dict[str, dict[str, TrialResult]] = {}
+    started = set()
+
+    def start(call_key: str) -> None:
+        key = split_part_key(call_key)[0]
+        if on_start is not None and key not in started:
+            started.add(key)
+            on_start(key)
+
     with ReplayWorker(parallel=parallel, timeout=max_eval_seconds) as worker:
         if warm:
             seconds = worker.warm(calls)
             if on_warm is not None:
                 on_warm(seconds)
-        for outcome in worker.run(calls, per_request, on_start):
-            yield outcome.key, score_replay(specs[outcome.key], outcome)
+        for outcome in worker.run(calls, per_request, start):
+            key, name = split_part_key(outcome.key)
+            spec = specs[key]
+            if name is None:
+                yield key, score_replay(spec, outcome)
+                continue
+            part = next(p for p in spec.workloads or [] if p.name == name)
+            parts.setdefault(key, {})[name] = score_replay(spec.on_workload(part), outcome)
+            if len(parts[key]) == len(spec.workloads or []):
+                yield key, combine_workloads(spec, parts.pop(key))
 
 
 def warm_up_trials(specs: dict[str, TrialSpec]) -> float:
@@ -152,6 +199,8 @@ def _replay_calls(specs: dict[str, TrialSpec]) -> tuple[dict[str, TrialResult], 
         problem = before_replay_problem(spec)
         if problem is not None:
             refused[key] = problem
+        elif spec.workloads:
+            calls.update({part_key(key, part.name): replay_call(part.replay) for part in spec.workloads})
         else:
             calls[key] = replay_call(spec.replay)
     return refused, calls
@@ -177,7 +226,13 @@ def evaluate_trial(
     spec: TrialSpec, *, max_eval_seconds: float | None = None, per_request_path: str | None = None
 ) -> TrialResult:
     """Replay and score one trial (in one child, with no warm-up: there is nothing to share it with)."""
-    per_request = {"trial": str(Path(per_request_path).resolve())} if per_request_path else None
+    per_request = None
+    if per_request_path:
+        path = Path(per_request_path).resolve()
+        per_request = {"trial": str(path)}
+        # Several workloads: one file per workload, named after it (requests.parquet -> requests.day.parquet).
+        for part in spec.workloads or []:
+            per_request[part_key("trial", part.name)] = str(path.with_name(f"{path.stem}.{part.name}{path.suffix}"))
     results = evaluate_trials({"trial": spec}, max_eval_seconds=max_eval_seconds, per_request=per_request)
     return next(result for _, result in results)
 

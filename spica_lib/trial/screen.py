@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import math
 
-from spica_lib.config import SmartSearchConfig
+from spica_lib.config import SmartSearchConfig, Workload
 from spica_lib.config.trace import scan_trace
 from spica_lib.replay.request import ScreenPlan
 
 MIN_SCREEN_REQUESTS = 40
 
 
-def screen_plan(config: SmartSearchConfig, concurrency: int | None) -> ScreenPlan | None:
-    goal, sweep, workload = config.goal, config.sweep, config.workload
+def screen_plan(
+    config: SmartSearchConfig, concurrency: int | None, workload: Workload | None = None
+) -> ScreenPlan | None:
+    """The prefix to screen on for `workload` (default: the config's), or None to replay it in full."""
+    goal, sweep, workload = config.goal, config.sweep, workload or config.workload
     if goal.sla is None or sweep.screen_fraction is None:
         return None
     fraction = sweep.screen_fraction

@@ -20,6 +20,17 @@ SCHEMA_VERSION = 2  # 2: the key hashes the replayed deployment, not the selecti
 TrialStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported"]
 
 
+class WorkloadReplay(BaseModel):
+    """One of several workloads a trial is replayed on: its name, weight and replay request."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    weight: float = 1.0
+    replay: ReplayRequest
+    trace_sha256: str | None = None
+
+
 class TrialSpec(BaseModel):
     """Everything needed to reproduce one replay. Its hash (`key`) is the trial's identity."""
 
@@ -35,6 +46,8 @@ class TrialSpec(BaseModel):
     gpu_budget: int
     trace_sha256: str | None = None
     notes: list[str] = Field(default_factory=list)
+    # Several workloads: every one (the first is `replay`), each replayed separately in the same job.
+    workloads: list[WorkloadReplay] | None = None
 
     @property
     def used_gpus(self) -> int:
@@ -51,7 +64,28 @@ class TrialSpec(BaseModel):
         data = self.model_dump(mode="json", exclude={"selection", "sample", "notes"})
         if self.trace_sha256 is not None:
             data["replay"]["workload"]["trace_path"] = f"sha256:{self.trace_sha256}"
+        for item in data.get("workloads") or []:
+            if item["trace_sha256"] is not None:
+                item["replay"]["workload"]["trace_path"] = f"sha256:{item['trace_sha256']}"
+        if data.get("workloads") is None:
+            data.pop("workloads", None)  # a one-workload trial keeps the key it had before workload lists
         return sha256_of(data)
+
+    def on_workload(self, part: WorkloadReplay) -> TrialSpec:
+        """This trial as replayed on one of its workloads."""
+        return self.model_copy(update={"replay": part.replay, "trace_sha256": part.trace_sha256, "workloads": None})
+
+
+class WorkloadResult(BaseModel):
+    """How a trial did on one of its workloads."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    status: TrialStatus
+    reason: str | None = None
+    score: float | None = None
+    sla_miss: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
 
 
 class TrialResult(BaseModel):
@@ -73,6 +107,9 @@ class TrialResult(BaseModel):
     cpu_seconds: float = 0.0
     replay_seconds: float = 0.0
     versions: dict[str, str] = Field(default_factory=dict)
+    # Several workloads: each one's outcome, and the one that set the score (the worst-scoring).
+    workloads: dict[str, WorkloadResult] | None = None
+    binding_workload: str | None = None
 
 
 class TrialRecord(BaseModel):
