@@ -6,6 +6,7 @@ import yaml
 from conftest import TRACE, build, config_data, rejected
 
 from spica_lib.cli.main import main
+from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
 from spica_lib.trial.evaluate import evaluate_trial, prepare_trial
@@ -33,8 +34,6 @@ def test_a_workload_list_keeps_every_named_workload_and_the_first_as_the_primary
 
 
 def test_the_json_schema_offers_a_list_of_named_workloads_under_workload():
-    from spica_lib.config import SmartSearchConfig
-
     schema = SmartSearchConfig.model_json_schema()
     shapes = schema["properties"]["workload"]["anyOf"]
     assert {"$ref": "#/$defs/Workload"} in shapes
