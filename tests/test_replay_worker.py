@@ -24,20 +24,20 @@ from spica_lib.replay.worker import ReplayWorker
 from spica_lib.trial.evaluate import evaluate_trial, evaluate_trials, prepare_trial
 
 
-def fake_sleep(call, per_request=None):
+def fake_sleep(call, per_request=None, on_screen=None):
     time.sleep(60)
 
 
-def fake_crash(call, per_request=None):
+def fake_crash(call, per_request=None, on_screen=None):
     faulthandler.disable()  # pytest's handler would print the crash of this deliberate segfault
     os.kill(os.getpid(), signal.SIGSEGV)
 
 
-def fake_exit(call, per_request=None):
+def fake_exit(call, per_request=None, on_screen=None):
     os._exit(3)
 
 
-def fake_echo(call, per_request=None):
+def fake_echo(call, per_request=None, on_screen=None):
     return {"metrics": {"x": float(call["x"])}, "scaling_events": [], "replay_seconds": 0.0}
 
 
@@ -67,12 +67,24 @@ def test_the_time_limit_kills_the_child_and_the_others_go_on(monkeypatch):
     assert psutil.Process().children() == []
 
 
+def fake_prefix_then_sleep(call, per_request=None, on_screen=None):
+    on_screen({"screened": False, "metric": "mean_ttft_ms", "value": 900.0, "ratio": 0.45, "prefix": "p"})
+    time.sleep(60)
+
+
+def test_a_child_stopped_at_its_limit_still_reports_what_its_prefix_showed(monkeypatch):
+    stopped = outcomes({"a": {}}, monkeypatch, fake_prefix_then_sleep, timeout=1.0)["a"]
+    assert stopped.status == "timed_out" and stopped.screen["ratio"] == 0.45 and stopped.report is None
+    finished = outcomes({"a": {"x": 1}}, monkeypatch, fake_echo)["a"]
+    assert finished.screen is None and finished.report["ok"]
+
+
 WORKER_SCRIPT = """
 import threading, time
 import spica_lib.replay.worker as worker_module
 from spica_lib.replay.worker import ReplayWorker
 
-def fake_sleep(call, per_request=None):
+def fake_sleep(call, per_request=None, on_screen=None):
     time.sleep(120)
 
 worker_module.execute_call = fake_sleep

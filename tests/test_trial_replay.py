@@ -1,6 +1,7 @@
 """Trials through the real Dynamo replay on small workloads (a few hundred requests each)."""
 
 import json
+import math
 import random
 
 import pandas as pd
@@ -11,6 +12,7 @@ from conftest import TRACE, build, config_data
 from spica_lib.base.artifacts import write_model
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.search.metrics import designer_metrics
 from spica_lib.trial.evaluate import evaluate_trial, prepare_failure, prepare_trial
 from spica_lib.trial.spec import TrialRecord
 from spica_lib.trial.store import note_job_error, read_trial, run_replay_job
@@ -457,3 +459,17 @@ def test_an_open_loop_trace_is_screened_on_the_first_part_of_its_simulated_time(
     result = evaluate_trial(spec, max_eval_seconds=120)
     assert result.status == "infeasible" and result.screen.screened and "s simulated" in result.reason
     assert result.metrics["completed_requests"] < 3993 * 0.2  # it stopped at the prefix
+
+
+def test_a_replay_stopped_at_its_limit_after_its_prefix_says_what_the_prefix_showed_and_tells_the_miss():
+    data = config_data(workload={"isl": 2048, "osl": 256, "request_rate": 40.0, "num_request_ratio": 600})
+    data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
+    data["sweep"] = {"screen_fraction": 0.02, "screen_margin": 1000}  # a prefix that never stops it
+    cfg = build(data)
+    result = evaluate_trial(spec_for(cfg, agg(1, 1)), max_eval_seconds=3)  # 24,000 requests on one GPU
+    assert result.status == "timed_out", result.reason
+    assert result.screen is not None and not result.screen.screened
+    assert result.screen.prefix == "first 480 of 24000 requests"
+    assert result.reason.startswith("replay exceeded max_eval_seconds=3 and was stopped after its prefix")
+    assert result.sla_miss == result.screen.ratio > 1  # already over its bound on the prefix
+    assert designer_metrics(result, cfg.goal) == {"objective": -math.log1p(result.sla_miss)}

@@ -15,14 +15,21 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from spica_lib.base.artifacts import atomic_write_parquet
 
 
-def execute_call(call: dict[str, Any], per_request_path: str | None = None) -> dict[str, Any]:
+def execute_call(
+    call: dict[str, Any], per_request_path: str | None = None, on_screen: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
     """Run one replay call (its screen first, if any); return {"metrics", "scaling_events", "replay_seconds",
-    "screen"}. Raises Dynamo's errors."""
+    "screen"}. Raises Dynamo's errors.
+
+    `on_screen(verdict)` hears the prefix's verdict as soon as it is known, before the full replay
+    starts: if that replay is then stopped at its time limit, the prefix still says how it was going.
+    """
     screen = call.get("screen")
     if not screen:
         return _replay(call, per_request_path)
@@ -36,6 +43,8 @@ def execute_call(call: dict[str, Any], per_request_path: str | None = None) -> d
     verdict = _verdict(prefix["metrics"], screen, prefix["replay_seconds"])
     if verdict["screened"]:
         return {**prefix, "screen": verdict}
+    if on_screen is not None:
+        on_screen(verdict)
     return {**_replay(call, per_request_path), "screen": verdict}
 
 

@@ -46,6 +46,7 @@ class ChildOutcome:
     report: dict[str, Any] | None
     wall_seconds: float
     cpu_seconds: float
+    screen: dict[str, Any] | None = None  # the prefix's verdict, sent before the full replay (see execute_call)
 
 
 @dataclass
@@ -210,18 +211,35 @@ class ReplayWorker:
                 os.close(key)
         wall = time.perf_counter() - running.started
         cpu = usage.ru_utime + usage.ru_stime
-        base = {"key": running.key, "wall_seconds": wall, "cpu_seconds": cpu}
+        # The child writes one JSON line per message: the prefix's verdict (when it has a screen and
+        # was not stopped there), then its report.
+        messages = _messages(running.out)
+        screen = next((m["screen"] for m in messages if "screen" in m), None)
+        base = {"key": running.key, "wall_seconds": wall, "cpu_seconds": cpu, "screen": screen}
         if timed_out:
             reason = f"replay exceeded max_eval_seconds={self.timeout:g} and was stopped"
             return ChildOutcome(status="timed_out", reason=reason, report=None, **base)
         try:
-            report = json.loads(running.out.decode("utf-8"))
-        except ValueError:
+            report = next(m for m in messages if "ok" in m)
+        except StopIteration:
             tail = running.err.decode("utf-8", errors="replace")[-STDERR_TAIL:].strip()
             return ChildOutcome(status="failed", reason=f"{_death(status)}: {tail}", report=None, **base)
         if not report["ok"]:
             return ChildOutcome(status="failed", reason=f"replay failed: {report['error']}", report=report, **base)
         return ChildOutcome(status="ok", reason=None, report=report, **base)
+
+
+def _messages(out: bytearray) -> list[dict[str, Any]]:
+    """The complete JSON lines a child wrote (a line cut short by a kill is left out)."""
+    messages = []
+    for line in out.decode("utf-8", errors="replace").splitlines():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(message, dict):
+            messages.append(message)
+    return messages
 
 
 def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int, err: int) -> None:
@@ -238,13 +256,19 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
         os.dup2(err, 2)
+
+        def send(message: dict[str, Any]) -> None:
+            data = (json.dumps(message) + "\n").encode("utf-8")
+            while data:
+                data = data[os.write(out, data) :]
+
         try:
-            report = {"ok": True, "outcome": execute_call(call, per_request)}
+            report = {"ok": True, "outcome": execute_call(call, per_request, lambda v: send({"screen": v}))}
         except Exception as exc:  # a replay error is a result: the trial is recorded as failed
             traceback.print_exc()
             report = {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}
-        with os.fdopen(out, "w", encoding="utf-8") as handle:
-            json.dump(report, handle)
+        send(report)
+        os.close(out)
         code = 0
     finally:
         os._exit(code)

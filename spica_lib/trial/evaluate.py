@@ -20,7 +20,7 @@ from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.call import NO_REQUEST_DONE
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo
-from spica_lib.replay.request import ReplayOutcome, ReplayRequest, replay_call
+from spica_lib.replay.request import ReplayOutcome, ReplayRequest, ScreenOutcome, replay_call
 from spica_lib.replay.worker import ChildOutcome, ReplayWorker, warm_up
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
@@ -245,6 +245,8 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
         "cpu_seconds": run.cpu_seconds,
         "versions": package_versions(),
     }
+    if run.status == "timed_out" and run.screen is not None:
+        return _timed_out_after_prefix(spec, run, base)
     if run.status != "ok":
         return TrialResult(status=run.status, reason=run.reason, **base)
     outcome = ReplayOutcome.model_validate(run.report["outcome"])
@@ -305,6 +307,32 @@ def _screened(spec: TrialSpec, outcome: ReplayOutcome, base: dict[str, Any]) -> 
         scaling_events=outcome.scaling_events,
         **base,
     )
+
+
+def _timed_out_after_prefix(spec: TrialSpec, run: ChildOutcome, base: dict[str, Any]) -> TrialResult:
+    """A full replay stopped at its limit after its prefix passed the screen: say what the prefix showed.
+
+    The simulator's cost per request grows with the queue (a deep queue made one replay 20x slower
+    per request), so a replay that ran its prefix in a fraction of the limit and then ran out of time
+    had a queue that kept growing. The prefix's SLA ratio is recorded as the trial's SLA miss, so
+    the designer is told how far it was off instead of nothing.
+    """
+    screen = ScreenOutcome.model_validate(run.screen)
+    limit = spec.replay.screen
+    shown = "no request completed" if screen.ratio >= NO_REQUEST_DONE else f"{screen.metric} {screen.value:.4g}"
+    verdict = (
+        f"already over its bound ({screen.ratio:.2g}x): a queue that keeps growing slows the simulator down"
+        if screen.ratio > 1
+        else f"within its bound ({screen.ratio:.2g}x); the rest of the workload then took over "
+        f"{max(1.0, (run.wall_seconds - screen.replay_seconds) / max(screen.replay_seconds, 1e-3)):.0f}x "
+        "the prefix's time"
+    )
+    reason = (
+        f"{run.reason} after its prefix ({screen.prefix}, replayed in {screen.replay_seconds:.2f} s) "
+        f"showed {shown}, {verdict}"
+    )
+    miss = screen.ratio if limit is not None and screen.ratio < NO_REQUEST_DONE else None
+    return TrialResult(status="timed_out", reason=reason, sla_miss=miss, screen=screen, **base)
 
 
 def killed_outside(spec: TrialSpec, attempt: int, job_error: str = "") -> TrialResult:
