@@ -21,6 +21,7 @@ from spica_lib.config.sweep import (
 from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
+DEFAULT_FINISH_REPEATS = 3
 
 
 class SmartSearchConfig(StrictModel):
@@ -78,6 +79,13 @@ class SmartSearchConfig(StrictModel):
                 f"sweep.{sorted(screening)[0]} screens a candidate against goal.sla on a prefix of the workload; "
                 "without an SLA there is nothing to screen against: set goal.sla, or remove it"
             )
+        if self.goal.is_pareto and self.sweep.finish_repeats is not None:
+            raise ValueError(
+                "sweep.finish_repeats ranks the top deployments by their mean score; a 'pareto' goal has a front, "
+                "not a ranking: remove it"
+            )
+        if not self.goal.is_pareto and self.sweep.finish_repeats is None:
+            self.sweep.finish_repeats = DEFAULT_FINISH_REPEATS
         prices = self.goal.gpu_hour_usd
         sku = self.search_space.hardware_sku
         if isinstance(prices, dict) and sku not in prices:

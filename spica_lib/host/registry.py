@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from spica_lib.report.job import report
 from spica_lib.run.job import JobArgs
-from spica_lib.run.jobs import merge, replay, suggest, tell, warm_up_for_replay
+from spica_lib.run.jobs import finish, merge, replay, suggest, tell, warm_up_for_finish, warm_up_for_replay
 
 Body = Callable[[JobArgs], None]
 
@@ -15,6 +15,7 @@ JOBS: dict[str, tuple[Body, Body | None]] = {
     "suggest": (suggest, None),
     "replay": (replay, warm_up_for_replay),
     "tell": (tell, None),
+    "finish": (finish, warm_up_for_finish),
     "merge": (merge, None),
     "report": (report, None),
 }

@@ -10,7 +10,8 @@ from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
 from spica_lib.report.describe import describe
 from spica_lib.report.view import RunView
-from spica_lib.results.merge import same_result_as
+from spica_lib.results.finish import overlapping
+from spica_lib.results.merge import CandidateRow, same_result_as
 from spica_lib.trial.score import sla_miss
 from spica_lib.trial.spec import TrialResult
 
@@ -110,12 +111,34 @@ def _top(view: RunView) -> str:
         name = describe(record.spec) + (f" (= #{tie})" if tie else "")
         if row.binding_workload is not None:
             name += f" · binds: {row.binding_workload}"
+        score = f"{row.candidate.score:.4g}"
+        if row.finish is not None and row.finish.replays > 1:
+            score = f"{row.finish.mean:.4g} (mean of {row.finish.replays}: {row.finish.low:.4g}–{row.finish.high:.4g})"
         lines.append(
-            f"| {position} | {name} | {row.candidate.score:.4g} | {row.candidate.used_gpus} | "
+            f"| {position} | {name} | {score} | {row.candidate.used_gpus} | "
             f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
             f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
+    lines += _noise_note(rows)
     return "\n".join(lines)
+
+
+def _noise_note(rows: list[CandidateRow]) -> list[str]:
+    """Which finished top deployments are apart by less than the KV router's run-to-run noise."""
+    repeated = [row.finish for row in rows if row.finish is not None and row.finish.replays > 1]
+    if not repeated:
+        return []
+    rank = {row.key: position for position, row in enumerate(rows, start=1)}
+    pairs = sorted(
+        {tuple(sorted((rank[key], rank[other]))) for key, others in overlapping(repeated).items() for other in others}
+    )
+    lines = ["", f"The top deployments with a KV router were replayed {repeated[0].replays} times (it breaks ties "
+             "at random) and are ranked by their mean."]  # fmt: skip
+    if pairs:
+        lines.append(
+            "Within that noise neither of these clearly wins: " + ", ".join(f"#{a} and #{b}" for a, b in pairs) + "."
+        )
+    return lines
 
 
 def _per_workload(result: TrialResult) -> list[str]:

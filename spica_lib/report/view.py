@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.config.validate import ValidatedConfig
-from spica_lib.results.merge import CandidateRow, SweepSummary, collect_candidates, ordered
+from spica_lib.results.finish import FinishResult
+from spica_lib.results.merge import CandidateRow, SweepSummary, apply_finish, collect_candidates, ordered
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory
 from spica_lib.trial.score import sla_miss
@@ -77,7 +78,9 @@ class RunView:
     @cached_property
     def ranked(self) -> list[CandidateRow]:
         """Best first (scalar goal) or the Pareto front (Pareto goal), exactly as the merge stage ranks."""
-        return ordered(self.config, self.rows)
+        best = ordered(self.config, self.rows)
+        finish = Path(self.files.finish_json)
+        return apply_finish(best, read_model(finish, FinishResult)) if finish.is_file() else best
 
     @property
     def summary(self) -> SweepSummary | None:

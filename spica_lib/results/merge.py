@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SmartSearchConfig
 from spica_lib.replay.request import WALL_CLOCK_METRICS
+from spica_lib.results.finish import FinishedDeployment, FinishResult, overlapping
 from spica_lib.results.ranking import pareto_front, rank
 from spica_lib.search.history import BranchHistory
 from spica_lib.trial.score import Candidate
@@ -44,6 +45,19 @@ NOT_AN_OUTCOME = WALL_CLOCK_METRICS | {"planner_total_ticks"}
 TALLY_KEYS = ("feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit")
 
 
+class FinishedSummary(BaseModel):
+    """A top deployment after the finish: its rank, how many replays scored it, their mean and range."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    key: str
+    replays: int
+    mean: float
+    low: float
+    high: float
+
+
 class SweepSummary(BaseModel):
     """Artifact `summary.json`."""
 
@@ -61,6 +75,8 @@ class SweepSummary(BaseModel):
     optimizer_seconds: float
     branches: dict[str, dict[str, Any]]
     line: str
+    # The noise-aware finish: the top deployments in ranked order, each with its replays' mean and range.
+    finish: list[FinishedSummary] = Field(default_factory=list)
 
 
 class CandidateRow(BaseModel):
@@ -78,6 +94,7 @@ class CandidateRow(BaseModel):
     # Several workloads: the one that set the score, and each workload's score.
     binding_workload: str | None = None
     workload_scores: dict[str, float] = {}
+    finish: FinishedDeployment | None = None  # a top deployment's repeated replays (results.finish)
 
 
 def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialRecord]) -> list[CandidateRow]:
@@ -130,9 +147,19 @@ def ordered(config: SmartSearchConfig, rows: list[CandidateRow]) -> list[Candida
     return [by_candidate[id(c)] for c in chosen]
 
 
+def apply_finish(best: list[CandidateRow], finish: FinishResult) -> list[CandidateRow]:
+    """The ranking with the finished top deployments first, ordered by their mean score (then fewer GPUs)."""
+    finished = finish.by_key()
+    top = [row.model_copy(update={"finish": finished[row.key]}) for row in best if row.key in finished]
+    top.sort(key=lambda row: (-row.finish.mean, row.candidate.used_gpus))
+    return top + [row for row in best if row.key not in finished]
+
+
 def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     records = []
     ties = same_result_as(rows)
+    ranks = {row.key: position for position, row in enumerate(rows, start=1)}
+    overlaps = overlapping([row.finish for row in rows if row.finish is not None])
     for position, row in enumerate(rows, start=1):
         c = row.candidate
         out: dict[str, Any] = {"rank": position, "same_result_as": ties[position - 1]} if with_rank else {}
@@ -146,6 +173,15 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
             selections=row.selections,
             notes="; ".join(row.notes) or None,
         )
+        if row.finish is not None:
+            out.update(
+                finish_mean=row.finish.mean,
+                finish_low=row.finish.low,
+                finish_high=row.finish.high,
+                finish_replays=row.finish.replays,
+            )
+            if with_rank:
+                out["overlaps"] = " ".join(f"#{ranks[key]}" for key in overlaps[row.key]) or None
         if row.binding_workload is not None:
             out["binding_workload"] = row.binding_workload
             out.update({f"score_{name}": value for name, value in row.workload_scores.items()})
@@ -156,6 +192,8 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     table = pd.DataFrame(records)
     if with_rank and len(table):
         table["same_result_as"] = table["same_result_as"].astype("Int64")  # a rank, or empty
+    if "finish_replays" in table:
+        table["finish_replays"] = table["finish_replays"].astype("Int64")  # a count, or empty below the top
     return table
 
 
@@ -216,6 +254,18 @@ def summarise(
         optimizer_seconds=sum(t.optimizer_seconds for h in histories for t in h.tallies),
         branches=branches,
         line="",
+        finish=[
+            FinishedSummary(
+                rank=rank,
+                key=row.key,
+                replays=row.finish.replays,
+                mean=row.finish.mean,
+                low=row.finish.low,
+                high=row.finish.high,
+            )
+            for rank, row in enumerate(best, start=1)
+            if row.finish is not None
+        ],
     )
     summary.line = summary_line(config, summary)
     return summary
@@ -246,6 +296,12 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
         line += f"; pareto front: {summary.front_size} non-dominated candidate(s)"
     else:
         line += f"; best {config.goal.target.value}={summary.best_score:.4g}"
+        repeated = [f for f in summary.finish if f.replays > 1]
+        if repeated and repeated[0].rank == 1:
+            top = repeated[0]
+            line += (
+                f"; #1 after the finish: mean {top.mean:.4g} over {top.replays} replays ({top.low:.4g}-{top.high:.4g})"
+            )
     if summary.failure_reasons:
         shown = [f"{r} (x{n})" if n > 1 else r for r, n in list(summary.failure_reasons.items())[:3]]
         more = len(summary.failure_reasons) - 3

@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 from pathlib import Path
+from typing import Any
 
 from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
 from spica_lib.base.logs import stage_log
@@ -20,13 +21,14 @@ from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.table import read_pool
 from spica_lib.predictor.plan import LoadPredictorResult
-from spica_lib.results.merge import collect_candidates, frame, ordered, summarise
+from spica_lib.results.finish import REPEAT_SEPARATOR, FinishedDeployment, FinishResult, repeat_specs
+from spica_lib.results.merge import CandidateRow, apply_finish, collect_candidates, frame, ordered, summarise
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, suggest_round, tell_round
-from spica_lib.trial.evaluate import warm_up_trials
-from spica_lib.trial.spec import TrialSpec
+from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
+from spica_lib.trial.spec import TrialRecord, TrialSpec
 from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
 
 
@@ -163,17 +165,67 @@ def tell(job: JobArgs) -> None:
             log.info("branch %s stops: %s", updated.deployment_mode, updated.stall_reason)
 
 
+def _ranked_run(job: JobArgs) -> tuple[Any, list[BranchHistory], dict[str, TrialRecord], list[CandidateRow]]:
+    """The run's config, branch histories, trials and feasible deployments ranked (before the finish)."""
+    files = RunFiles(dir=job.params["run_dir"])
+    config = read_model(job.input["config"], ValidatedConfig).config
+    histories = [read_model(path, BranchHistory) for path in job.inputs("histories")]
+    records: dict[str, TrialRecord] = {}
+    for history in histories:
+        records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
+    return config, histories, records, ordered(config, collect_candidates(histories, records))
+
+
+def finish_top(job: JobArgs) -> dict[str, TrialSpec]:
+    """The top deployments the finish looks at (key -> spec), in the search's ranking order."""
+    config, _, records, best = _ranked_run(job)
+    if (config.sweep.finish_repeats or 1) < 2:  # none for a Pareto goal
+        return {}
+    return {row.key: records[row.key].spec for row in best[: config.sweep.top_k]}
+
+
+def warm_up_for_finish(job: JobArgs) -> None:
+    """Load what the finish's replays need into the calling process (the warm host, before it forks)."""
+    config = read_model(job.input["config"], ValidatedConfig).config
+    warm_up_trials(repeat_specs(finish_top(job), config.sweep.finish_repeats or 1))
+
+
+def finish(job: JobArgs) -> None:
+    """Rule `finish`: the top deployments replayed again where the replay is not exact -> finish.json."""
+    with stage_log(job.log[0]) as log:
+        config, _, records, _ = _ranked_run(job)
+        top = finish_top(job)
+        repeats = config.sweep.finish_repeats or 1
+        extra = repeat_specs(top, repeats)
+        log.info("%d top deployment(s), %d extra replay(s) %s", len(top), len(extra), HOST.where())
+        results = dict(
+            evaluate_trials(extra, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
+        )
+        deployments = []
+        for key in top:
+            mine = [results[k] for k in extra if k.split(REPEAT_SEPARATOR)[0] == key]
+            scores = [records[key].result.score] + [r.score for r in mine if r.status == "feasible"]
+            failed = [f"{r.status}: {r.reason}" for r in mine if r.status != "feasible"]
+            finished = FinishedDeployment(key=key, scores=scores, failed_repeats=failed)
+            deployments.append(finished)
+            log.info(
+                "%s: %d replay(s), mean %.4g in [%.4g, %.4g]%s",
+                key[:12],
+                finished.replays,
+                finished.mean,
+                finished.low,
+                finished.high,
+                f"; {len(failed)} did not score" if failed else "",
+            )
+        write_model(job.output["finish"], FinishResult(repeats=repeats, deployments=deployments))
+
+
 def merge(job: JobArgs) -> None:
     """Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json."""
-    files = RunFiles(dir=job.params["run_dir"])
     with stage_log(job.log[0]) as log:
-        config = read_model(job.input["config"], ValidatedConfig).config
-        histories = [read_model(path, BranchHistory) for path in job.inputs("histories")]
-        records = {}
-        for history in histories:
-            records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
+        config, histories, records, best = _ranked_run(job)
         rows = collect_candidates(histories, records)
-        best = ordered(config, rows)
+        best = apply_finish(best, read_model(job.input["finish"], FinishResult))
         atomic_write_parquet(job.output["candidates"], frame(rows))
         atomic_write_text(job.output["table"], frame(best, with_rank=True).to_csv(index=False))
         summary = summarise(config, histories, records, best)

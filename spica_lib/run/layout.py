@@ -111,6 +111,11 @@ class RunFiles(BaseModel):
     def summary_json(self) -> str:
         return f"{self.dir}/summary.json"
 
+    @property
+    def finish_json(self) -> str:
+        """The noise-aware finish: the top deployments' repeated replays (results.finish.FinishResult)."""
+        return f"{self.dir}/finish.json"
+
     def ranked_csv(self, is_pareto: bool) -> str:
         """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
         return f"{self.dir}/{'pareto' if is_pareto else 'ranked'}.csv"
@@ -152,6 +157,7 @@ class RunLayout(RunFiles):
     is_pareto: bool
     max_eval_seconds: float | None
     parallel_evals: int
+    finish_replays: int = 0  # the finish's extra replays at most: top_k x (finish_repeats - 1)
 
     @property
     def last_round(self) -> int:
@@ -211,6 +217,7 @@ def prepare_run(
         is_pareto=config.goal.is_pareto,
         max_eval_seconds=config.sweep.max_eval_seconds,
         parallel_evals=config.sweep.parallel_evals,
+        finish_replays=config.sweep.top_k * ((config.sweep.finish_repeats or 1) - 1),
     )
     existing = Path(layout.config_json)
     if existing.is_file():

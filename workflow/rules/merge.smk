@@ -4,6 +4,7 @@ rule merge:
     input:
         config=rules.validate.output.config,
         histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
+        finish=RUN.finish_json,
     output:
         candidates=RUN.candidates_parquet,
         table=RUN.ranking_csv,
