@@ -10,9 +10,14 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import TRACE, write_yaml
 
+from spica_lib.base.artifacts import write_model
+from spica_lib.config import trace
+from spica_lib.config.validate import build_validated_config
 from spica_lib.host import launch
 from spica_lib.host.client import ADDRESS_VARIABLE, delegate, host_address
+from spica_lib.host.registry import JOBS
 from spica_lib.run.job import JobArgs
 
 
@@ -94,3 +99,20 @@ def test_the_host_dies_with_the_process_that_started_it(signum):
     owner.wait(timeout=30)
     host.wait(timeout=30)  # psutil.TimeoutExpired if it outlived its owner
     assert not host.is_running()
+
+
+def test_the_host_scans_the_runs_trace_before_it_forks_a_suggest(tmp_path):
+    config = write_yaml(tmp_path, {**trace_config(), "workload": {"trace_path": str(TRACE)}})
+    write_model(tmp_path / "config.json", build_validated_config(config))
+    job = broken_tell_job(tmp_path).model_copy(
+        update={"rule": "suggest", "input": {"config": str(tmp_path / "config.json")}}
+    )
+    trace._scan.cache_clear()
+    JOBS["suggest"][1](job)  # what the host runs before it forks the job
+    assert trace._scan.cache_info().currsize == 1
+    trace.scan_trace(TRACE)  # as a forked suggest would: found, not read again
+    assert trace._scan.cache_info().misses == 1
+
+
+def trace_config():
+    return {"search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm"}}

@@ -6,13 +6,23 @@ from collections.abc import Callable
 
 from spica_lib.report.job import report
 from spica_lib.run.job import JobArgs
-from spica_lib.run.jobs import finish, merge, replay, suggest, tell, warm_up_for_finish, warm_up_for_replay
+from spica_lib.run.jobs import (
+    finish,
+    merge,
+    replay,
+    scan_traces_for_suggest,
+    suggest,
+    tell,
+    warm_up_for_finish,
+    warm_up_for_replay,
+)
 
 Body = Callable[[JobArgs], None]
 
-# A replay job's warm-up runs in the host itself, so every later replay job forks with it loaded.
+# What a job needs loaded runs in the host itself (a replay job's warm-up, a suggest's trace scan),
+# so every later job of the kind forks with it done.
 JOBS: dict[str, tuple[Body, Body | None]] = {
-    "suggest": (suggest, None),
+    "suggest": (suggest, scan_traces_for_suggest),
     "replay": (replay, warm_up_for_replay),
     "tell": (tell, None),
     "finish": (finish, warm_up_for_finish),

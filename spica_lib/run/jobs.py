@@ -16,6 +16,7 @@ from typing import Any
 
 from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
 from spica_lib.base.logs import stage_log
+from spica_lib.config.trace import scan_trace
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import BranchSpec
@@ -62,6 +63,18 @@ def suggest(job: JobArgs) -> None:
         log.info("%s round %d: %d suggestion(s) -> %s", branch, round_index, suggestions.attempts, outcomes)
         if suggestions.skipped:
             log.info("no work: %s", suggestions.skipped)
+
+
+def scan_traces_for_suggest(job: JobArgs) -> None:
+    """Hash and parse the run's traces in the calling process (the warm host, before it forks a suggest).
+
+    Every trial key names its trace by content; a suggest job forked from the host finds the scan
+    done, so a large trace is read once per run there, not once per round.
+    """
+    config = read_model(job.input["config"], ValidatedConfig).config
+    for workload in [config.workload, *(config.workloads or [])]:
+        if workload.trace_path is not None:
+            scan_trace(workload.trace_path)
 
 
 def replay_specs(job: JobArgs) -> dict[str, TrialSpec]:
