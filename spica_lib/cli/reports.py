@@ -73,7 +73,7 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
 
 def _limit_line(config: SmartSearchConfig) -> str:
     sweep = config.sweep
-    counts = [w.expected_requests() for w in config.traffic_mix() or [config.workload]]
+    counts = [w.expected_requests() for w in config.workloads or [config.workload]]
     requests = None if None in counts else "/".join(str(c) for c in counts)
     size = f"{requests} requests per replay" if requests is not None else "request count set per candidate"
     line = f"{sweep.max_eval_seconds:g} s per trial ({size})"
@@ -86,7 +86,7 @@ def _limit_line(config: SmartSearchConfig) -> str:
 
 
 def _workload_line(config: SmartSearchConfig) -> str:
-    mix = config.traffic_mix()
+    mix = config.workloads
     if mix is None:
         return _traffic(config.workload)
     how = "scored by the weighted mean" if config.goal.workload_score == "weighted_mean" else "scored by the worst"

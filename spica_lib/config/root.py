@@ -115,10 +115,6 @@ class SmartSearchConfig(StrictModel):
         schema["properties"]["workload"] = {"anyOf": [schema["properties"]["workload"], listed]}
         return schema
 
-    def traffic_mix(self) -> list[NamedWorkload] | None:
-        """The named workloads every candidate is replayed on, or None for one workload."""
-        return self.workloads
-
     def _most_expected_requests(self) -> int | None:
         counts = [w.expected_requests() for w in (self.workloads or [self.workload])]
         return None if None in counts else max(counts)

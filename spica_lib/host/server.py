@@ -88,6 +88,7 @@ def _loop(listener: socket.socket, jobs: dict[int, _Job]) -> None:
 
 def _accept(listener: socket.socket, jobs: dict[int, _Job]) -> _Job | None:
     connection, _ = listener.accept()
+    descriptors: list[int] = []
     try:
         connection.settimeout(REQUEST_TIMEOUT)
         name, job, request, descriptors = _read_request(connection)
@@ -99,6 +100,8 @@ def _accept(listener: socket.socket, jobs: dict[int, _Job]) -> _Job | None:
         request["prepare_seconds"] = time.perf_counter() - started
     except Exception:
         traceback.print_exc()  # a bad request or a failed warm-up: the rule script runs the job itself
+        for descriptor in descriptors:
+            os.close(descriptor)
         connection.close()
         return None
     connection.settimeout(None)

@@ -12,10 +12,11 @@ import os
 import shutil
 import socket
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
 from spica_lib.base.logs import stage_log
+from spica_lib.config import SmartSearchConfig
 from spica_lib.config.trace import scan_trace
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.facts.kv_capacity import KvEstimator
@@ -29,7 +30,7 @@ from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, suggest_round, tell_round
 from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
-from spica_lib.trial.spec import TrialRecord, TrialSpec
+from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
 
 
@@ -178,47 +179,54 @@ def tell(job: JobArgs) -> None:
             log.info("branch %s stops: %s", updated.deployment_mode, updated.stall_reason)
 
 
-def _ranked_run(job: JobArgs) -> tuple[Any, list[BranchHistory], dict[str, TrialRecord], list[CandidateRow]]:
-    """The run's config, branch histories, trials and feasible deployments ranked (before the finish)."""
+class RankedRun(NamedTuple):
+    """A finished search read once: config, branch histories, trials, feasible deployments and their ranking."""
+
+    config: SmartSearchConfig
+    histories: list[BranchHistory]
+    records: dict[str, TrialRecord]
+    rows: list[CandidateRow]
+    best: list[CandidateRow]  # before the finish
+
+
+def _ranked_run(job: JobArgs) -> RankedRun:
     files = RunFiles(dir=job.params["run_dir"])
     config = read_model(job.input["config"], ValidatedConfig).config
     histories = [read_model(path, BranchHistory) for path in job.inputs("histories")]
     records: dict[str, TrialRecord] = {}
     for history in histories:
         records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
-    return config, histories, records, ordered(config, collect_candidates(histories, records))
+    rows = collect_candidates(histories, records)
+    return RankedRun(config, histories, records, rows, ordered(config, rows))
 
 
-def finish_top(job: JobArgs) -> dict[str, TrialSpec]:
-    """The top deployments the finish looks at (key -> spec), in the search's ranking order."""
-    config, _, records, best = _ranked_run(job)
-    if (config.sweep.finish_repeats or 1) < 2:  # none for a Pareto goal
-        return {}
-    return {row.key: records[row.key].spec for row in best[: config.sweep.top_k]}
+def _finish_replays(run: RankedRun) -> tuple[dict[str, TrialSpec], dict[str, TrialSpec]]:
+    """The top deployments the finish looks at (key -> spec, in ranking order) and the extra replays it needs."""
+    repeats = run.config.sweep.finish_repeats or 1  # none for a Pareto goal
+    top = {row.key: run.records[row.key].spec for row in run.best[: run.config.sweep.top_k]} if repeats > 1 else {}
+    return top, repeat_specs(top, repeats)
 
 
 def warm_up_for_finish(job: JobArgs) -> None:
     """Load what the finish's replays need into the calling process (the warm host, before it forks)."""
-    config = read_model(job.input["config"], ValidatedConfig).config
-    warm_up_trials(repeat_specs(finish_top(job), config.sweep.finish_repeats or 1))
+    warm_up_trials(_finish_replays(_ranked_run(job))[1])
 
 
 def finish(job: JobArgs) -> None:
     """Rule `finish`: the top deployments replayed again where the replay is not exact -> finish.json."""
     with stage_log(job.log[0]) as log:
-        config, _, records, _ = _ranked_run(job)
-        top = finish_top(job)
-        repeats = config.sweep.finish_repeats or 1
-        extra = repeat_specs(top, repeats)
+        run = _ranked_run(job)
+        top, extra = _finish_replays(run)
         log.info("%d top deployment(s), %d extra replay(s) %s", len(top), len(extra), HOST.where())
-        results = dict(
-            evaluate_trials(extra, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
-        )
+        repeated: dict[str, list[TrialResult]] = {key: [] for key in top}
+        for repeat, result in evaluate_trials(
+            extra, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True
+        ):
+            repeated[repeat.split(REPEAT_SEPARATOR)[0]].append(result)
         deployments = []
-        for key in top:
-            mine = [results[k] for k in extra if k.split(REPEAT_SEPARATOR)[0] == key]
-            scores = [records[key].result.score] + [r.score for r in mine if r.status == "feasible"]
-            failed = [f"{r.status}: {r.reason}" for r in mine if r.status != "feasible"]
+        for key, results in repeated.items():
+            scores = [run.records[key].result.score] + [r.score for r in results if r.status == "feasible"]
+            failed = [f"{r.status}: {r.reason}" for r in results if r.status != "feasible"]
             finished = FinishedDeployment(key=key, scores=scores, failed_repeats=failed)
             deployments.append(finished)
             log.info(
@@ -230,18 +238,18 @@ def finish(job: JobArgs) -> None:
                 finished.high,
                 f"; {len(failed)} did not score" if failed else "",
             )
+        repeats = run.config.sweep.finish_repeats or 1
         write_model(job.output["finish"], FinishResult(repeats=repeats, deployments=deployments))
 
 
 def merge(job: JobArgs) -> None:
     """Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json."""
     with stage_log(job.log[0]) as log:
-        config, histories, records, best = _ranked_run(job)
-        rows = collect_candidates(histories, records)
-        best = apply_finish(best, read_model(job.input["finish"], FinishResult))
-        atomic_write_parquet(job.output["candidates"], frame(rows))
+        run = _ranked_run(job)
+        best = apply_finish(run.best, read_model(job.input["finish"], FinishResult))
+        atomic_write_parquet(job.output["candidates"], frame(run.rows))
         atomic_write_text(job.output["table"], frame(best, with_rank=True).to_csv(index=False))
-        summary = summarise(config, histories, records, best)
+        summary = summarise(run.config, run.histories, run.records, best)
         write_model(job.output["summary"], summary)
         log.info("%s", summary.line)
         print(summary.line)

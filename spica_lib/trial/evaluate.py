@@ -97,7 +97,7 @@ def prepare_trial(
 
 def _workload_replays(config: SmartSearchConfig, plan: Any) -> list[WorkloadReplay] | None:
     """With several workloads, the replay request of each (the same deployment, its own traffic)."""
-    mix = config.traffic_mix()
+    mix = config.workloads
     if mix is None:
         return None
     parts = []
