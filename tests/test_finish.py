@@ -46,6 +46,14 @@ def test_finish_repeats_must_be_at_least_one_and_does_nothing_for_a_pareto_goal(
     assert build(config_data(sweep={"finish_repeats": 1})).sweep.finish_repeats == 1  # 1: no finish
 
 
+def test_finish_repeats_without_a_kv_router_in_the_space_does_nothing_and_is_refused():
+    exact = {"router_mode": ["round_robin"]}
+    rejected(config_data(search_space=exact, sweep={"finish_repeats": 3}), "", "has no kv_router")
+    config = build(config_data(search_space=exact))
+    assert config.sweep.finish_repeats is None  # left out: nothing to repeat
+    assert build(config.model_dump(mode="json")) == config  # the normalised config reads back
+
+
 @pytest.mark.slow
 def test_a_sweep_replays_its_top_kv_router_deployments_again_and_ranks_them_by_their_mean(tmp_path):
     data = yaml.safe_load((REPO / "config" / "examples" / "pinned_parallel.yaml").read_text())

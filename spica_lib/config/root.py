@@ -79,13 +79,7 @@ class SmartSearchConfig(StrictModel):
                 f"sweep.{sorted(screening)[0]} screens a candidate against goal.sla on a prefix of the workload; "
                 "without an SLA there is nothing to screen against: set goal.sla, or remove it"
             )
-        if self.goal.is_pareto and self.sweep.finish_repeats is not None:
-            raise ValueError(
-                "sweep.finish_repeats ranks the top deployments by their mean score; a 'pareto' goal has a front, "
-                "not a ranking: remove it"
-            )
-        if not self.goal.is_pareto and self.sweep.finish_repeats is None:
-            self.sweep.finish_repeats = DEFAULT_FINISH_REPEATS
+        self._resolve_finish()
         prices = self.goal.gpu_hour_usd
         sku = self.search_space.hardware_sku
         if isinstance(prices, dict) and sku not in prices:
@@ -114,6 +108,22 @@ class SmartSearchConfig(StrictModel):
         listed = {"type": "array", "items": {"$ref": "#/$defs/NamedWorkload"}, "minItems": 1}
         schema["properties"]["workload"] = {"anyOf": [schema["properties"]["workload"], listed]}
         return schema
+
+    def _resolve_finish(self) -> None:
+        """The finish replays KV-router deployments of a ranking: without either, finish_repeats does nothing."""
+        if self.goal.is_pareto and self.sweep.finish_repeats is not None:
+            raise ValueError(
+                "sweep.finish_repeats ranks the top deployments by their mean score; a 'pareto' goal has a front, "
+                "not a ranking: remove it"
+            )
+        if "kv_router" not in self.search_space.router_mode and self.sweep.finish_repeats is not None:
+            raise ValueError(
+                "sweep.finish_repeats replays the top KV-router deployments again (the router breaks ties at "
+                "random); search_space.router_mode has no kv_router, and round robin replays exactly: remove it"
+            )
+        if not self.goal.is_pareto and "kv_router" in self.search_space.router_mode:
+            if self.sweep.finish_repeats is None:
+                self.sweep.finish_repeats = DEFAULT_FINISH_REPEATS
 
     def _most_expected_requests(self) -> int | None:
         counts = [w.expected_requests() for w in (self.workloads or [self.workload])]
