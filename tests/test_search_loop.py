@@ -101,10 +101,10 @@ def sweep(config, spec, pool, rounds, replay):
     return history, files, store
 
 
-def cfg(algorithm="random", per_round=2, rounds=3, goal=None):
-    data = config_data(
-        sweep={"algorithm": algorithm, "candidates_per_round": per_round, "max_rounds": rounds, "seed": 3}
-    )
+def cfg(algorithm="random", per_round=2, rounds=3, goal=None, warm_start=False):
+    # The designer's own rounds; the warm start's round 0 is tests/test_warm_start.py's.
+    sweep = {"algorithm": algorithm, "candidates_per_round": per_round, "max_rounds": rounds, "seed": 3}
+    data = config_data(sweep={**sweep, "warm_start": warm_start})
     if goal:
         data["goal"] = goal
     return build(data)

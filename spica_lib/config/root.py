@@ -80,6 +80,7 @@ class SmartSearchConfig(StrictModel):
                 "without an SLA there is nothing to screen against: set goal.sla, or remove it"
             )
         self._resolve_finish()
+        self._resolve_warm_start()
         prices = self.goal.gpu_hour_usd
         sku = self.search_space.hardware_sku
         if isinstance(prices, dict) and sku not in prices:
@@ -124,6 +125,16 @@ class SmartSearchConfig(StrictModel):
         if not self.goal.is_pareto and "kv_router" in self.search_space.router_mode:
             if self.sweep.finish_repeats is None:
                 self.sweep.finish_repeats = DEFAULT_FINISH_REPEATS
+
+    def _resolve_warm_start(self) -> None:
+        per_candidate = [w for w in (self.workloads or [self.workload]) if w.kv_load_ratio is not None]
+        if per_candidate and self.sweep.warm_start:
+            raise ValueError(
+                "sweep.warm_start ranks every layout by its estimate under the workload's traffic, but a "
+                "kv_load_ratio workload's traffic is sized per candidate, so nothing can be ranked: remove it"
+            )
+        if self.sweep.warm_start is None:
+            self.sweep.warm_start = not per_candidate
 
     def _most_expected_requests(self) -> int | None:
         counts = [w.expected_requests() for w in (self.workloads or [self.workload])]

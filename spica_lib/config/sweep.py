@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 from spica_lib.config.strict import StrictModel
 
@@ -53,6 +53,10 @@ class SweepConfig(StrictModel):
     # SLA statistic there is already `screen_margin` times its bound is infeasible without the full replay.
     screen_fraction: StrictFloat | None = Field(default=0.2, gt=0, lt=1)
     screen_margin: StrictInt | StrictFloat = Field(default=2.0, gt=1)
+    # Warm start: round 0 of each branch replays a diverse top set of its pool, ranked by aiconfigurator's
+    # static estimate under the workload (search/warm_start.py), before the designer explores. Left out:
+    # on, unless a workload's traffic depends on the candidate (kv_load_ratio), where nothing can be ranked.
+    warm_start: StrictBool | None = None
 
     @property
     def per_round(self) -> int:

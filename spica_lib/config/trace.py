@@ -34,6 +34,8 @@ class TraceScan(NamedTuple):
     sha256: str
     records: int
     duration_ms: float  # last arrival minus first (the trace's span before any speed-up)
+    input_tokens: int = 0  # summed over the records (their means size the static estimate's traffic)
+    output_tokens: int = 0
 
 
 def scan_trace(path: str | Path) -> TraceScan:
@@ -53,17 +55,22 @@ def _scan(path: str, size: int, mtime_ns: int) -> TraceScan:  # size and mtime: 
     digest = hashlib.sha256()
     records = 0
     first, last = float("inf"), float("-inf")
+    inputs = outputs = 0
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             digest.update(raw)
             line = raw.decode("utf-8", errors="replace")
             if line.strip():
-                stamp = float(parse_record(line, number).timestamp)
+                record = parse_record(line, number)
+                stamp = float(record.timestamp)
                 first, last = min(first, stamp), max(last, stamp)
+                inputs, outputs = inputs + record.input_length, outputs + record.output_length
                 records += 1
     if records == 0:
         raise TraceFormatError("the file holds no records")
-    return TraceScan(sha256=digest.hexdigest(), records=records, duration_ms=last - first)
+    return TraceScan(
+        sha256=digest.hexdigest(), records=records, duration_ms=last - first, input_tokens=inputs, output_tokens=outputs
+    )
 
 
 def parse_record(line: str, number: int) -> MooncakeRecord:

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import OptimizationGoal
 from spica_lib.search.metrics import designer_metrics
+from spica_lib.search.warm_start import WarmStart
 from spica_lib.trial.spec import TrialResult
 
 SCHEMA_VERSION = 1
@@ -31,6 +32,7 @@ class Suggested(BaseModel):
     mode_projected: bool = False
     trial_round: int | None = None  # where the trial file is (new, duplicate, cached): its round ...
     trial_batch: int | None = None  # ... and the replay job of that round that wrote it
+    warm_start: bool = False  # a seed of round 0 chosen by the static estimate, not by the designer
 
 
 class RoundSuggestions(BaseModel):
@@ -48,6 +50,7 @@ class RoundSuggestions(BaseModel):
     suggested: list[Suggested] = Field(default_factory=list)
     new_keys: list[str] = Field(default_factory=list)
     trials_per_job: int | None = None  # None: one replay job for all of the round's new trials
+    warm_start: WarmStart | None = None  # round 0 with sweep.warm_start: how its seeds were chosen
 
     def batches(self) -> list[list[str]]:
         """The new trials of each replay job of the round, in order."""

@@ -8,6 +8,8 @@ budget or with too little KV cache (`infeasible`), a spec that cannot be built (
 trial the branch already ran (`cached`, told with its stored result). Only new, unique specs
 go to replay jobs. `tell_round` reads the trial files and appends the round to the history; a
 round with fewer new trials than its target stalls the branch, whose later rounds are then empty.
+With `sweep.warm_start`, round 0 first replays the seeds the static estimate picks
+(search/warm_start.py) and asks the designer only for what they leave to fill.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from spica_lib.search.designers import (
 from spica_lib.search.history import BranchHistory, Observation, RoundSuggestions, RoundTally, Suggested, observe
 from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
+from spica_lib.search.warm_start import warm_start
 from spica_lib.trial.evaluate import over_budget, prepare_failure, prepare_trial
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
@@ -85,18 +88,23 @@ def suggest_round(
     specs: list[TrialSpec] = []
     next_id = len(past) + 1
     cap = REPLACEMENT_FACTOR * target
+    seeds: list[dict[str, Any]] = []
+    if round_index == 0 and sweep.warm_start:
+        round_file.warm_start, seeds = warm_start(context.config, space, target)
+        optimizer += round_file.warm_start.estimate_seconds
     while len(specs) < target and round_file.attempts < cap:
         ask = min(target - len(specs), cap - round_file.attempts)
         clock = time.perf_counter()
-        batch = designer.suggest(ask)
+        seeded, seeds = seeds[:ask], seeds[ask:]
+        batch = seeded or [plain_parameters(s) for s in designer.suggest(ask)]
         optimizer += time.perf_counter() - clock
         if not batch:
             break
         round_file.attempts += len(batch)
         answered = []
-        for suggestion in batch:
-            params = plain_parameters(suggestion)
+        for params in batch:
             item, new_spec = _triage(context, space, round_index, next_id, params, known_keys, known_results, specs)
+            item.warm_start = bool(seeded)
             next_id += 1
             round_file.suggested.append(item)
             if new_spec is not None:

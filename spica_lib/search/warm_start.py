@@ -1,0 +1,164 @@
+"""The warm start: round 0 of a branch replays a diverse top set of its pool, ranked by the static estimate.
+
+Every (layout, backend) of the pool is estimated under the workload (pools/estimate.py: no replay,
+milliseconds for the whole pool) and ranked by the goal. Round 0 then takes the best one, and after
+it the best of each GPU count and backend not yet taken, so that a wrong estimate near the SLA
+costs one seed, not the round. Knobs take the config's first choice. The seeds are told to the
+designer like any suggestion, and it explores from there. It is deterministic: the seed plays no part.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.config import OptimizationTarget, SmartSearchConfig
+from spica_lib.facts.parallel import ParallelConfig
+from spica_lib.pools.branches import PoolRecord
+from spica_lib.pools.estimate import LayoutEstimate, StepModel, estimate_layout, estimated_value, sla_miss, traffic_of
+from spica_lib.search.space import BranchSpace
+
+
+class WarmStartPick(BaseModel):
+    """One seed of round 0 and what the estimate said of it (under the worst workload)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layout: str
+    backend: str
+    gpus: int
+    estimate_rank: int  # 1 = the estimate's best in the branch
+    target: str
+    # None: not finite (a layout whose queue the estimate expects to grow without bound)
+    estimated_value: float | None
+    estimated_sla_miss: float | None
+    estimated_ttft_ms: float | None
+    estimated_itl_ms: float | None
+
+
+class WarmStart(BaseModel):
+    """Recorded in round 0's `suggestions.json`: how the seeds were chosen."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    layouts_estimated: int = 0
+    estimate_seconds: float = 0.0
+    picks: list[WarmStartPick]
+    note: str | None = None  # why there are no seeds, when there are none
+
+
+class Ranked(NamedTuple):
+    config: ParallelConfig
+    backend: str
+    estimate: LayoutEstimate  # under the workload that binds (the worst)
+    keys: dict[str, tuple[float, float]]  # target -> (value, -sla miss), larger is better
+
+
+def rank_pool(config: SmartSearchConfig, pool: list[PoolRecord], model: StepModel) -> list[Ranked]:
+    """Every (layout, backend) of the pool with its estimate, in pool order."""
+    traffics = [traffic_of(w) for w in (config.workloads or [config.workload])]
+    targets = _targets(config)
+    out = []
+    for record in pool:
+        for backend in record.backends:
+            estimates = [estimate_layout(model, record.config, backend, t) for t in traffics]
+            keys = {t.value: min(_key(config, t, e) for e in estimates) for t in targets}
+            binding = min(estimates, key=lambda e: _key(config, targets[0], e))
+            out.append(Ranked(config=record.config, backend=backend, estimate=binding, keys=keys))
+    return out
+
+
+def _targets(config: SmartSearchConfig) -> list[OptimizationTarget]:
+    goal = config.goal
+    return list(goal.resolved_pareto_objectives) if goal.is_pareto else [goal.target]
+
+
+def _key(config: SmartSearchConfig, target: OptimizationTarget, estimate: LayoutEstimate) -> tuple[float, float]:
+    return (estimated_value(config.goal, target, estimate), -sla_miss(config.goal, estimate))
+
+
+def diverse_top(ranked: list[Ranked], count: int, targets: list[str]) -> list[tuple[int, str]]:
+    """`count` picks (indices into `ranked`, with the target that chose each): each target in turn takes
+    its best not yet picked, preferring a (GPUs, backend) not yet covered."""
+    orders = {t: estimate_order(ranked, t) for t in targets}
+    picked: list[int] = []
+    covered: set[tuple[int, str]] = set()
+    out = []
+    for turn in range(min(count, len(ranked))):
+        target = targets[turn % len(targets)]
+        fresh = [i for i in orders[target] if i not in picked]
+        new_kind = [i for i in fresh if _kind(ranked[i]) not in covered]
+        choice = (new_kind or fresh)[0]
+        picked.append(choice)
+        covered.add(_kind(ranked[choice]))
+        out.append((choice, target))
+    return out
+
+
+def estimate_order(ranked: list[Ranked], target: str) -> list[int]:
+    """Indices into `ranked`, the estimate's best first (ties: the earlier in the pool)."""
+    return sorted(range(len(ranked)), key=lambda i: (ranked[i].keys[target], -i), reverse=True)
+
+
+def _kind(item: Ranked) -> tuple[int, str]:
+    return (item.config.total_gpus, item.backend)
+
+
+def seed_parameters(space: BranchSpace, config: ParallelConfig, backend: str) -> dict[str, Any]:
+    """Vizier parameters that decode to `config` on `backend`, with every other knob at its first choice."""
+    params: dict[str, Any] = {}
+    for knob in space.knobs:
+        first = backend if knob.name == "backend" else space.spec.knob_choices[knob.name][0]
+        if knob.kind == "categorical":
+            params[knob.name] = knob.values[list(knob.choices).index(first)]
+        else:
+            params[knob.name] = float(first)
+    for param in space.floats:
+        params[param.name] = param.default
+    if space.features:
+        encoded = space.projector.encode(config)
+        for feature in space.features:
+            value = encoded[feature.name]
+            params[feature.name] = value if isinstance(value, str) else float(value)
+    return params
+
+
+def warm_start(config: SmartSearchConfig, space: BranchSpace, count: int) -> tuple[WarmStart, list[dict[str, Any]]]:
+    """Round 0's seeds for the branch and the record of how they were chosen."""
+    clock = time.perf_counter()
+    spec = space.spec
+    model = StepModel(config.search_space.model_name, config.search_space.hardware_sku, spec.backend_versions)
+    try:
+        ranked = rank_pool(config, space.pool, model)
+    except Exception as exc:  # the designer still has the round: a failed estimate costs the warm start only
+        note = f"static estimate failed ({type(exc).__name__}: {exc}); round 0 is the designer's"
+        return WarmStart(picks=[], note=note, estimate_seconds=time.perf_counter() - clock), []
+    targets = [t.value for t in _targets(config)]
+    rank_of = {t: {index: place for place, index in enumerate(estimate_order(ranked, t), start=1)} for t in targets}
+    picks, params = [], []
+    for index, target in diverse_top(ranked, count, targets):
+        item = ranked[index]
+        value, miss = item.keys[target]
+        picks.append(
+            WarmStartPick(
+                layout=item.config.label(),
+                backend=item.backend,
+                gpus=item.config.total_gpus,
+                estimate_rank=rank_of[target][index],
+                target=target,
+                estimated_value=_finite(value),
+                estimated_sla_miss=_finite(-miss),
+                estimated_ttft_ms=_finite(item.estimate.ttft_ms),
+                estimated_itl_ms=_finite(item.estimate.itl_ms),
+            )
+        )
+        params.append(seed_parameters(space, item.config, item.backend))
+    record = WarmStart(layouts_estimated=len(ranked), estimate_seconds=time.perf_counter() - clock, picks=picks)
+    return record, params
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
