@@ -1,140 +1,248 @@
-"""Benchmark (b): how quickly each algorithm finds the best configuration of a small branch.
+"""Benchmark (b): how close each algorithm gets to a branch's best within a budget, with and without the warm start.
 
-The branch (Qwen3-32B on up to 8 H200, agg, vLLM + SGLang, 3 batched-token x 3 max-seq values,
-ISL 4096 / OSL 512 at 16 req/s so the knobs matter: 3 of 270 configurations are within 1 % of the best,
-round robin, no planner) has 270 configurations. All are replayed once, in this warm process, to
-get the grid's best score; then each algorithm searches it through the real round logic
-(`suggest_round` / `tell_round`, Vizier as in a sweep) with replays looked up in that table, for
-15 % of the grid (5 rounds x 8). Reported: the share of the grid's best reached, median of 5 seeds,
-and the optimizer's time per round.
-Run: .venv/bin/python bench/search_efficiency.py [ALGORITHM ...]
+Three landscapes (Qwen3-32B on up to 8 H200, vLLM + SGLang, goodput per GPU under a mean TTFT / ITL SLA):
+  heavy  agg, ISL 4096 / OSL 512 at 16 req/s, 3 batched-token x 3 max-seq values: the knobs matter;
+  light  agg, ISL 2048 / OSL 256 at 2 req/s, both routers, 2 max-seq values: the fewest GPUs that
+         meet the SLA win;
+  disagg disagg, ISL 2048 / OSL 256 at 8 req/s: 71 prefill x decode layouts on two backends.
+Each landscape is replayed exhaustively first (every layout x backend x knob combination, through the
+sweep's own trial path: real replays in a warm worker, screening included), cached on disk under a
+key of the landscape's config, Spica's source and the Dynamo / aiconfigurator versions. Each
+algorithm then searches it through the real round logic (`suggest_round` / `tell_round`, Vizier as
+in a sweep) with replays looked up in that table: 4 rounds x 4 (16 evaluations, the held-out
+config's budget) and 8 rounds x 4 (32), 10 seeds each, with and without the warm start.
+Printed: every per-seed share of the landscape's best, the median and worst per cell, and the
+Spearman correlation between the static estimate's order and the replay's.
+
+Run: .venv/bin/python bench/search_efficiency.py [--algorithms nsga2,random,...] [--seeds N] [--landscapes heavy,...]
 """
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import itertools
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("DYN_LOG", "error")
 
+from spica_lib.base.versions import package_versions  # noqa: E402
 from spica_lib.config import SmartSearchConfig  # noqa: E402
 from spica_lib.facts.kv_capacity import KvEstimator  # noqa: E402
 from spica_lib.pools.branches import enumerate_branches  # noqa: E402
-from spica_lib.replay.request import run_replay  # noqa: E402
+from spica_lib.pools.estimate import StepModel  # noqa: E402
 from spica_lib.search.rounds import SearchContext, suggest_round, tell_round  # noqa: E402
-from spica_lib.trial.evaluate import prepare_trial  # noqa: E402
-from spica_lib.trial.score import average_gpus, make_candidate  # noqa: E402
+from spica_lib.search.space import BranchSpace  # noqa: E402
+from spica_lib.search.warm_start import estimate_order, rank_pool, seed_parameters  # noqa: E402
+from spica_lib.trial.evaluate import evaluate_trials, prepare_trial  # noqa: E402
 from spica_lib.trial.spec import TrialRecord, TrialResult  # noqa: E402
 
-ALGORITHMS = ["eagle", "gp_ucb_pe", "gp_bandit", "nsga2", "quasi_random", "random"]
-SEEDS = [0, 1, 2, 3, 4]
-ROUNDS, PER_ROUND = 5, 8
-CACHE = Path(os.environ.get("SPICA_BENCH_CACHE", "/tmp/spica_grid.json"))
+REPO = Path(__file__).resolve().parents[1]
+ALGORITHMS = ["nsga2", "eagle", "random", "quasi_random"]  # gp_ucb_pe: 50-90 s per round here, opt in
+BUDGETS = [(4, 4), (8, 4)]  # (rounds, candidates per round)
+SLA = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 2000, "itl_ms": 50}}
+BASE_SPACE = {
+    "model_name": "Qwen/Qwen3-32B",
+    "hardware_sku": "h200_sxm",
+    "gpu_budget": 8,
+    "backend": ["vllm", "sglang"],
+}
+LANDSCAPES = {
+    "heavy": (
+        {
+            "deployment_mode": ["agg"],
+            "agg_max_num_batched_tokens": [8192, 16384, 32768],
+            "agg_max_num_seqs": [256, 512, 1024],
+            "router_mode": ["round_robin"],
+        },
+        {"isl": 4096, "osl": 512, "request_rate": 16.0, "num_request_ratio": 30},
+    ),
+    "light": (
+        {
+            "deployment_mode": ["agg"],
+            "agg_max_num_batched_tokens": [8192],
+            "agg_max_num_seqs": [256, 512],
+            "router_mode": ["round_robin", "kv_router"],
+            "overlap_score_credit": [0.5, 1.0],
+            "prefill_load_scale": [1.0],
+            "router_temperature": [0.0],
+        },
+        {"isl": 2048, "osl": 256, "request_rate": 2.0, "num_request_ratio": 60},
+    ),
+    "disagg": (
+        {
+            "deployment_mode": ["disagg"],
+            "router_mode": ["round_robin"],
+            "prefill_max_num_batched_tokens": [8192],
+            "prefill_max_num_seqs": [8],
+            "decode_max_num_seqs": [256],
+        },
+        {"isl": 2048, "osl": 256, "request_rate": 8.0, "num_request_ratio": 30},
+    ),
+}
 
 
-def config_for(algorithm: str, seed: int) -> SmartSearchConfig:
+def config_for(landscape: str, algorithm: str, seed: int, rounds: int, per_round: int, warm: bool) -> SmartSearchConfig:
+    space, workload = LANDSCAPES[landscape]
     return SmartSearchConfig.from_mapping(
         {
-            "search_space": {
-                "model_name": "Qwen/Qwen3-32B",
-                "hardware_sku": "h200_sxm",
-                "gpu_budget": 8,
-                "deployment_mode": ["agg"],
-                "backend": ["vllm", "sglang"],
-                "agg_max_num_batched_tokens": [8192, 16384, 32768],
-                "agg_max_num_seqs": [256, 512, 1024],
-                "router_mode": ["round_robin"],
-                "planner_scaling_policy": ["disabled"],
+            "search_space": {**BASE_SPACE, **space, "planner_scaling_policy": ["disabled"]},
+            "workload": workload,
+            "goal": SLA,
+            "sweep": {
+                "algorithm": algorithm,
+                "seed": seed,
+                "candidates_per_round": per_round,
+                "max_rounds": rounds,
+                "warm_start": warm,
+                "parallel_evals": 2,
             },
-            "workload": {"isl": 4096, "osl": 512, "request_rate": 16.0, "num_request_ratio": 30},
-            "goal": {"target": "goodput_per_gpu", "sla": {"ttft_ms": 2000, "itl_ms": 50}},
-            "sweep": {"algorithm": algorithm, "seed": seed, "candidates_per_round": PER_ROUND, "max_rounds": ROUNDS},
         }
     )
 
 
-def grid(config: SmartSearchConfig, branch) -> dict[str, TrialResult]:
-    """Every configuration of the branch, replayed in this process (cached on disk between runs)."""
-    if CACHE.exists():
-        return {k: TrialResult.model_validate(v) for k, v in json.loads(CACHE.read_text()).items()}
-    results = {}
-    knobs = branch.spec.knob_choices
+def cache_path(config: SmartSearchConfig) -> Path:
+    """Keyed by the landscape's config, Spica's source and the simulator's versions: never a fixed path."""
+    digest = hashlib.sha256()
+    landscape = config.model_dump(mode="json", exclude={"sweep"})
+    digest.update(json.dumps(landscape, sort_keys=True).encode())
+    for path in sorted((REPO / "spica_lib").rglob("*.py")):
+        digest.update(path.read_bytes())
+    versions = package_versions()
+    digest.update(
+        json.dumps({k: versions.get(k) for k in ("ai-dynamo", "aiconfigurator-core")}, sort_keys=True).encode()
+    )
+    root = Path(os.environ.get("SPICA_BENCH_CACHE", Path.home() / ".cache" / "spica" / "bench"))
+    return root / f"landscape-{digest.hexdigest()[:20]}.json"
+
+
+def landscape_table(config: SmartSearchConfig, branch) -> dict[str, TrialResult]:
+    """Every configuration of the branch, replayed the way a sweep replays it (cached on disk)."""
+    path = cache_path(config)
+    if path.exists():
+        return {k: TrialResult.model_validate(v) for k, v in json.loads(path.read_text()).items()}
+    space = BranchSpace(branch.spec, branch.pool)
+    searched = {k.name: list(k.choices) if k.kind == "categorical" else list(k.values) for k in space.knobs}
+    specs = {}
     for record in branch.pool:
         for backend in record.backends:
-            for tokens in knobs["agg_max_num_batched_tokens"]:
-                for seqs in knobs["agg_max_num_seqs"]:
-                    selection = {
-                        "deployment_mode": "agg",
-                        "backend": backend,
-                        "agg_max_num_batched_tokens": tokens,
-                        "agg_max_num_seqs": seqs,
-                        "router_mode": "round_robin",
-                        "planner_scaling_policy": "disabled",
-                    }
-                    spec = prepare_trial(
-                        config, selection, record.config, backend_version=branch.spec.backend_versions[backend]
-                    )
-                    outcome = run_replay(spec.replay)
-                    candidate = make_candidate(spec.sample, outcome.metrics, config.goal.target)
-                    results[spec.key()] = TrialResult(
-                        status="feasible",
-                        metrics=candidate.metrics,
-                        score=candidate.score,
-                        used_gpus=spec.used_gpus,
-                        average_gpus=average_gpus(outcome.metrics),
-                    )
-    CACHE.write_text(json.dumps({k: v.model_dump() for k, v in results.items()}))
+            base = seed_parameters(space, record.config, backend)
+            names = [n for n in searched if n != "backend"]
+            for values in itertools.product(*(searched[n] for n in names)):
+                params = dict(base)
+                for name, value in zip(names, values, strict=True):
+                    knob = next(k for k in space.knobs if k.name == name)
+                    params[name] = knob.values[list(knob.choices).index(value)] if knob.kind == "categorical" else value
+                selection = space.decode(params)
+                spec = prepare_trial(
+                    config,
+                    selection.values,
+                    selection.parallel_config,
+                    backend_version=branch.spec.backend_versions[backend],
+                )
+                specs.setdefault(spec.key(), spec)
+    results = dict(evaluate_trials(specs, max_eval_seconds=config.sweep.max_eval_seconds, parallel=2, warm=True))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({k: v.model_dump(mode="json") for k, v in results.items()}))
+    temporary.replace(path)
     return results
 
 
-def search(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> tuple[float, float]:
-    """Best score found within the budget, and the optimizer's mean seconds per round."""
+def search(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> float:
+    """Best feasible score the search finds within its budget."""
     context = SearchContext(
         config=config, estimator=KvEstimator("Qwen/Qwen3-32B", "h200_sxm", branch.spec.backend_versions)
     )
-    history, store, optimizer = None, {}, []
-    for k in range(ROUNDS):
-        suggestions, specs = suggest_round(
-            context, branch.spec, branch.pool, k, history, {key: r.result for key, r in store.items()}
-        )
-        optimizer.append(suggestions.optimizer_seconds)
+    history, store = None, {}
+    for k in range(config.sweep.max_rounds):
+        known = {key: r.result for key, r in store.items()}
+        suggestions, specs = suggest_round(context, branch.spec, branch.pool, k, history, known)
         for spec in specs:
             store[spec.key()] = TrialRecord(key=spec.key(), spec=spec, result=table[spec.key()])
         history = tell_round(config.goal, suggestions, {key: r.result for key, r in store.items()}, history)
         if history.stalled:
             break
-    best = max((r.result.score for r in store.values()), default=0.0)
-    return best, statistics.mean(optimizer)
+    return max((r.result.score for r in store.values() if r.result.status == "feasible"), default=0.0)
+
+
+def spearman_of_estimate(
+    config: SmartSearchConfig, branch, table: dict[str, TrialResult]
+) -> tuple[float, float, float]:
+    """Spearman's rho between the estimate's order and the replay's (knobs at their first choice, as a seed
+    replays them), the estimate's seconds per layout, and the replayed share of the best for its top pick."""
+    from scipy.stats import spearmanr
+
+    space = BranchSpace(branch.spec, branch.pool)
+    clock = time.perf_counter()
+    model = StepModel(config.search_space.model_name, config.search_space.hardware_sku, branch.spec.backend_versions)
+    ranked = rank_pool(config, branch.pool, model)
+    per_layout = (time.perf_counter() - clock) / len(ranked)
+    replayed = []
+    for item in ranked:
+        selection = space.decode(seed_parameters(space, item.config, item.backend))
+        spec = prepare_trial(
+            config,
+            selection.values,
+            selection.parallel_config,
+            backend_version=branch.spec.backend_versions[item.backend],
+        )
+        result = table[spec.key()]
+        replayed.append(result.score if result.status == "feasible" else -(result.sla_miss or 1e3))
+    order = estimate_order(ranked, config.goal.target.value)
+    place = {index: position for position, index in enumerate(order)}
+    rho = spearmanr([-place[i] for i in range(len(ranked))], replayed).statistic
+    best = max(r.score for r in table.values() if r.status == "feasible")
+    top = order[0]
+    return float(rho), per_layout, max(replayed[top], 0.0) / best
 
 
 def main() -> None:
-    algorithms = sys.argv[1:] or ALGORITHMS
-    base = config_for("eagle", 0)
-    branch = enumerate_branches(base)[0]
-    started = time.perf_counter()
-    table = grid(base, branch)
-    best = max(r.score for r in table.values())
-    print(
-        f"grid: {len(table)} configurations, best goodput/GPU {best:.1f} ({time.perf_counter() - started:.0f} s to replay or load)"
-    )
-    print(
-        f"budget: {ROUNDS} rounds x {PER_ROUND} = {ROUNDS * PER_ROUND} evaluations ({100 * ROUNDS * PER_ROUND / len(table):.0f} % of the grid)"
-    )
-    print("| algorithm | share of the grid's best, median of 5 seeds | worst seed | optimizer s/round (mean) |")
-    print("|---|---|---|---|")
-    for algorithm in algorithms:
-        shares, seconds = [], []
-        for seed in SEEDS:
-            found, optimizer = search(config_for(algorithm, seed), branch, table)
-            shares.append(found / best)
-            seconds.append(optimizer)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--landscapes", default=",".join(LANDSCAPES))
+    args = parser.parse_args()
+    algorithms, seeds = args.algorithms.split(","), list(range(args.seeds))
+    summary = []
+    for landscape in args.landscapes.split(","):
+        base = config_for(landscape, "nsga2", 0, 4, 4, True)
+        branch = enumerate_branches(base)[0]
+        clock = time.perf_counter()
+        table = landscape_table(base, branch)
+        feasible = [r.score for r in table.values() if r.status == "feasible"]
+        best = max(feasible)
+        near = sum(score >= 0.99 * best for score in feasible)
         print(
-            f"| {algorithm} | {100 * statistics.median(shares):.1f} % | {100 * min(shares):.1f} % | {statistics.mean(seconds):.1f} |",
-            flush=True,
+            f"\n## {landscape}: {len(table)} distinct trials, best {best:.1f}, {near} within 1 % of it, "
+            f"{sum(s == 0 for s in feasible) + len(table) - len(feasible)} score 0 or infeasible "
+            f"({time.perf_counter() - clock:.0f} s to replay or load)"
+        )
+        rho, per_layout, top_share = spearman_of_estimate(base, branch, table)
+        print(
+            f"estimate vs replay: Spearman {rho:.2f}, {1000 * per_layout:.2f} ms per layout, "
+            f"its top pick replays at {100 * top_share:.1f} % of the best"
+        )
+        for (rounds, per_round), algorithm, warm in itertools.product(BUDGETS, algorithms, (False, True)):
+            shares = []
+            for seed in seeds:
+                found = search(config_for(landscape, algorithm, seed, rounds, per_round, warm), branch, table)
+                shares.append(found / best)
+            row = (landscape, rounds * per_round, algorithm, warm, statistics.median(shares), min(shares))
+            summary.append(row)
+            per_seed = " ".join(f"{100 * s:.1f}" for s in shares)
+            print(
+                f"{rounds * per_round} evals, {algorithm}, warm start {'on' if warm else 'off'}: {per_seed}", flush=True
+            )
+    print("\n| landscape | evaluations | algorithm | warm start | median share of the best | worst seed |")
+    print("|---|---|---|---|---|---|")
+    for landscape, evals, algorithm, warm, median, worst in summary:
+        print(
+            f"| {landscape} | {evals} | {algorithm} | {'on' if warm else 'off'} | {100 * median:.1f} % | {100 * worst:.1f} % |"
         )
 
 

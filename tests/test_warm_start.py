@@ -9,7 +9,7 @@ import pytest
 from conftest import TRACE, build, config_data, rejected
 
 from spica_lib.config.trace import scan_trace
-from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.pools.branches import enumerate_branches
 from spica_lib.pools.estimate import LayoutEstimate, StepModel, Traffic, estimate_layout, traffic_of
 from spica_lib.replay.request import run_replay
@@ -92,6 +92,19 @@ def test_an_overloaded_layout_is_estimated_as_serving_what_it_can():
     assert estimate.served_rps < heavy.rate and estimate.ttft_ms == float("inf")
     more = estimate_layout(model, ReplicaConfig(shape=ParallelShape(tp=1), replicas=4), "vllm", heavy)
     assert more.served_rps == pytest.approx(4 * estimate.served_rps)
+    # Overloaded, goodput is what stays within the SLA: less than what is served, and more with more engines.
+    sla = config.goal.sla
+    alone, four = (
+        estimate_layout(model, ReplicaConfig(shape=ParallelShape(tp=1), replicas=n), "vllm", heavy, sla) for n in (1, 4)
+    )
+    assert 0 < alone.sla_rps < alone.served_rps and four.sla_rps == pytest.approx(4 * alone.sla_rps)
+    # A decode batch that keeps growing has no steady state: the estimate says so instead of overflowing.
+    one = ReplicaConfig(shape=ParallelShape(tp=1))
+    flood = Traffic(isl=128, osl=4096, rate=200.0)
+    split = estimate_layout(
+        model, DisaggConfig(prefill=one.model_copy(update={"replicas": 4}), decode=one), "vllm", flood
+    )
+    assert split.served_rps < flood.rate and split.itl_ms == float("inf")
 
 
 def test_light_load_ranks_the_fewest_gpus_that_meet_the_sla_first(branches):
@@ -106,7 +119,9 @@ def test_light_load_ranks_the_fewest_gpus_that_meet_the_sla_first(branches):
 
 
 def _ranked(gpus, backend, value):
-    estimate = LayoutEstimate(layout=f"{gpus}", backend=backend, gpus=gpus, served_rps=1, ttft_ms=1, itl_ms=1, osl=1)
+    estimate = LayoutEstimate(
+        layout=f"{gpus}", backend=backend, gpus=gpus, offered_rps=1, served_rps=1, sla_rps=1, ttft_ms=1, itl_ms=1, osl=1
+    )
     layout = ReplicaConfig(shape=ParallelShape(tp=1), replicas=gpus)
     return Ranked(config=layout, backend=backend, estimate=estimate, keys={"a": (value, 0.0), "b": (-value, 0.0)})
 

@@ -15,13 +15,15 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from spica_lib.config import OptimizationGoal, OptimizationTarget, Workload
+from spica_lib.config import OptimizationGoal, OptimizationTarget, SLATarget, Workload
 from spica_lib.config.trace import scan_trace
 from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ParallelShape, ReplicaConfig
 
 Role = Literal["agg", "prefill", "decode"]
 UTILISATION_LIMIT = 0.95  # prefill utilisation above which a queue is taken to grow without bound
 DECODE_ITERATIONS = 40
+BISECTIONS = 30
+DECODE_BATCH_LIMIT = 1024  # requests in decode per attention-DP rank: the largest max_num_seqs in use
 
 
 class Traffic(BaseModel):
@@ -119,21 +121,13 @@ def engine_load(
     itl = model.decode_step_ms(backend, shape, 1, context) / (1.0 - busy)
     for _ in range(DECODE_ITERATIONS):  # Little's law: the batch in decode grows with the step time
         batch = max(1.0, rate * traffic.osl * itl / 1000.0)
+        if batch > DECODE_BATCH_LIMIT * shape.attention_dp:  # the batch keeps growing: no steady state
+            return EngineLoad(math.inf, math.inf, False)
         updated = model.decode_step_ms(backend, shape, batch, context) / (1.0 - busy)
         if abs(updated - itl) < 1e-3 * itl:
             break
         itl = updated
-    stable = rate * traffic.osl * itl / 1000.0 < 1e5  # a batch that keeps growing never converges
-    return EngineLoad(ttft + (itl / 2.0 if role == "agg" else 0.0), itl, stable)
-
-
-def _max_stable_rate(model: StepModel, backend: str, shape: ParallelShape, role: Role, traffic: Traffic) -> float:
-    if role == "decode":
-        # Decode alone never saturates by queueing in this model; its rate is bounded by the step time.
-        step = model.decode_step_ms(backend, shape, 256 * shape.attention_dp, traffic.isl + traffic.osl // 2)
-        return 256 * shape.attention_dp * 1000.0 / (step * traffic.osl)
-    prefill = model.prefill_ms(backend, shape, traffic.isl)
-    return UTILISATION_LIMIT * 1000.0 * shape.attention_dp / prefill
+    return EngineLoad(ttft + (itl / 2.0 if role == "agg" else 0.0), itl, True)
 
 
 class LayoutEstimate(BaseModel):
@@ -144,8 +138,10 @@ class LayoutEstimate(BaseModel):
     layout: str
     backend: str
     gpus: int
-    served_rps: float
-    ttft_ms: float
+    offered_rps: float
+    served_rps: float  # what the deployment keeps up with: the offered rate, or its capacity below that
+    sla_rps: float  # the most it serves within the SLA (the served rate when there is no SLA)
+    ttft_ms: float  # at the offered rate (infinite when the deployment cannot keep up)
     itl_ms: float
     osl: int
 
@@ -153,30 +149,68 @@ class LayoutEstimate(BaseModel):
     def e2e_ms(self) -> float:
         return self.ttft_ms + self.itl_ms * max(0, self.osl - 1)
 
-    @property
-    def tokens_per_second(self) -> float:
-        return self.served_rps * self.osl
+
+class DeploymentLoad(NamedTuple):
+    ttft_ms: float
+    itl_ms: float
+    stable: bool
 
 
-def estimate_layout(model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic) -> LayoutEstimate:
-    """One deployment under the traffic: round robin over each role's engines."""
-    rate = traffic.rate if traffic.rate else _closed_loop_rate(model, config, backend, traffic)
-    roles = _roles(config)
-    loads = {role: engine_load(model, backend, r.shape, role, traffic, rate / r.replicas) for role, r in roles}
-    if all(load.stable for load in loads.values()):
-        served, ttft, itl = rate, _ttft(loads), _itl(loads)
-    else:
-        capacity = min(r.replicas * _max_stable_rate(model, backend, r.shape, role, traffic) for role, r in roles)
-        served, ttft, itl = min(rate, capacity), math.inf, math.inf
+def deployment_load(
+    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, rate: float
+) -> DeploymentLoad:
+    """The deployment fed `rate` requests per second, spread round robin over each role's engines."""
+    loads = [engine_load(model, backend, r.shape, role, traffic, rate / r.replicas) for role, r in _roles(config)]
+    if not all(load.stable for load in loads):
+        return DeploymentLoad(math.inf, math.inf, False)
+    return DeploymentLoad(sum(load.ttft_ms for load in loads), max(load.itl_ms for load in loads), True)
+
+
+def estimate_layout(
+    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, sla: SLATarget | None = None
+) -> LayoutEstimate:
+    """One deployment under the traffic: what it serves, what it serves within the SLA, its latencies."""
+    capacity = _highest_rate(model, config, backend, traffic, lambda load: True)
+    rate = traffic.rate if traffic.rate else _closed_loop_rate(model, config, backend, traffic, capacity)
+    at_rate = deployment_load(model, config, backend, traffic, rate)
+    served = rate if at_rate.stable else min(rate, capacity)
+    within = served
+    if sla is not None:
+        within = min(
+            rate, _highest_rate(model, config, backend, traffic, lambda load: _miss(sla, load, traffic.osl) <= 1)
+        )
     return LayoutEstimate(
         layout=config.label(),
         backend=backend,
         gpus=config.total_gpus,
+        offered_rps=rate,
         served_rps=served,
-        ttft_ms=ttft,
-        itl_ms=itl,
+        sla_rps=within,
+        ttft_ms=at_rate.ttft_ms,
+        itl_ms=at_rate.itl_ms,
         osl=traffic.osl,
     )
+
+
+def _highest_rate(model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, accept: Any) -> float:
+    """The highest deployment rate that is stable and accepted, by bisection (0 when none is)."""
+    roles = _roles(config)
+    ceiling = min(r.replicas * _prefill_limit(model, backend, r.shape, role, traffic) for role, r in roles)
+    low, high = 0.0, ceiling
+    for _ in range(BISECTIONS):
+        rate = (low + high) / 2.0
+        load = deployment_load(model, config, backend, traffic, rate)
+        low, high = (rate, high) if load.stable and accept(load) else (low, rate)
+    return low
+
+
+def _prefill_limit(model: StepModel, backend: str, shape: ParallelShape, role: Role, traffic: Traffic) -> float:
+    """Requests per second an engine's prefills can take at most (decode alone: bounded by its batch)."""
+    if role == "decode":
+        batch = DECODE_BATCH_LIMIT * shape.attention_dp
+        step = model.decode_step_ms(backend, shape, batch, traffic.isl + traffic.osl // 2)
+        return batch * 1000.0 / (step * traffic.osl)
+    return UTILISATION_LIMIT * 1000.0 * shape.attention_dp / model.prefill_ms(backend, shape, traffic.isl)
 
 
 def _roles(config: ParallelConfig) -> list[tuple[Role, ReplicaConfig]]:
@@ -185,51 +219,49 @@ def _roles(config: ParallelConfig) -> list[tuple[Role, ReplicaConfig]]:
     return [("agg", config)]
 
 
-def _ttft(loads: dict[Role, EngineLoad]) -> float:
-    return sum(load.ttft_ms for load in loads.values())
-
-
-def _itl(loads: dict[Role, EngineLoad]) -> float:
-    return max(load.itl_ms for load in loads.values())
-
-
-def _closed_loop_rate(model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic) -> float:
+def _closed_loop_rate(
+    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, capacity: float
+) -> float:
     """The rate at which `concurrency` requests in flight cycle (Little's law), found by bisection."""
-    roles = _roles(config)
-    capacity = min(r.replicas * _max_stable_rate(model, backend, r.shape, role, traffic) for role, r in roles)
     in_flight = float(traffic.concurrency or 1)
     low, high = 0.0, capacity
-    for _ in range(40):
+    for _ in range(BISECTIONS):
         rate = (low + high) / 2.0
-        loads = [engine_load(model, backend, r.shape, role, traffic, rate / r.replicas) for role, r in roles]
-        if not all(load.stable for load in loads):
-            high = rate
-            continue
-        cycle = sum(load.ttft_ms for load in loads) + max(load.itl_ms for load in loads) * traffic.osl
-        low, high = (rate, high) if rate * cycle / 1000.0 < in_flight else (low, rate)
+        load = deployment_load(model, config, backend, traffic, rate)
+        cycle = load.ttft_ms + load.itl_ms * traffic.osl
+        low, high = (rate, high) if load.stable and rate * cycle / 1000.0 < in_flight else (low, rate)
     return max(low, 1e-9)
 
 
+def _miss(sla: SLATarget, load: DeploymentLoad, osl: int) -> float:
+    values = {"ttft_ms": load.ttft_ms, "itl_ms": load.itl_ms, "e2e_ms": load.ttft_ms + load.itl_ms * max(0, osl - 1)}
+    return max(
+        (values[name] / float(getattr(sla, name)) for name in values if getattr(sla, name) is not None), default=0.0
+    )
+
+
 def estimated_value(goal: OptimizationGoal, target: OptimizationTarget, estimate: LayoutEstimate) -> float:
-    """The estimate of `target` for one layout, signed so that larger is better."""
-    tokens = estimate.tokens_per_second
-    meets = sla_miss(goal, estimate) <= 1.0
+    """The estimate of `target` for one layout, signed so that larger is better.
+
+    Goodput counts what is served within the SLA, so an overloaded deployment still ranks by how
+    much of the traffic it keeps within the bounds rather than all tying at zero.
+    """
+    served, within, gpus = estimate.served_rps * estimate.osl, estimate.sla_rps * estimate.osl, estimate.gpus
     values = {
-        OptimizationTarget.THROUGHPUT: tokens,
-        OptimizationTarget.THROUGHPUT_PER_GPU: tokens / estimate.gpus,
-        OptimizationTarget.GOODPUT: tokens if meets else 0.0,
-        OptimizationTarget.GOODPUT_PER_GPU: tokens / estimate.gpus if meets else 0.0,
+        OptimizationTarget.THROUGHPUT: served,
+        OptimizationTarget.THROUGHPUT_PER_GPU: served / gpus,
+        OptimizationTarget.GOODPUT: within,
+        OptimizationTarget.GOODPUT_PER_GPU: within / gpus,
         OptimizationTarget.THROUGHPUT_PER_USER: 1000.0 / estimate.itl_ms if estimate.itl_ms > 0 else 0.0,
         OptimizationTarget.E2E_LATENCY: -estimate.e2e_ms,
-        OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS: -(estimate.gpus / tokens) if tokens > 0 else -math.inf,
+        OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS: -(gpus / served) if served > 0 else -math.inf,
     }
     return values[target]
 
 
 def sla_miss(goal: OptimizationGoal, estimate: LayoutEstimate) -> float:
-    """The worst estimated statistic over its SLA bound (1.0 or less meets it); 0.0 without an SLA."""
+    """The worst estimated statistic over its SLA bound at the offered rate (1.0 or less meets it); 0.0 without an SLA."""
     if goal.sla is None:
         return 0.0
-    bounds = {"ttft_ms": estimate.ttft_ms, "itl_ms": estimate.itl_ms, "e2e_ms": estimate.e2e_ms}
-    ratios = [bounds[name] / float(getattr(goal.sla, name)) for name in bounds if getattr(goal.sla, name) is not None]
-    return max(ratios, default=0.0)
+    load = DeploymentLoad(estimate.ttft_ms, estimate.itl_ms, math.isfinite(estimate.ttft_ms))
+    return _miss(goal.sla, load, estimate.osl)

@@ -64,7 +64,7 @@ def rank_pool(config: SmartSearchConfig, pool: list[PoolRecord], model: StepMode
     out = []
     for record in pool:
         for backend in record.backends:
-            estimates = [estimate_layout(model, record.config, backend, t) for t in traffics]
+            estimates = [estimate_layout(model, record.config, backend, t, config.goal.sla) for t in traffics]
             keys = {t.value: min(_key(config, t, e) for e in estimates) for t in targets}
             binding = min(estimates, key=lambda e: _key(config, targets[0], e))
             out.append(Ranked(config=record.config, backend=backend, estimate=binding, keys=keys))
