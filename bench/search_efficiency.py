@@ -1,7 +1,8 @@
 """Benchmark (b): how close each algorithm gets to a branch's best within a budget, with and without the warm start.
 
-Three landscapes (Qwen3-32B on up to 8 H200, vLLM + SGLang, goodput per GPU under a mean TTFT / ITL SLA):
+Four landscapes (Qwen3-32B on up to 8 H200, vLLM + SGLang, goodput per GPU under a mean TTFT / ITL SLA):
   heavy  agg, ISL 4096 / OSL 512 at 16 req/s, 3 batched-token x 3 max-seq values: the knobs matter;
+  heavy_reversed  the same, each knob listed largest first (the warm start's seeds take the first);
   light  agg, ISL 2048 / OSL 256 at 2 req/s, both routers, 2 max-seq values: the fewest GPUs that
          meet the SLA win;
   disagg disagg, ISL 2048 / OSL 256 at 8 req/s: 71 prefill x decode layouts on two backends.
@@ -57,6 +58,17 @@ LANDSCAPES = {
             "deployment_mode": ["agg"],
             "agg_max_num_batched_tokens": [8192, 16384, 32768],
             "agg_max_num_seqs": [256, 512, 1024],
+            "router_mode": ["round_robin"],
+        },
+        {"isl": 4096, "osl": 512, "request_rate": 16.0, "num_request_ratio": 30},
+    ),
+    # The same grid with each knob listed largest first: round 0's seeds (first choices) start on knobs
+    # that miss, and the designer has to find the winning ones.
+    "heavy_reversed": (
+        {
+            "deployment_mode": ["agg"],
+            "agg_max_num_batched_tokens": [32768, 16384, 8192],
+            "agg_max_num_seqs": [1024, 512, 256],
             "router_mode": ["round_robin"],
         },
         {"isl": 4096, "osl": 512, "request_rate": 16.0, "num_request_ratio": 30},
