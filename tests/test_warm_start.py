@@ -123,7 +123,9 @@ def _ranked(gpus, backend, value):
         layout=f"{gpus}", backend=backend, gpus=gpus, offered_rps=1, served_rps=1, sla_rps=1, ttft_ms=1, itl_ms=1, osl=1
     )
     layout = ReplicaConfig(shape=ParallelShape(tp=1), replicas=gpus)
-    return Ranked(config=layout, backend=backend, estimate=estimate, keys={"a": (value, 0.0), "b": (-value, 0.0)})
+    return Ranked(
+        config=layout, backend=backend, estimate=estimate, keys={"a": (1.0, value, 0.0), "b": (1.0, -value, 0.0)}
+    )
 
 
 def test_picks_take_the_best_then_new_gpu_counts_and_backends_then_fill_by_rank():

@@ -54,7 +54,7 @@ class Ranked(NamedTuple):
     config: ParallelConfig
     backend: str
     estimate: LayoutEstimate  # under the workload that binds (the worst)
-    keys: dict[str, tuple[float, float]]  # target -> (value, -sla miss), larger is better
+    keys: dict[str, tuple[float, ...]]  # target -> (meets the SLA, value, -SLA miss), larger is better
 
 
 def rank_pool(config: SmartSearchConfig, pool: list[PoolRecord], model: StepModel) -> list[Ranked]:
@@ -76,8 +76,11 @@ def _targets(config: SmartSearchConfig) -> list[OptimizationTarget]:
     return list(goal.resolved_pareto_objectives) if goal.is_pareto else [goal.target]
 
 
-def _key(config: SmartSearchConfig, target: OptimizationTarget, estimate: LayoutEstimate) -> tuple[float, float]:
-    return (estimated_value(config.goal, target, estimate), -sla_miss(config.goal, estimate))
+def _key(config: SmartSearchConfig, target: OptimizationTarget, estimate: LayoutEstimate) -> tuple[float, ...]:
+    # First the layouts expected to meet the SLA at the offered load (a sweep screens the others out as
+    # infeasible), then by the target's estimate, then by the margin to the SLA.
+    miss = sla_miss(config.goal, estimate)
+    return (1.0 if miss <= 1.0 else 0.0, estimated_value(config.goal, target, estimate), -miss)
 
 
 def diverse_top(ranked: list[Ranked], count: int, targets: list[str]) -> list[tuple[int, str]]:
@@ -141,7 +144,7 @@ def warm_start(config: SmartSearchConfig, space: BranchSpace, count: int) -> tup
     picks, params = [], []
     for index, target in diverse_top(ranked, count, targets):
         item = ranked[index]
-        value, miss = item.keys[target]
+        _, value, miss = item.keys[target]
         picks.append(
             WarmStartPick(
                 layout=item.config.label(),
