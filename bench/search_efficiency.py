@@ -9,7 +9,7 @@ Four landscapes (Qwen3-32B on up to 8 H200, vLLM + SGLang, goodput per GPU under
 Each landscape is replayed exhaustively first (every layout x backend x knob combination, through the
 sweep's own trial path: real replays in a warm worker, screening included), cached on disk under a
 key of the landscape's config, Spica's source and the Dynamo / aiconfigurator versions. Each
-algorithm then searches it through the real round logic (`suggest_round` / `tell_round`, Vizier as
+algorithm then searches it through the real round logic (`run_round`: suggest, refills, tell; Vizier as
 in a sweep) with replays looked up in that table: 4 rounds x 4 (16 evaluations, the held-out
 config's budget) and 8 rounds x 4 (32), 10 seeds each, with and without the warm start.
 Printed: every per-seed share of the landscape's best, the median and worst per cell, and the
@@ -36,11 +36,12 @@ from spica_lib.config import SmartSearchConfig  # noqa: E402
 from spica_lib.facts.kv_capacity import KvEstimator  # noqa: E402
 from spica_lib.pools.branches import enumerate_branches  # noqa: E402
 from spica_lib.pools.estimate import StepModel  # noqa: E402
-from spica_lib.search.rounds import SearchContext, suggest_round, tell_round  # noqa: E402
+from spica_lib.search.in_process import run_round  # noqa: E402
+from spica_lib.search.rounds import SearchContext  # noqa: E402
 from spica_lib.search.space import BranchSpace  # noqa: E402
 from spica_lib.search.warm_start import estimate_order, rank_pool, seed_parameters  # noqa: E402
 from spica_lib.trial.evaluate import evaluate_trials, prepare_trial  # noqa: E402
-from spica_lib.trial.spec import TrialRecord, TrialResult  # noqa: E402
+from spica_lib.trial.spec import TrialResult  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ALGORITHMS = ["nsga2", "eagle", "random", "quasi_random"]  # gp_ucb_pe: 50-90 s per round here, opt in
@@ -172,11 +173,7 @@ def search(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> 
     )
     history, store = None, {}
     for k in range(config.sweep.max_rounds):
-        known = {key: r.result for key, r in store.items()}
-        suggestions, specs = suggest_round(context, branch.spec, branch.pool, k, history, known)
-        for spec in specs:
-            store[spec.key()] = TrialRecord(key=spec.key(), spec=spec, result=table[spec.key()])
-        history = tell_round(config.goal, suggestions, {key: r.result for key, r in store.items()}, history)
+        history, _ = run_round(context, branch.spec, branch.pool, k, history, store, lambda spec: table[spec.key()])
         if history.stalled:
             break
     return max((r.result.score for r in store.values() if r.result.status == "feasible"), default=0.0)

@@ -11,9 +11,10 @@ from spica_lib.facts.kv_capacity import KvSettings
 from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
 from spica_lib.pools.branches import BranchSpec, PoolRecord
 from spica_lib.results.merge import collect_candidates, ordered, summarise
-from spica_lib.search.rounds import REPLACEMENT_FACTOR, SearchContext, suggest_round, tell_round
+from spica_lib.search.in_process import run_round
+from spica_lib.search.rounds import REPLACEMENT_FACTOR, SearchContext, suggest_round
 from spica_lib.search.space import BranchSpace
-from spica_lib.trial.spec import TrialRecord, TrialResult
+from spica_lib.trial.spec import TrialResult
 
 pytestmark = pytest.mark.slow  # imports Vizier (JAX)
 
@@ -89,15 +90,12 @@ def knobs(**extra):
 
 
 def sweep(config, spec, pool, rounds, replay):
-    """Drive the rounds the way the workflow does, with trial files kept in a dict."""
+    """Drive the rounds the way the workflow does (refill passes included), with trial files kept in a dict."""
     context = SearchContext(config=config)
     history, store, files = None, {}, []
     for k in range(rounds):
-        suggestions, specs = suggest_round(context, spec, pool, k, history, {key: r.result for key, r in store.items()})
-        for trial in specs:
-            store[trial.key()] = TrialRecord(key=trial.key(), spec=trial, result=replay(trial))
-        history = tell_round(config.goal, suggestions, {key: r.result for key, r in store.items()}, history)
-        files.append(suggestions)
+        history, passes = run_round(context, spec, pool, k, history, store, replay)
+        files.append(passes[0])
     return history, files, store
 
 
@@ -262,13 +260,46 @@ def test_a_branch_whose_replays_all_fail_is_reported_not_raised():
     pool = [record(layout(1, r)) for r in (1, 2, 4, 8)]
     config, replay = cfg(per_round=2, rounds=2), FailingReplay()
     history, files, store = sweep(config, branch(pool, knobs()), pool, 2, replay)
-    assert replay.calls == 4 and {o.status for o in history.observations} == {"failed"}
+    # Failures are replaced within the round until its 11x cap (as the reference does), then the branch stops.
+    cap = REPLACEMENT_FACTOR * 2
+    assert len(history.observations) == cap and history.tallies[0].attempts == cap and history.tallies[0].refills > 0
+    assert history.stalled and "0/2 new configuration(s) that replayed" in history.stall_reason
+    assert {o.status for o in history.observations} == {"failed"} and replay.calls == len(store) <= 12
     assert all(o.metrics == {} and "invariant" in o.reason for o in history.observations)
     summary = summarise(config, [history], store, ordered(config, collect_candidates([history], store)))
-    assert summary.tallies["failed"] == 4 and summary.failure_reasons == {
-        "replay failed: Exception: replay invariant violated": 4
+    assert summary.tallies["failed"] == cap and summary.failure_reasons == {
+        "replay failed: Exception: replay invariant violated": cap
     }
-    assert "(x4)" in summary.line and "NO feasible candidate" in summary.line
+    assert f"(x{cap})" in summary.line and "NO feasible candidate" in summary.line
+
+
+class FailsFirst(FakeReplay):
+    """Fake replay (control flow only): the first replay times out, every later one replays."""
+
+    def __call__(self, spec):
+        if self.calls == 0:
+            self.calls += 1
+            return TrialResult(status="timed_out", reason="exceed runtime: replay > 1s", used_gpus=spec.used_gpus)
+        return super().__call__(spec)
+
+
+def test_a_failed_replay_gets_a_replacement_within_its_round():
+    pool = [record(layout(1, r)) for r in (1, 2, 4)]
+    config, replay = cfg(per_round=3, rounds=1), FailsFirst()
+    context = SearchContext(config=config)
+    store = {}
+    history, passes = run_round(context, branch(pool, knobs()), pool, 0, None, store, replay)
+    failed = [k for k in passes[0].new_keys if store[k].result.status == "timed_out"]
+    assert len(failed) == 1 and replay.calls == 4
+    refill = passes[1]
+    assert refill.refill == 1 and refill.replaces == failed and refill.target == len(failed)
+    assert refill.first_batch == len(passes[0].batches()) and refill.new_keys
+    assert all(i.trial_batch in refill.batch_numbers() for i in refill.suggested if i.outcome == "new")
+    replayed = [k for p in passes for k in p.new_keys if store[k].result.status != "timed_out"]
+    assert len(replayed) == 3 and not history.stalled and history.tallies[0].refills == len(passes) - 1
+    # The refill's designer was told the failure: its observation is in the history with its reason.
+    told = {o.key: o for o in history.observations}
+    assert all(told[k].status == "timed_out" and "exceed runtime" in told[k].reason for k in failed)
 
 
 def test_a_user_list_of_engine_values_is_searched_exactly_in_numeric_order():

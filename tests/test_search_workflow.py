@@ -78,6 +78,22 @@ def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
     assert "found no feasible candidate" in done.stderr and "timed out" in done.stderr
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["best_score"] is None and summary["tallies"]["timed_out"] >= 1
+    # Each pass's timeouts were replaced within the round (refill passes, told the failures) until the
+    # round's cap of 11x its target; then the branch stopped, short of replays that say something.
+    round_zero = run_dir(tmp_path) / "rounds" / "agg" / "0"
+    passes = [json.loads((round_zero / "suggestions.json").read_text())]
+    passes += [
+        json.loads(p.read_text())
+        for p in sorted(round_zero.glob("refill/*/suggestions.json"), key=lambda p: int(p.parent.name))
+    ]
+    assert len(passes) > 2 and sum(p["attempts"] for p in passes) == 11 * 2
+    for earlier, refill in zip(passes, passes[1:]):
+        assert refill["replaces"] == earlier["new_keys"] and refill["first_batch"] == earlier["first_batch"] + 1
+    history = json.loads((round_zero / "observations.json").read_text())
+    assert history["stalled"] and "0/2 new configuration(s) that replayed" in history["stall_reason"]
+    assert history["tallies"][0]["refills"] == len(passes) - 1
+    trials = list(round_zero.glob("trials/*/*.json"))
+    assert len(trials) == sum(len(p["new_keys"]) for p in passes)
 
 
 def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path):

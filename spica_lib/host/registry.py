@@ -9,6 +9,7 @@ from spica_lib.run.job import JobArgs
 from spica_lib.run.jobs import (
     finish,
     merge,
+    refill,
     replay,
     scan_traces_for_suggest,
     suggest,
@@ -23,6 +24,7 @@ Body = Callable[[JobArgs], None]
 # so every later job of the kind forks with it done.
 JOBS: dict[str, tuple[Body, Body | None]] = {
     "suggest": (suggest, scan_traces_for_suggest),
+    "refill": (refill, None),
     "replay": (replay, warm_up_for_replay),
     "tell": (tell, None),
     "finish": (finish, warm_up_for_finish),

@@ -50,6 +50,10 @@ def _branch_status(files: RunFiles, mode: str, max_rounds: int) -> BranchStatus:
         round_file = read_model(suggestions, RoundSuggestions)
         stalled = stalled or round_file.skipped is not None
         keys += round_file.new_keys
+        refill = 1
+        while Path(files.refill_suggestions(mode, round_index, refill)).is_file():  # replacements of failed replays
+            keys += read_model(files.refill_suggestions(mode, round_index, refill), RoundSuggestions).new_keys
+            refill += 1
         told += Path(files.observations(mode, round_index)).is_file()
     finished, running, failed = 0, 0, 0
     best: tuple[float, str] | None = None

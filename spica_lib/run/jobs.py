@@ -28,7 +28,7 @@ from spica_lib.results.merge import CandidateRow, apply_finish, collect_candidat
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory, RoundSuggestions
-from spica_lib.search.rounds import SearchContext, suggest_round, tell_round
+from spica_lib.search.rounds import SearchContext, refill_round, suggest_round, tell_round
 from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
@@ -44,12 +44,7 @@ def suggest(job: JobArgs) -> None:
         pool = read_pool(job.input["pool"], spec.deployment_mode) if spec.status == "ready" else []
         history = _previous(job)
         known = read_trials(files.trial_files(branch, history.observations if history else []))
-        space = config.search_space
-        context = SearchContext(
-            config=config,
-            predictor_winners=read_model(job.input["predictor"], LoadPredictorResult).winners(),
-            estimator=KvEstimator(space.model_name, space.hardware_sku, spec.backend_versions),
-        )
+        context = _context(job, config, spec)
         known_results = {k: r.result for k, r in known.items()}
         suggestions, specs = suggest_round(
             context, spec, pool, round_index, history, known_results, trials_per_job=job.params["trials_per_job"]
@@ -66,6 +61,47 @@ def suggest(job: JobArgs) -> None:
             log.info("no work: %s", suggestions.skipped)
 
 
+def refill(job: JobArgs) -> None:
+    """Checkpoint `refill`: the round's earlier passes and their trials -> a pass of replacements for the
+    failed or timed-out replays of the last one (rounds/<branch>/<k>/refill/<p>/suggestions.json, specs/)."""
+    files = RunFiles(dir=job.params["run_dir"])
+    branch = job.wildcards["branch"]
+    with stage_log(job.log[0]) as log:
+        config = read_model(job.input["config"], ValidatedConfig).config
+        spec = read_model(job.input["branch"], BranchSpec)
+        pool = read_pool(job.input["pool"], spec.deployment_mode)
+        history = _previous(job)
+        passes = [read_model(path, RoundSuggestions) for path in job.inputs("passes")]
+        places = [item for p in passes for item in p.suggested]
+        results = {k: r.result for k, r in read_trials(files.trial_files(branch, places)).items()}
+        context = _context(job, config, spec)
+        suggestions, specs = refill_round(
+            context, spec, pool, history, passes, results, trials_per_job=job.params["trials_per_job"]
+        )
+        Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)
+        for trial in specs:
+            write_model(Path(job.output["specs"]) / f"{trial.key()}.json", trial)
+        write_model(job.output["suggestions"], suggestions)
+        log.info(
+            "%s round %d, refill %d: %d failed replay(s) to replace -> %d new trial(s) from %d suggestion(s)",
+            branch,
+            suggestions.round,
+            suggestions.refill,
+            len(suggestions.replaces),
+            len(specs),
+            suggestions.attempts,
+        )
+
+
+def _context(job: JobArgs, config: SmartSearchConfig, spec: BranchSpec) -> SearchContext:
+    space = config.search_space
+    return SearchContext(
+        config=config,
+        predictor_winners=read_model(job.input["predictor"], LoadPredictorResult).winners(),
+        estimator=KvEstimator(space.model_name, space.hardware_sku, spec.backend_versions),
+    )
+
+
 def scan_traces_for_suggest(job: JobArgs) -> None:
     """Hash and parse the run's traces in the calling process (the warm host, before it forks a suggest).
 
@@ -80,10 +116,8 @@ def scan_traces_for_suggest(job: JobArgs) -> None:
 
 def replay_specs(job: JobArgs) -> dict[str, TrialSpec]:
     """The trials of one replay job, key -> spec."""
-    files = RunFiles(dir=job.params["run_dir"])
-    branch, round_index, batch = job.wildcards["branch"], int(job.wildcards["round"]), int(job.wildcards["batch"])
-    keys = read_model(job.input["suggestions"], RoundSuggestions).batches()[batch]
-    return {key: read_model(files.spec(branch, round_index, key), TrialSpec) for key in keys}
+    keys = read_model(job.input["suggestions"], RoundSuggestions).batch(int(job.wildcards["batch"]))
+    return {key: read_model(Path(job.input["specs"]) / f"{key}.json", TrialSpec) for key in keys}
 
 
 def warm_up_for_replay(job: JobArgs) -> None:
@@ -162,16 +196,20 @@ def tell(job: JobArgs) -> None:
     files = RunFiles(dir=job.params["run_dir"])
     with stage_log(job.log[0]) as log:
         config = read_model(job.input["config"], ValidatedConfig).config
-        suggestions = read_model(job.input["suggestions"], RoundSuggestions)
+        passes = [read_model(path, RoundSuggestions) for path in job.inputs("suggestions")]
+        suggestions = passes[0]
         history = _previous(job)
-        records = read_trials(files.trial_files(job.wildcards["branch"], suggestions.suggested))
-        updated = tell_round(config.goal, suggestions, {k: r.result for k, r in records.items()}, history)
+        places = [item for p in passes for item in p.suggested]
+        records = read_trials(files.trial_files(job.wildcards["branch"], places))
+        updated = tell_round(config.goal, passes, {k: r.result for k, r in records.items()}, history)
         write_model(job.output["history"], updated)
         tally = updated.tallies[-1]
         best = "none feasible yet" if tally.best_score is None else f"{tally.best_score:.4g}"
         # One progress line per round, on the console as well as in the log.
         progress = (
-            f"spica {updated.deployment_mode} round {suggestions.round}: {tally.new_trials} new trial(s), best {best}"
+            f"spica {updated.deployment_mode} round {suggestions.round}: {tally.new_trials} new trial(s)"
+            + (f" ({tally.refills} refill pass(es) for failed replays)" if tally.refills else "")
+            + f", best {best}"
         )
         print(progress, flush=True)
         log.info("%s; %s", progress, tally.counts)

@@ -72,6 +72,19 @@ class RunFiles(BaseModel):
     def spec(self, branch: str, round_index: int | str, key: str) -> str:
         return f"{self.round_specs(branch, round_index)}/{key}.json"
 
+    def refill_suggestions(self, branch: str, round_index: int | str, refill: int | str) -> str:
+        """A refill pass of a round: replacements for the previous pass's failed or timed-out replays."""
+        return f"{self.dir}/rounds/{branch}/{round_index}/refill/{refill}/suggestions.json"
+
+    def refill_specs(self, branch: str, round_index: int | str, refill: int | str) -> str:
+        return f"{self.dir}/rounds/{branch}/{round_index}/refill/{refill}/specs"
+
+    def pass_files(self, branch: str, round_index: int | str, refill: int) -> tuple[str, str]:
+        """The suggestions file and specs folder of pass `refill` of a round (0: the round's first pass)."""
+        if refill == 0:
+            return self.suggestions(branch, round_index), self.round_specs(branch, round_index)
+        return self.refill_suggestions(branch, round_index, refill), self.refill_specs(branch, round_index, refill)
+
     def trial_batch(self, branch: str, round_index: int | str, batch: int | str) -> str:
         """The trial files one replay job of a round writes (the job's declared output folder)."""
         return f"{self.dir}/rounds/{branch}/{round_index}/trials/{batch}"

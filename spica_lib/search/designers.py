@@ -43,9 +43,10 @@ def import_designers() -> None:
     from vizier._src.algorithms.evolution import nsga2  # noqa: F401
 
 
-def round_seed(seed: int, branch: str, round_index: int) -> int:
-    """A distinct, reproducible seed per (sweep seed, branch, round)."""
-    digest = hashlib.sha256(f"{seed}/{branch}/{round_index}".encode()).hexdigest()
+def round_seed(seed: int, branch: str, round_index: int, refill: int = 0) -> int:
+    """A distinct, reproducible seed per (sweep seed, branch, round, refill pass)."""
+    place = f"{seed}/{branch}/{round_index}" + (f"/{refill}" if refill else "")
+    digest = hashlib.sha256(place.encode()).hexdigest()
     return int(digest[:8], 16) % (2**31 - 1)
 
 

@@ -36,13 +36,17 @@ class Suggested(BaseModel):
 
 
 class RoundSuggestions(BaseModel):
-    """Artifact `rounds/<branch>/<k>/suggestions.json` (the round's checkpoint)."""
+    """Artifact `rounds/<branch>/<k>/suggestions.json` (the round's checkpoint), and of each refill pass of
+    the round, `rounds/<branch>/<k>/refill/<p>/suggestions.json` (replacements for failed replays)."""
 
     model_config = ConfigDict(extra="forbid")
 
     schema_version: int = SCHEMA_VERSION
     deployment_mode: str
     round: int
+    refill: int = 0  # 0: the round's first pass; p: its p-th pass of replacements
+    first_batch: int = 0  # the round's replay jobs are numbered across its passes
+    replaces: list[str] = Field(default_factory=list)  # a refill: the failed or timed-out trials it replaces
     skipped: str | None = None  # why the round has no work (branch skipped or stalled earlier)
     target: int
     attempts: int = 0
@@ -53,9 +57,17 @@ class RoundSuggestions(BaseModel):
     warm_start: WarmStart | None = None  # round 0 with sweep.warm_start: how its seeds were chosen
 
     def batches(self) -> list[list[str]]:
-        """The new trials of each replay job of the round, in order."""
+        """The new trials of each replay job of the pass, in order."""
         size = self.trials_per_job or max(1, len(self.new_keys))
         return [self.new_keys[start : start + size] for start in range(0, len(self.new_keys), size)]
+
+    def batch_numbers(self) -> range:
+        """The round-wide numbers of this pass's replay jobs (their folders under trials/)."""
+        return range(self.first_batch, self.first_batch + len(self.batches()))
+
+    def batch(self, number: int) -> list[str]:
+        """The new trials of the pass's replay job with round-wide number `number`."""
+        return self.batches()[number - self.first_batch]
 
 
 class Observation(BaseModel):
@@ -83,6 +95,7 @@ class RoundTally(BaseModel):
     counts: dict[str, int]
     optimizer_seconds: float = 0.0
     best_score: float | None = None  # the branch's best feasible score after this round (Pareto: first objective)
+    refills: int = 0  # passes of replacements for failed or timed-out replays
 
 
 class BranchHistory(BaseModel):

@@ -8,6 +8,9 @@ budget or with too little KV cache (`infeasible`), a spec that cannot be built (
 trial the branch already ran (`cached`, told with its stored result). Only new, unique specs
 go to replay jobs. `tell_round` reads the trial files and appends the round to the history; a
 round with fewer new trials than its target stalls the branch, whose later rounds are then empty.
+A new trial whose replay fails or times out says nothing of the candidate: `refill_round` asks for
+a replacement in the same round (a refill pass, told the failure), within the same 11x cap, and
+only replays that did not fail count toward the round's target.
 With `sweep.warm_start`, round 0 first replays the seeds the static estimate picks
 (search/warm_start.py) and asks the designer only for what they leave to fill.
 """
@@ -39,6 +42,7 @@ from spica_lib.trial.evaluate import over_budget, prepare_failure, prepare_trial
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
 REPLACEMENT_FACTOR = 11  # a round may ask Vizier for up to 11x its target (the batch + 10x replacements)
+REPLACED_STATUSES = ("failed", "timed_out")  # a replay that says nothing of the candidate is replaced in its round
 
 
 class SearchContext(BaseModel):
@@ -73,25 +77,93 @@ def suggest_round(
         return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
     if history is not None and history.stalled:
         return empty.model_copy(update={"skipped": f"branch stalled in an earlier round: {history.stall_reason}"}), []
-    clock = time.perf_counter()
+    seeds: list[dict[str, Any]] = []
     space = BranchSpace(spec, pool)
+    if round_index == 0 and sweep.warm_start:
+        empty.warm_start, seeds = warm_start(context.config, space, target)
+        empty.optimizer_seconds += empty.warm_start.estimate_seconds
+    return _ask(context, space, empty, history, [], known_results, REPLACEMENT_FACTOR * target, seeds)
+
+
+def refill_round(
+    context: SearchContext,
+    spec: BranchSpec,
+    pool: list[PoolRecord],
+    history: BranchHistory | None,
+    passes: list[RoundSuggestions],
+    results: dict[str, TrialResult],
+    trials_per_job: int | None = None,
+) -> tuple[RoundSuggestions, list[TrialSpec]]:
+    """The next pass of a round: replacements for the last pass's failed or timed-out replays.
+
+    The designer is told everything the round's earlier passes found, failures included, then asked
+    for one replacement per failure, within what is left of the round's 11x cap. `results` holds the
+    result of every trial the earlier passes name (and may hold more).
+    """
+    first = passes[0]
+    needed = replacements_needed(passes, results)
+    refill = RoundSuggestions(
+        deployment_mode=first.deployment_mode,
+        round=first.round,
+        refill=len(passes),
+        target=needed,
+        first_batch=sum(len(p.batches()) for p in passes),
+        trials_per_job=trials_per_job,
+        replaces=[key for key in passes[-1].new_keys if results[key].status in REPLACED_STATUSES],
+    )
+    if needed == 0:
+        return refill, []
+    told = [_observed(item, first.round, context.config.goal, results) for p in passes for item in p.suggested]
+    cap = REPLACEMENT_FACTOR * first.target - sum(p.attempts for p in passes)
+    return _ask(context, BranchSpace(spec, pool), refill, history, told, results, cap, [])
+
+
+def replacements_needed(passes: list[RoundSuggestions], results: dict[str, TrialResult]) -> int:
+    """How many of the last pass's new trials failed or timed out, within what is left of the round's cap."""
+    if not passes or passes[0].skipped is not None:
+        return 0
+    failed = sum(results[key].status in REPLACED_STATUSES for key in passes[-1].new_keys)
+    left = REPLACEMENT_FACTOR * passes[0].target - sum(p.attempts for p in passes)
+    return max(0, min(failed, left))
+
+
+def _observed(
+    item: Suggested, round_index: int, goal: OptimizationGoal, results: dict[str, TrialResult]
+) -> Observation:
+    replayed = item.outcome in ("new", "duplicate", "cached")
+    return observe(item, round_index, goal, results[item.key] if replayed else None)
+
+
+def _ask(
+    context: SearchContext,
+    space: BranchSpace,
+    round_file: RoundSuggestions,
+    history: BranchHistory | None,
+    told: list[Observation],
+    known_results: dict[str, TrialResult],
+    cap: int,
+    seeds: list[dict[str, Any]],
+) -> tuple[RoundSuggestions, list[TrialSpec]]:
+    """Fill `round_file` with new trials up to its target: seeds first, then the designer, asking again
+    (after telling it the answers) for what was answered without a replay, up to `cap` suggestions."""
+    sweep = context.config.sweep
+    target, round_index = round_file.target, round_file.round
+    clock = time.perf_counter()
     objectives = search_objectives(context.config.goal)
     problem = problem_statement(space, objectives)
-    past = history.observations if history else []
+    past = [*(history.observations if history else []), *told]
     designer = make_designer(
-        sweep.algorithm, problem, round_seed(sweep.seed, spec.deployment_mode, round_index), sweep.seed, len(past)
+        sweep.algorithm,
+        problem,
+        round_seed(sweep.seed, space.spec.deployment_mode, round_index, round_file.refill),
+        sweep.seed,
+        len(past),
     )
     _tell(designer, [_completed(o, objectives, sweep.algorithm) for o in past])
     known_keys = {o.key: o for o in past if o.key}
-    round_file = empty
     optimizer = time.perf_counter() - clock
     specs: list[TrialSpec] = []
     next_id = len(past) + 1
-    cap = REPLACEMENT_FACTOR * target
-    seeds: list[dict[str, Any]] = []
-    if round_index == 0 and sweep.warm_start:
-        round_file.warm_start, seeds = warm_start(context.config, space, target)
-        optimizer += round_file.warm_start.estimate_seconds
     while len(specs) < target and round_file.attempts < cap:
         ask = min(target - len(specs), cap - round_file.attempts)
         clock = time.perf_counter()
@@ -117,8 +189,8 @@ def suggest_round(
         _tell(designer, answered)
         optimizer += time.perf_counter() - clock
     round_file.new_keys = [s.key() for s in specs]
-    round_file.optimizer_seconds = optimizer
-    batch_of = {key: index for index, keys in enumerate(round_file.batches()) for key in keys}
+    round_file.optimizer_seconds += optimizer
+    batch_of = {key: index for index, keys in zip(round_file.batch_numbers(), round_file.batches()) for key in keys}
     for item in round_file.suggested:
         if item.outcome in ("new", "duplicate"):
             item.trial_batch = batch_of[item.key]
@@ -194,44 +266,50 @@ def _tell(designer: Any, trials: list[Any]) -> None:
 
 def tell_round(
     goal: OptimizationGoal,
-    suggestions: RoundSuggestions,
+    passes: list[RoundSuggestions],
     results: dict[str, TrialResult],
     history: BranchHistory | None,
 ) -> BranchHistory:
-    """Append the round's outcomes to the branch history and decide whether the branch stalls.
+    """Append the round (its first pass and any refills) to the branch history and decide whether the branch stalls.
 
     `results` holds the result of every trial the round's suggestions name (new, duplicate, cached).
+    A round stalls its branch when fewer of its new trials replayed (did not fail or time out) than
+    its target: the designer found no more, or the 11x cap ran out on replacements.
     """
-    previous = history or BranchHistory(deployment_mode=suggestions.deployment_mode, round=-1)
+    first = passes[0]
+    previous = history or BranchHistory(deployment_mode=first.deployment_mode, round=-1)
     observations = list(previous.observations)
     counts: dict[str, int] = {}
-    for item in suggestions.suggested:
-        replayed = item.outcome in ("new", "duplicate", "cached")
-        observed = observe(item, suggestions.round, goal, results[item.key] if replayed else None)
+    for item in (item for p in passes for item in p.suggested):
+        observed = _observed(item, first.round, goal, results)
         observations.append(observed)
         counts[observed.status] = counts.get(observed.status, 0) + 1
+    new_keys = [key for p in passes for key in p.new_keys]
+    replayed = [key for key in new_keys if results[key].status not in REPLACED_STATUSES]
+    attempts = sum(p.attempts for p in passes)
     stalled, stall_reason = previous.stalled, previous.stall_reason
-    if not stalled and suggestions.skipped is None and len(suggestions.new_keys) < suggestions.target:
+    if not stalled and first.skipped is None and len(replayed) < first.target:
         stalled = True
         stall_reason = (
-            f"round {suggestions.round}: {suggestions.attempts} Vizier suggestion(s) gave "
-            f"{len(suggestions.new_keys)}/{suggestions.target} new configuration(s)"
+            f"round {first.round}: {attempts} Vizier suggestion(s) gave {len(replayed)}/{first.target} new "
+            f"configuration(s) that replayed ({len(new_keys) - len(replayed)} failed or timed out)"
         )
-    if suggestions.skipped is not None and not stalled:
-        stalled, stall_reason = True, suggestions.skipped
-    scores = [results[key].score for key in suggestions.new_keys if results[key].status == "feasible"]
+    if first.skipped is not None and not stalled:
+        stalled, stall_reason = True, first.skipped
+    scores = [results[key].score for key in new_keys if results[key].status == "feasible"]
     earlier = previous.tallies[-1].best_score if previous.tallies else None
     tally = RoundTally(
-        round=suggestions.round,
-        attempts=suggestions.attempts,
-        new_trials=len(suggestions.new_keys),
+        round=first.round,
+        attempts=attempts,
+        new_trials=len(new_keys),
         counts=counts,
-        optimizer_seconds=suggestions.optimizer_seconds,
+        optimizer_seconds=sum(p.optimizer_seconds for p in passes),
         best_score=max([s for s in (*scores, earlier) if s is not None], default=None),
+        refills=len(passes) - 1,
     )
     return BranchHistory(
-        deployment_mode=suggestions.deployment_mode,
-        round=suggestions.round,
+        deployment_mode=first.deployment_mode,
+        round=first.round,
         stalled=stalled,
         stall_reason=stall_reason,
         observations=observations,

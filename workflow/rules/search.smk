@@ -2,6 +2,9 @@
 # round's new specs; replay jobs (all of a round's new trials in one job, or `trials_per_job` each)
 # replay them in a warm worker; a tell rule appends the round to the branch history, which the next
 # round's suggest reads. A replay job writes only its own rounds/<branch>/<k>/trials/<job>/ folder.
+# When replays of a pass fail or time out, a refill checkpoint asks for replacements in the same round
+# (rounds/<branch>/<k>/refill/<p>/); their replay jobs continue the round's job numbers, and tell waits
+# for the last pass. Replay is a checkpoint so that tell can see whether another pass is needed.
 import math
 import os
 
@@ -9,12 +12,15 @@ from snakemake.exceptions import WorkflowError
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.search.history import RoundSuggestions
+from spica_lib.search.rounds import replacements_needed
+from spica_lib.trial.store import read_trial
 
 
 wildcard_constraints:
     branch=r"agg|disagg",
     round=r"\d+",
     batch=r"\d+",
+    refill=r"\d+",
 
 
 def previous_history(wildcards):
@@ -32,6 +38,56 @@ def trials_per_job():
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise WorkflowError(f"set-resources replay:trials_per_job must be a whole number >= 1, got {value!r}")
     return value
+
+
+def round_pass(branch, round_index, refill):
+    """(suggestions file, its model) of pass `refill` of a round; raises until its checkpoint has run."""
+    if int(refill) == 0:
+        path = checkpoints.suggest.get(branch=branch, round=round_index).output.suggestions
+    else:
+        path = checkpoints.refill.get(branch=branch, round=round_index, refill=refill).output.suggestions
+    return path, read_model(path, RoundSuggestions)
+
+
+def pass_of_batch(wildcards):
+    """The pass of the round whose replay jobs include job number `batch`."""
+    batch, refill = int(wildcards.batch), 0
+    while True:
+        _, passed = round_pass(wildcards.branch, wildcards.round, refill)
+        if batch in passed.batch_numbers():
+            return refill
+        if batch < passed.first_batch or not passed.new_keys:
+            raise WorkflowError(f"round {wildcards.round} of {wildcards.branch} has no replay job {batch}")
+        refill += 1
+
+
+def round_walk(wildcards):
+    """The round's passes (suggestions files) and replay jobs (trial folders): its first pass, then one refill
+    after another for as long as the last pass's replays failed and the round's cap allows."""
+    passes, paths, folders = [], [], []
+    while True:
+        path, passed = round_pass(wildcards.branch, wildcards.round, len(passes))
+        passes.append(passed)
+        paths.append(path)
+        results = {}
+        for batch in passed.batch_numbers():
+            folder = checkpoints.replay.get(branch=wildcards.branch, round=wildcards.round, batch=batch).output.trials
+            folders.append(folder)
+            results.update({key: read_trial(f"{folder}/{key}.json").result for key in passed.batch(batch)})
+        if not passed.new_keys or not replacements_needed(passes, results):
+            return paths, folders
+
+
+def earlier_passes(wildcards):
+    return [RUN.pass_files(wildcards.branch, wildcards.round, p)[0] for p in range(int(wildcards.refill))]
+
+
+def earlier_trials(wildcards):
+    folders = []
+    for refill in range(int(wildcards.refill)):
+        _, passed = round_pass(wildcards.branch, wildcards.round, refill)
+        folders += [RUN.trial_batch(wildcards.branch, wildcards.round, b) for b in passed.batch_numbers()]
+    return folders
 
 
 checkpoint suggest:
@@ -56,6 +112,30 @@ checkpoint suggest:
         "../scripts/suggest.py"
 
 
+checkpoint refill:
+    message:
+        "Asking Vizier for replacements of failed replays (round {wildcards.round} of {wildcards.branch}, pass {wildcards.refill})"
+    input:
+        config=rules.validate.output.config,
+        predictor=rules.load_predictor.output.result,
+        branch=RUN.branch_json("{branch}"),
+        pool=RUN.pool_parquet("{branch}"),
+        previous=previous_history,
+        passes=earlier_passes,
+        trials=earlier_trials,
+    output:
+        suggestions=RUN.refill_suggestions("{branch}", "{round}", "{refill}"),
+        specs=directory(RUN.refill_specs("{branch}", "{round}", "{refill}")),
+    log:
+        RUN.log("rounds/{branch}/{round}/refill/{refill}"),
+    params:
+        run_dir=RUN.dir,
+        trials_per_job=trials_per_job(),
+    localrule: True
+    script:
+        "../scripts/refill.py"
+
+
 # A replay job that dies without writing its folder was killed from outside (SLURM time limit, node
 # failure, scancel, OOM): our own timeouts and replay errors are always written as results. Snakemake
 # retries it; on the last allowed attempt a trial an earlier job started and never finished is
@@ -71,17 +151,17 @@ def last_replay_attempt(wildcards):
 
 def replay_runtime(wildcards, input, threads):
     """Minutes: the job's trials in waves of `threads`, each up to max_eval_seconds, plus 5."""
-    trials = len(read_model(input.suggestions, RoundSuggestions).batches()[int(wildcards.batch)])
+    trials = len(read_model(input.suggestions, RoundSuggestions).batch(int(wildcards.batch)))
     waves = math.ceil(trials / max(1, threads))
     return waves * math.ceil((RUN.max_eval_seconds or 3600) / 60) + 5
 
 
-rule replay:
+checkpoint replay:
     message:
         "Replaying job {wildcards.batch} of round {wildcards.round} of {wildcards.branch}"
     input:
-        suggestions=RUN.suggestions("{branch}", "{round}"),
-        specs=RUN.round_specs("{branch}", "{round}"),
+        suggestions=lambda w: RUN.pass_files(w.branch, w.round, pass_of_batch(w))[0],
+        specs=lambda w: RUN.pass_files(w.branch, w.round, pass_of_batch(w))[1],
     output:
         trials=directory(RUN.trial_batch("{branch}", "{round}", "{batch}")),
     log:
@@ -101,19 +181,13 @@ rule replay:
         "../scripts/replay.py"
 
 
-def round_replays(wildcards):
-    path = checkpoints.suggest.get(branch=wildcards.branch, round=wildcards.round).output.suggestions
-    jobs = len(read_model(path, RoundSuggestions).batches())
-    return [RUN.trial_batch(wildcards.branch, wildcards.round, batch) for batch in range(jobs)]
-
-
 rule tell:
     message:
         "Collecting round {wildcards.round} of branch {wildcards.branch}"
     input:
         config=rules.validate.output.config,
-        suggestions=RUN.suggestions("{branch}", "{round}"),
-        trials=round_replays,
+        suggestions=lambda w: round_walk(w)[0],
+        trials=lambda w: round_walk(w)[1],
         previous=previous_history,
     output:
         history=RUN.observations("{branch}", "{round}"),
