@@ -16,6 +16,7 @@ Printed: every per-seed share of the landscape's best, the median and worst per 
 Spearman correlation between the static estimate's order and the replay's.
 
 Run: .venv/bin/python bench/search_efficiency.py [--algorithms nsga2,random,...] [--seeds N] [--landscapes heavy,...]
+     [--budgets 16,32]
 """
 
 from __future__ import annotations
@@ -215,7 +216,9 @@ def main() -> None:
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--landscapes", default=",".join(LANDSCAPES))
+    parser.add_argument("--budgets", default=",".join(str(r * n) for r, n in BUDGETS), help="evaluations per branch")
     args = parser.parse_args()
+    budgets = [(r, n) for r, n in BUDGETS if str(r * n) in args.budgets.split(",")]
     algorithms, seeds = args.algorithms.split(","), list(range(args.seeds))
     summary = []
     for landscape in args.landscapes.split(","):
@@ -236,7 +239,7 @@ def main() -> None:
             f"estimate vs replay: Spearman {rho:.2f}, {1000 * per_layout:.2f} ms per layout, "
             f"its top pick replays at {100 * top_share:.1f} % of the best"
         )
-        for (rounds, per_round), algorithm, warm in itertools.product(BUDGETS, algorithms, (False, True)):
+        for (rounds, per_round), algorithm, warm in itertools.product(budgets, algorithms, (False, True)):
             shares = []
             for seed in seeds:
                 found = search(config_for(landscape, algorithm, seed, rounds, per_round, warm), branch, table)
