@@ -1,7 +1,8 @@
 """The warm start: round 0 of a branch replays a diverse top set of its pool, ranked by the static estimate.
 
 Every (layout, backend) of the pool is estimated under the workload (pools/estimate.py: no replay,
-milliseconds for the whole pool) and ranked by the goal. Round 0 then takes the best one, and after
+milliseconds per layout) and ranked: first those expected to meet the SLA at the offered load, then
+by the goal's estimate. Round 0 then takes the best one, and after
 it the best of each GPU count and backend not yet taken, so that a wrong estimate near the SLA
 costs one seed, not the round. Knobs take the config's first choice. The seeds are told to the
 designer like any suggestion, and it explores from there. It is deterministic: the seed plays no part.
@@ -58,7 +59,11 @@ class Ranked(NamedTuple):
 
 
 def rank_pool(config: SmartSearchConfig, pool: list[PoolRecord], model: StepModel) -> list[Ranked]:
-    """Every (layout, backend) of the pool with its estimate, in pool order."""
+    """Every (layout, backend) of the pool with its estimate, in pool order.
+
+    With several workloads the worst one decides, whatever `goal.workload_score` says: the warm start
+    needs a rough order, and a layout that fails one workload rarely wins on a weighted mean.
+    """
     traffics = [traffic_of(w) for w in (config.workloads or [config.workload])]
     targets = _targets(config)
     out = []
