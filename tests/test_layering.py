@@ -10,7 +10,15 @@ from pathlib import Path
 
 import spica_lib
 
-LAYERS = [("base",), ("facts",), ("config",), ("pools", "predictor", "replay"), ("trial",), ("search",), ("results",)]
+LAYERS = [
+    ("base",),
+    ("facts",),
+    ("config",),
+    ("pools", "predictor", "replay"),
+    ("trial",),
+    ("search",),
+    ("results", "fidelity"),
+]
 LAYERS += [("run",), ("report",), ("host",), ("cli",)]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 LIB = Path(spica_lib.__file__).parent

@@ -332,3 +332,13 @@ def test_a_percentile_sla_miss_is_observed_infeasible_but_still_tells_the_distan
     assert told[1].metrics["objective"] < told[0].metrics["objective"] < 0  # a bigger miss is worse, whatever the score
     broken = TrialResult(status="failed", reason="crash", used_gpus=1)
     assert observe(item, 0, goal, broken).metrics == {}
+
+
+def test_a_suggestion_that_names_only_some_parameters_takes_the_defaults_for_the_rest():
+    # GP-UCB-PE (google-vizier 0.1.24) was seen suggesting {"backend": "sglang"} alone in a later round.
+    pool = [record(layout(1, r), ("vllm", "sglang")) for r in (1, 2, 4)]
+    space = BranchSpace(branch(pool, knobs(backend=["vllm", "sglang"])), pool)
+    completed = space.complete({"backend": "sglang"})
+    assert set(completed) == set(space.parameter_names) and completed["backend"] == "sglang"
+    selection = space.decode(completed)
+    assert selection.values["backend"] == "sglang" and selection.values["agg_max_num_seqs"] == 256

@@ -3,6 +3,7 @@
 spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
 spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
 spica schema          JSON Schema of the config file, for editors
+spica fidelity        the replay and the static estimate against aiconfigurator's measured silicon rows
 """
 
 from __future__ import annotations
@@ -52,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
     rebuild = commands.add_parser("report", help="rebuild a run's report.md and plots from its files")
     rebuild.add_argument("run", help="a run folder (results/<run>) or a run name")
     commands.add_parser("schema", help="print the JSON Schema of the config file")
+    fidelity = commands.add_parser(
+        "fidelity", help="replay measured silicon rows (aiconfigurator's silicon_sample.csv) and report the errors"
+    )
+    fidelity.add_argument("--system", default="h100_sxm,h200_sxm", help="systems, comma-separated")
+    fidelity.add_argument("--backend", default="vllm", help="backends, comma-separated")
+    fidelity.add_argument("--model", default=None, help="models, comma-separated (default: all)")
+    fidelity.add_argument("--limit", type=int, default=None, help="at most this many rows per group")
+    fidelity.add_argument("--json", metavar="FILE", help="also write every row's check to this JSON file")
     argv = list(sys.argv[1:] if argv is None else argv)
     # Split off Snakemake's arguments ourselves: argparse's REMAINDER would also swallow our own options
     # given after the config path (`spica run c.yaml --profile p` must not hand --profile to Snakemake).
@@ -71,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     if args.command == "pools":
         return _pools(args.config)
+    if args.command == "fidelity":
+        from spica_lib.cli.fidelity import fidelity_command
+
+        return fidelity_command(args.system, args.backend, args.model, args.limit, args.json)
     if args.command in ("status", "show", "report"):
         from spica_lib.cli.runs import run_command
 

@@ -168,7 +168,7 @@ def _ask(
         ask = min(target - len(specs), cap - round_file.attempts)
         clock = time.perf_counter()
         seeded, seeds = seeds[:ask], seeds[ask:]
-        batch = seeded or [plain_parameters(s) for s in designer.suggest(ask)]
+        batch = seeded or [space.complete(plain_parameters(s)) for s in designer.suggest(ask)]
         optimizer += time.perf_counter() - clock
         if not batch:
             break

@@ -122,6 +122,14 @@ class BranchSpace:
             root.add_categorical_param(CONSTANT_PARAMETER, ["0"], default_value="0")
         return space
 
+    def complete(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`params` with every missing parameter at its default.
+
+        GP-UCB-PE (google-vizier 0.1.24) sometimes suggests a trial that names only some parameters.
+        """
+        defaults = {p.name: p.default for p in [*self.knobs, *self.floats, *self.features]}
+        return {**{name: defaults[name] for name in self.parameter_names if name in defaults}, **params}
+
     def decode(self, params: dict[str, Any]) -> Selection:
         values = dict(self.constants)
         for knob in self.knobs:

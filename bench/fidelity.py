@@ -1,0 +1,35 @@
+"""Benchmark: the replay and the static estimate against measured silicon, every supported row.
+
+Replays each aggregated row of aiconfigurator-core's silicon_sample.csv for the given systems and
+backends (default: h100_sxm and h200_sxm, vLLM) as it was measured (one engine of its shape, a closed
+loop of its concurrency, its ISL/OSL; `spica_lib/fidelity/check.py`), and prints, per (system,
+backend, model), the MAPE and signed bias of TTFT, TPOT and output tokens/s per GPU for the replay
+and for the static estimate, then the rows skipped and why. The same as `spica fidelity`.
+
+Run: .venv/bin/python bench/fidelity.py [--system h100_sxm,h200_sxm] [--backend vllm] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("DYN_LOG", "error")
+
+from spica_lib.cli.fidelity import fidelity_command  # noqa: E402
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    option = {name: args[args.index(name) + 1] for name in ("--system", "--backend", "--json") if name in args}
+    started = time.perf_counter()
+    code = fidelity_command(
+        option.get("--system", "h100_sxm,h200_sxm"), option.get("--backend", "vllm"), None, None, option.get("--json")
+    )
+    print(f"\n{time.perf_counter() - started:.0f} s on this machine")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
