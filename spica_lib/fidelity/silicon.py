@@ -73,7 +73,7 @@ def aggregated_rows(path: str | None = None) -> tuple[SiliconRow, ...]:
 def _row(raw: dict[str, str]) -> SiliconRow:
     tp, dp = _int(raw["tp_size"], 1), _int(raw["attention_dp_size"], 1)
     moe_width = _int(raw["moe_tp_size"], 1) * _int(raw["moe_ep_size"], 1)
-    if not raw["attention_dp_size"].strip() and moe_width > tp and moe_width % tp == 0:
+    if _int(raw["attention_dp_size"], 0) == 0 and moe_width > tp and moe_width % tp == 0:
         # Some MoE rows leave the attention-DP size blank while their MoE width spans more GPUs than the
         # attention TP: the engine's width is the MoE one, so the attention side is data parallel.
         dp = moe_width // tp
@@ -97,4 +97,6 @@ def _row(raw: dict[str, str]) -> SiliconRow:
 
 
 def _int(text: str, default: int) -> int:
-    return int(float(text)) if text.strip() else default
+    """A size column: blank, or 0 as some rows write it, means the default."""
+    value = int(float(text)) if text.strip() else 0
+    return value if value >= 1 else default

@@ -1,0 +1,56 @@
+"""`spica fidelity`: measured silicon rows read right, replayed as measured (real replay), errors computed right."""
+
+import json
+
+import pytest
+
+from spica_lib.cli.main import main
+from spica_lib.fidelity.check import METRICS, check_row, group_errors, unsupported_reason
+from spica_lib.fidelity.silicon import aggregated_rows, tokens_per_second_per_gpu
+
+QWEN_H100 = "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1"
+
+
+def row(row_id):
+    return next(r for r in aggregated_rows() if r.id == row_id)
+
+
+def test_a_row_reads_as_measured_and_its_throughput_follows_from_ttft_and_tpot():
+    qwen = row(QWEN_H100)
+    assert (qwen.system, qwen.backend, qwen.model, qwen.precision) == ("h100_sxm", "vllm", "Qwen/Qwen3-32B", "")
+    assert (qwen.isl, qwen.osl, qwen.concurrency, qwen.tp, qwen.gpus) == (1024, 128, 8, 2, 2)
+    assert qwen.ttft_ms == pytest.approx(154.2481599) and qwen.tpot_ms == pytest.approx(18.0370482875)
+    # 8 requests in flight, each living TTFT + 127 TPOT, 128 tokens each, over 2 GPUs.
+    assert qwen.tokens_per_second_per_gpu == pytest.approx(8 * 128 * 1000 / (154.2481599 + 127 * 18.0370482875) / 2)
+    assert tokens_per_second_per_gpu(1, 2, 100.0, 50.0, 1) == pytest.approx(2 * 1000 / 150)
+    assert all(min(r.tp, r.attention_dp, r.moe_tp, r.moe_ep) >= 1 for r in aggregated_rows())  # blank or 0: 1
+
+
+def test_a_moe_row_with_a_blank_attention_dp_spans_its_moe_width():
+    moe = [r for r in aggregated_rows() if r.model == "Qwen/Qwen3-235B-A22B-FP8" and r.system == "h200_sxm"]
+    widened = [r for r in moe if r.tp == 1 and r.moe_tp == 2]
+    assert widened and all(r.attention_dp == 2 and r.gpus == 2 for r in widened)
+
+
+def test_rows_this_stack_cannot_replay_as_measured_say_why():
+    llama = next(r for r in aggregated_rows() if r.model == "meta-llama/Llama-3.1-70B")
+    assert "no configuration available offline" in unsupported_reason(llama)
+    fp8 = next(r for r in aggregated_rows() if r.model == "Qwen/Qwen3-32B" and r.precision == "fp8")
+    assert unsupported_reason(fp8) == "measured in fp8, but the replay runs Qwen/Qwen3-32B in its own dtype"
+    assert unsupported_reason(row(QWEN_H100)) is None
+
+
+def test_a_row_is_replayed_as_measured_and_its_errors_are_relative_to_the_measurement(tmp_path, capsys):
+    check = check_row(row(QWEN_H100))
+    assert check.skipped is None and check.perf_db_version and check.replayed and check.estimated
+    (group,) = group_errors([check])
+    for metric in METRICS:
+        measured, replayed = getattr(check.measured, metric), getattr(check.replayed, metric)
+        assert group.replay_bias[metric] == pytest.approx(100 * (replayed - measured) / measured)
+        assert group.replay_mape[metric] == pytest.approx(abs(group.replay_bias[metric]))
+    out = tmp_path / "rows.json"
+    code = main(["fidelity", "--system", "h100_sxm", "--model", "Qwen/Qwen3-32B", "--limit", "1", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "| h100_sxm | vllm | Qwen/Qwen3-32B | 1 (0) |" in printed
+    (saved,) = json.loads(out.read_text())
+    assert saved["row"]["id"] == QWEN_H100 and saved["replayed"]["ttft_ms"] == pytest.approx(check.replayed.ttft_ms)
