@@ -22,6 +22,7 @@ def test_validate_prints_a_summary_and_exits_0(capsys):
     assert "agg" in out and "disagg" in out and "knob combinations" in out
     assert "memory-feasible layouts (vllm" in out
     assert "limits     120 s per trial (240 requests per replay); screened on the first 20% of the workload" in out
+    assert "round 0 warm-started from the static estimate" in out
 
 
 def test_validate_shows_the_kv_load_range_of_a_pareto_study(capsys):

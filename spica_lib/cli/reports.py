@@ -65,7 +65,8 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
         lines += [f"            {s.backend} left out: {s.reason}" for s in spec.skipped_backends]
     lines.append(
         f"  sweep      {sweep.max_rounds} rounds x {sweep.per_round} candidates per branch, "
-        f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments"
+        f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments; "
+        + ("round 0 warm-started from the static estimate" if sweep.warm_start else "no warm start")
     )
     lines.append(f"  limits     {_limit_line(config)}")
     return "\n".join(lines)
