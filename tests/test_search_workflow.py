@@ -13,6 +13,8 @@ import pytest
 import yaml
 from conftest import REPO, WALL_CLOCK_METRICS, write_yaml
 
+from spica_lib.report.status import run_status
+
 pytestmark = pytest.mark.slow
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
 
@@ -94,6 +96,8 @@ def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
     assert history["tallies"][0]["refills"] == len(passes) - 1
     trials = list(round_zero.glob("trials/*/*.json"))
     assert len(trials) == sum(len(p["new_keys"]) for p in passes)
+    (status,) = run_status(run_dir(tmp_path))  # `spica status` counts the refills' trials too
+    assert status.trials_finished == status.trials_failed == len(trials) and status.stalled
 
 
 def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path):
