@@ -167,6 +167,16 @@ def landscape_table(config: SmartSearchConfig, branch) -> dict[str, TrialResult]
     return results
 
 
+def search_in_child(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> float:
+    """`search` in a child forked from this process, as a sweep runs each suggest: the GP designers'
+    compiled programs pile up in one long process until LLVM cannot allocate (seen with GP-UCB-PE)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork")) as pool:
+        return pool.submit(search, config, branch, table).result()
+
+
 def search(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> float:
     """Best feasible score the search finds within its budget."""
     context = SearchContext(
@@ -242,7 +252,7 @@ def main() -> None:
         for (rounds, per_round), algorithm, warm in itertools.product(budgets, algorithms, (False, True)):
             shares = []
             for seed in seeds:
-                found = search(config_for(landscape, algorithm, seed, rounds, per_round, warm), branch, table)
+                found = search_in_child(config_for(landscape, algorithm, seed, rounds, per_round, warm), branch, table)
                 shares.append(found / best)
             row = (landscape, rounds * per_round, algorithm, warm, statistics.median(shares), min(shares))
             summary.append(row)
