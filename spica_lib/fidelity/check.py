@@ -27,6 +27,8 @@ ROW_TIME_LIMIT_SECONDS = 300.0
 
 
 class Point(BaseModel):
+    """One row's mean TTFT, TPOT and output tokens/s per GPU: measured, replayed or estimated."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     ttft_ms: float
