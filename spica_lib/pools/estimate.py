@@ -195,7 +195,7 @@ def estimate_layout(
 def _highest_rate(model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, accept: Any) -> float:
     """The highest deployment rate that is stable and accepted, by bisection (0 when none is)."""
     roles = _roles(config)
-    ceiling = min(r.replicas * _prefill_limit(model, backend, r.shape, role, traffic) for role, r in roles)
+    ceiling = min(r.replicas * _rate_ceiling(model, backend, r.shape, role, traffic) for role, r in roles)
     low, high = 0.0, ceiling
     for _ in range(BISECTIONS):
         rate = (low + high) / 2.0
@@ -204,8 +204,9 @@ def _highest_rate(model: StepModel, config: ParallelConfig, backend: str, traffi
     return low
 
 
-def _prefill_limit(model: StepModel, backend: str, shape: ParallelShape, role: Role, traffic: Traffic) -> float:
-    """Requests per second an engine's prefills can take at most (decode alone: bounded by its batch)."""
+def _rate_ceiling(model: StepModel, backend: str, shape: ParallelShape, role: Role, traffic: Traffic) -> float:
+    """Requests per second one engine of `role` can take at most: its prefills' share of time, or for a
+    decode engine its largest batch."""
     if role == "decode":
         batch = DECODE_BATCH_LIMIT * shape.attention_dp
         step = model.decode_step_ms(backend, shape, batch, traffic.isl + traffic.osl // 2)

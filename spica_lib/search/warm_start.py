@@ -70,8 +70,9 @@ def rank_pool(config: SmartSearchConfig, pool: list[PoolRecord], model: StepMode
     for record in pool:
         for backend in record.backends:
             estimates = [estimate_layout(model, record.config, backend, t, config.goal.sla) for t in traffics]
-            keys = {t.value: min(_key(config, t, e) for e in estimates) for t in targets}
-            binding = min(estimates, key=lambda e: _key(config, targets[0], e))
+            scored = [(e, {t.value: _key(config, t, e) for t in targets}) for e in estimates]
+            keys = {t.value: min(k[t.value] for _, k in scored) for t in targets}
+            binding = min(scored, key=lambda pair: pair[1][targets[0].value])[0]
             out.append(Ranked(config=record.config, backend=backend, estimate=binding, keys=keys))
     return out
 

@@ -61,9 +61,16 @@ def pass_of_batch(wildcards):
         refill += 1
 
 
+def batch_pass_files(wildcards):
+    """The suggestions file and specs folder of the pass that holds replay job `batch` (found once per job)."""
+    suggestions, specs = RUN.pass_files(wildcards.branch, wildcards.round, pass_of_batch(wildcards))
+    return {"suggestions": suggestions, "specs": specs}
+
+
 def round_walk(wildcards):
-    """The round's passes (suggestions files) and replay jobs (trial folders): its first pass, then one refill
-    after another for as long as the last pass's replays failed and the round's cap allows."""
+    """The round's passes (`suggestions`) and replay jobs (`trials` folders): its first pass, then one refill
+    after another for as long as the last pass's replays failed and the round's cap allows. One walk
+    gives both named inputs, so the trial files are read once per evaluation."""
     passes, paths, folders = [], [], []
     while True:
         path, passed = round_pass(wildcards.branch, wildcards.round, len(passes))
@@ -75,7 +82,7 @@ def round_walk(wildcards):
             folders.append(folder)
             results.update({key: read_trial(f"{folder}/{key}.json").result for key in passed.batch(batch)})
         if not passed.new_keys or not replacements_needed(passes, results):
-            return paths, folders
+            return {"suggestions": paths, "trials": folders}
 
 
 def earlier_passes(wildcards):
@@ -160,8 +167,7 @@ checkpoint replay:
     message:
         "Replaying job {wildcards.batch} of round {wildcards.round} of {wildcards.branch}"
     input:
-        suggestions=lambda w: RUN.pass_files(w.branch, w.round, pass_of_batch(w))[0],
-        specs=lambda w: RUN.pass_files(w.branch, w.round, pass_of_batch(w))[1],
+        unpack(batch_pass_files),
     output:
         trials=directory(RUN.trial_batch("{branch}", "{round}", "{batch}")),
     log:
@@ -185,9 +191,8 @@ rule tell:
     message:
         "Collecting round {wildcards.round} of branch {wildcards.branch}"
     input:
+        unpack(round_walk),
         config=rules.validate.output.config,
-        suggestions=lambda w: round_walk(w)[0],
-        trials=lambda w: round_walk(w)[1],
         previous=previous_history,
     output:
         history=RUN.observations("{branch}", "{round}"),
