@@ -470,6 +470,30 @@ def test_a_replay_stopped_at_its_limit_after_its_prefix_says_what_the_prefix_sho
     assert result.status == "timed_out", result.reason
     assert result.screen is not None and not result.screen.screened
     assert result.screen.prefix == "first 480 of 24000 requests"
-    assert result.reason.startswith("replay exceeded max_eval_seconds=3 and was stopped after its prefix")
+    assert result.reason.startswith("replay exceeded max_eval_seconds=3 and was stopped; its prefix")
     assert result.sla_miss == result.screen.ratio > 1  # already over its bound on the prefix
     assert designer_metrics(result, cfg.goal) == {"objective": -math.log1p(result.sla_miss)}
+
+
+def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefix_pace(monkeypatch):
+    # The shipped trace at half speed on SGLang 1 x TP4 prefill + 1 x TP4 decode: its first 20 % of
+    # simulated time replays in well under a second, but past about two thirds of the trace the
+    # queue runs away and the replay crawls for minutes. Its pace gives it away long before its limit.
+    import spica_lib.replay.stall as stall_module
+
+    monkeypatch.setattr(stall_module, "STALL_FACTOR", 2.0)
+    monkeypatch.setattr(stall_module, "STALL_FLOOR_SECONDS", 3.0)
+    data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
+                                 "trace_path": str(TRACE), "arrival_speedup_ratio": 0.5})  # fmt: skip
+    data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 60}}
+    data["sweep"] = {"screen_margin": 1000}  # never screened: the pace alone decides
+    cfg = build(data)
+    layout = DisaggConfig(prefill=agg(4, 1), decode=agg(4, 1))
+    sel = {"deployment_mode": "disagg", "backend": "sglang", "router_mode": "round_robin",
+           "planner_scaling_policy": "disabled", **DISAGG_KNOBS}  # fmt: skip
+    estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"sglang": "0.5.14"})
+    spec = prepare_trial(cfg, sel, layout, backend_version="0.5.14", estimator=estimator)
+    result = evaluate_trial(spec, max_eval_seconds=300)
+    assert result.status == "timed_out" and result.reason.startswith("stalled: the full replay ran past"), result.reason
+    assert result.wall_seconds < 60 and not result.screen.screened
+    assert "its prefix (first " in result.reason and result.sla_miss == result.screen.ratio

@@ -7,6 +7,7 @@ from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.pools.branches import Branch
 from spica_lib.pools.knobs import branch_knob_choices, combinations
+from spica_lib.replay.stall import STALL_FACTOR
 
 
 def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
@@ -82,7 +83,8 @@ def _limit_line(config: SmartSearchConfig) -> str:
         return line + "; no prefix screen" + (" (no SLA to screen against)" if config.goal.sla is None else "")
     return (
         line + f"; screened on the first {sweep.screen_fraction:.0%} of the workload, "
-        f"stopped there at {sweep.screen_margin:g}x an SLA bound"
+        f"stopped there at {sweep.screen_margin:g}x an SLA bound or past its share of the limit, "
+        f"and stopped later past {STALL_FACTOR:g}x the prefix's pace"
     )
 
 

@@ -27,6 +27,7 @@ class ScreenPlan(BaseModel):
 
     bounds: list[tuple[str, float]]  # (replay metric, bound), e.g. ("p99_ttft_ms", 2000.0)
     margin: float
+    fraction: float  # the share of the workload the prefix holds (its share of the time limit, too)
     requests: int | None = None
     sim_time_ms: float | None = None
     prefix: str  # in words, for the trial's reason: "first 48 of 240 requests"
@@ -145,7 +146,8 @@ def _screen(plan: ScreenPlan | None, function: str, args: list[Any]) -> dict[str
         change = {"args": [*args[:2], plan.requests]}
     else:
         change = {"kwargs": {"max_sim_time_ms": plan.sim_time_ms}}
-    return {**change, "bounds": [list(b) for b in plan.bounds], "margin": plan.margin, "prefix": plan.prefix}
+    bounds = [list(b) for b in plan.bounds]
+    return {**change, "bounds": bounds, "margin": plan.margin, "fraction": plan.fraction, "prefix": plan.prefix}
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spica_lib.replay.call import execute_call
+from spica_lib.replay.stall import Deadline, earliest, limit_deadline, pace_deadline, prefix_deadline
 
 PR_SET_PDEATHSIG = 1
 STDERR_TAIL = 2000
@@ -54,7 +55,10 @@ class _Running:
     key: str
     pid: int
     started: float
-    deadline: float | None
+    limit: Deadline | None  # the time limit
+    deadline: Deadline | None  # the earliest stop: the limit, or a stall (see spica_lib.replay.stall)
+    screen: dict[str, Any] | None = None  # the call's screen, when it has one
+    heard_verdict: bool = False
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
     open_pipes: int = 2
@@ -171,8 +175,10 @@ class ReplayWorker:
         os.close(out_write)
         os.close(err_write)
         started = time.perf_counter()
-        deadline = started + self.timeout if self.timeout else None
-        running = _Running(key=key, pid=pid, started=started, deadline=deadline)
+        limit = limit_deadline(started, self.timeout)
+        screen = call.get("screen")
+        deadline = earliest(limit, prefix_deadline(started, self.timeout, screen))
+        running = _Running(key=key, pid=pid, started=started, limit=limit, deadline=deadline, screen=screen)
         self.running[pid] = running
         for descriptor, stream in ((out_read, "out"), (err_read, "err")):
             os.set_blocking(descriptor, False)
@@ -188,16 +194,26 @@ class ReplayWorker:
                 buffer.extend(chunk)
                 if stream == "err" and len(buffer) > 4 * STDERR_TAIL:
                     del buffer[: -2 * STDERR_TAIL]
+                elif stream == "out" and not running.heard_verdict:
+                    self._hear_verdict(running)
                 continue
             selector.unregister(selected.fd)
             os.close(selected.fd)
             running.open_pipes -= 1
         now = time.perf_counter()
         for running in list(self.running.values()):
-            if running.deadline is not None and now > running.deadline:
+            if running.deadline is not None and now > running.deadline.at:
                 yield self._end(selector, running, timed_out=True)
             elif running.open_pipes == 0:
                 yield self._end(selector, running, timed_out=False)
+
+    def _hear_verdict(self, running: _Running) -> None:
+        """Once the prefix's verdict arrives, the full replay's deadline follows the prefix's pace."""
+        verdict = next((m["screen"] for m in _messages(running.out) if "screen" in m), None)
+        if verdict is None:
+            return
+        running.heard_verdict = True
+        running.deadline = earliest(running.limit, pace_deadline(time.perf_counter(), running.screen, verdict))
 
     def _end(self, selector: selectors.BaseSelector, running: _Running, timed_out: bool) -> ChildOutcome:
         if timed_out:
@@ -217,8 +233,7 @@ class ReplayWorker:
         screen = next((m["screen"] for m in messages if "screen" in m), None)
         base = {"key": running.key, "wall_seconds": wall, "cpu_seconds": cpu, "screen": screen}
         if timed_out:
-            reason = f"replay exceeded max_eval_seconds={self.timeout:g} and was stopped"
-            return ChildOutcome(status="timed_out", reason=reason, report=None, **base)
+            return ChildOutcome(status="timed_out", reason=running.deadline.reason, report=None, **base)
         try:
             report = next(m for m in messages if "ok" in m)
         except StopIteration:

@@ -310,28 +310,25 @@ def _screened(spec: TrialSpec, outcome: ReplayOutcome, base: dict[str, Any]) -> 
 
 
 def _timed_out_after_prefix(spec: TrialSpec, run: ChildOutcome, base: dict[str, Any]) -> TrialResult:
-    """A full replay stopped at its limit after its prefix passed the screen: say what the prefix showed.
+    """A full replay stopped (at its limit, or stalled) after its prefix passed the screen: say what the
+    prefix showed.
 
     The simulator's cost per request grows with the queue (a deep queue made one replay 20x slower
-    per request), so a replay that ran its prefix in a fraction of the limit and then ran out of time
-    had a queue that kept growing. The prefix's SLA ratio is recorded as the trial's SLA miss, so
-    the designer is told how far it was off instead of nothing.
+    per request), so a replay that ran its prefix quickly and then ran out of time had a queue that
+    kept growing. The prefix's SLA ratio is recorded as the trial's SLA miss, so the designer is
+    told how far it was off instead of nothing.
     """
     screen = ScreenOutcome.model_validate(run.screen)
-    limit = spec.replay.screen
     shown = "no request completed" if screen.ratio >= NO_REQUEST_DONE else f"{screen.metric} {screen.value:.4g}"
     verdict = (
-        f"already over its bound ({screen.ratio:.2g}x): a queue that keeps growing slows the simulator down"
+        f"already over its bound ({screen.ratio:.2g}x)"
         if screen.ratio > 1
         else f"within its bound ({screen.ratio:.2g}x); the rest of the workload then took over "
         f"{max(1.0, (run.wall_seconds - screen.replay_seconds) / max(screen.replay_seconds, 1e-3)):.0f}x "
         "the prefix's time"
     )
-    reason = (
-        f"{run.reason} after its prefix ({screen.prefix}, replayed in {screen.replay_seconds:.2f} s) "
-        f"showed {shown}, {verdict}"
-    )
-    miss = screen.ratio if limit is not None and screen.ratio < NO_REQUEST_DONE else None
+    reason = f"{run.reason}; its prefix ({screen.prefix}, replayed in {screen.replay_seconds:.2f} s) showed {shown}, {verdict}"
+    miss = screen.ratio if spec.replay.screen is not None and screen.ratio < NO_REQUEST_DONE else None
     return TrialResult(status="timed_out", reason=reason, sla_miss=miss, screen=screen, **base)
 
 

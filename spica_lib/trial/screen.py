@@ -28,12 +28,13 @@ def screen_plan(
     if goal.sla is None or sweep.screen_fraction is None:
         return None
     fraction = sweep.screen_fraction
-    common = {"bounds": goal.sla.bounds(), "margin": float(sweep.screen_margin)}
+    common = {"bounds": goal.sla.bounds(), "margin": float(sweep.screen_margin), "fraction": fraction}
     if not workload.is_trace_based:
         total = workload.resolved_request_count(concurrency)
         requests = math.ceil(fraction * total)
         if requests < MIN_SCREEN_REQUESTS or requests >= total:
             return None
+        common["fraction"] = requests / total
         return ScreenPlan(**common, requests=requests, prefix=f"first {requests} of {total} requests")
     if workload.replay_concurrency is not None:
         return None
