@@ -1,7 +1,7 @@
 """The tree shows the pipeline: each stage package imports only the packages below it.
 
-base <- facts <- config <- pools | predictor | replay <- trial <- search <- results <- run <- report <- host <- cli.
-pools, predictor and replay share a layer and do not import each other. Imports inside functions
+base <- facts <- config <- pools | predictor | replay <- trial <- search | baselines <- results | fidelity <- run
+<- report <- host <- cli. Packages that share a layer do not import each other. Imports inside functions
 count too: a lazy import is still a dependency.
 """
 
@@ -16,7 +16,7 @@ LAYERS = [
     ("config",),
     ("pools", "predictor", "replay"),
     ("trial",),
-    ("search",),
+    ("search", "baselines"),
     ("results", "fidelity"),
 ]
 LAYERS += [("run",), ("report",), ("host",), ("cli",)]

@@ -11,6 +11,7 @@ import yaml
 from conftest import REPO, TRACE, write_yaml
 
 from spica_lib.base.artifacts import read_model
+from spica_lib.baselines.model import BaselinesResult
 from spica_lib.cli.main import main
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.report.deploy import DeploymentFiles, differences
@@ -201,3 +202,24 @@ def test_the_two_workload_example_replays_each_candidate_on_both_and_ranks_by_th
     assert ranked["binding_workload"].isin(["day", "night"]).all()
     report = (run / "report" / "report.md").read_text()
     assert "binds:" in report and "On each workload" in report
+
+
+def test_the_baselines_are_replayed_on_the_search_s_workload_and_sla_and_the_summary_states_the_ratios(default_run):
+    run, done = default_run
+    baselines = read_model(run / "baselines.json", BaselinesResult)
+    summary = json.loads((run / "summary.json").read_text())
+    assert [b.name for b in baselines.baselines] == ["aiconfigurator", "no_planner", "default_router"]
+    winner = read_trial(next(run.glob(f"rounds/*/*/trials/*/{baselines.winner_key}.json")))
+    assert winner.key == pd.read_csv(run / "ranked.csv")["key"][0]
+    pick = next(b for b in baselines.baselines if b.name == "aiconfigurator")
+    assert pick.source == "replayed" and pick.result.status == "feasible"  # aiconfigurator picks for this default
+    for item in baselines.baselines:
+        assert item.spec is not None and item.result is not None
+        # The very workload, SLA, screen and goal the search's trials were replayed with.
+        assert item.spec.replay.workload == winner.spec.replay.workload
+        assert item.spec.replay.sla == winner.spec.replay.sla and item.spec.replay.screen == winner.spec.replay.screen
+        assert item.spec.goal == winner.spec.goal and item.spec.trace_sha256 == winner.spec.trace_sha256
+    ratios = {b["name"]: b for b in summary["baselines"]}
+    assert ratios["aiconfigurator"]["ratio"] == pytest.approx(summary["finish"][0]["mean"] / pick.result.score)
+    assert "baselines: the winner is " in summary["line"] and "over aiconfigurator's pick" in done.stdout
+    assert "## Baselines" in (run / "report" / "report.md").read_text()

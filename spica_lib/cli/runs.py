@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 from spica_lib.cli.reports import trial_report
-from spica_lib.report.describe import describe
 from spica_lib.report.status import run_status, status_text
 from spica_lib.report.view import RunView
 from spica_lib.run.layout import RESULTS_ROOT, RunFiles
+from spica_lib.trial.describe import describe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

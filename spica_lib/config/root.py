@@ -81,6 +81,7 @@ class SmartSearchConfig(StrictModel):
             )
         self._resolve_finish()
         self._resolve_warm_start()
+        self._resolve_baselines()
         prices = self.goal.gpu_hour_usd
         sku = self.search_space.hardware_sku
         if isinstance(prices, dict) and sku not in prices:
@@ -135,6 +136,23 @@ class SmartSearchConfig(StrictModel):
             )
         if self.sweep.warm_start is None:
             self.sweep.warm_start = not per_candidate
+
+    def _resolve_baselines(self) -> None:
+        per_candidate = any(w.kv_load_ratio is not None for w in (self.workloads or [self.workload]))
+        why_not = (
+            "goal.target is 'pareto': a front has no single score to divide by a baseline's"
+            if self.goal.is_pareto
+            else "a kv_load_ratio workload's traffic is sized per candidate, so there is no one traffic to "
+            "replay the baselines on"
+            if per_candidate
+            else None
+        )
+        if why_not and self.sweep.baselines:
+            raise ValueError(
+                f"sweep.baselines compares the winner's score with each baseline's, but {why_not}: remove it"
+            )
+        if self.sweep.baselines is None:
+            self.sweep.baselines = why_not is None
 
     def _most_expected_requests(self) -> int | None:
         counts = [w.expected_requests() for w in (self.workloads or [self.workload])]

@@ -58,6 +58,11 @@ class SweepConfig(StrictModel):
     # static estimate under the workload (search/warm_start.py), before the designer explores. Left out:
     # on, unless a workload's traffic depends on the candidate (kv_load_ratio), where nothing can be ranked.
     warm_start: StrictBool | None = None
+    # Baselines (baselines/): next to the search, replay aiconfigurator's own pick, the best deployment
+    # without the planner and the best with the default router, and state the winner's ratio over each.
+    # Left out: on, unless the goal is a Pareto front (no single score to divide) or a workload's traffic
+    # is sized per candidate (kv_load_ratio: no one traffic to replay every baseline on).
+    baselines: StrictBool | None = None
 
     @property
     def per_round(self) -> int:

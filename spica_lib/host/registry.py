@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from spica_lib.baselines.job import aiconfigurator_pick, baselines, warm_up_for_baselines
 from spica_lib.report.job import report
 from spica_lib.run.job import JobArgs
 from spica_lib.run.jobs import (
@@ -28,6 +29,8 @@ JOBS: dict[str, tuple[Body, Body | None]] = {
     "replay": (replay, warm_up_for_replay),
     "tell": (tell, None),
     "finish": (finish, warm_up_for_finish),
+    "aiconfigurator_pick": (aiconfigurator_pick, None),
+    "baselines": (baselines, warm_up_for_baselines),
     "merge": (merge, None),
     "report": (report, None),
 }

@@ -23,8 +23,8 @@ from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.config import SmartSearchConfig
 from spica_lib.config.fields import ROUTER_WEIGHTS
 from spica_lib.facts.parallel import ReplicaConfig, role_configs
-from spica_lib.report.describe import describe
 from spica_lib.report.view import RunView
+from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
 
 SCHEMA_VERSION = 1

@@ -8,10 +8,10 @@ from pathlib import Path
 from spica_lib.base.artifacts import read_model
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
-from spica_lib.report.describe import describe
 from spica_lib.report.view import RunView
 from spica_lib.results.finish import overlapping
 from spica_lib.results.merge import CandidateRow, same_result_as
+from spica_lib.trial.describe import describe
 from spica_lib.trial.score import sla_miss
 from spica_lib.trial.spec import TrialResult
 
@@ -36,7 +36,8 @@ def score_label(view: RunView) -> str:
 
 def render(view: RunView, plots: list[str]) -> str:
     """The whole report; `plots` are the image file names written next to it."""
-    sections = [_head(view), _space(view), _tallies(view), _top(view), _per_branch_backend(view), _winner(view)]
+    sections = [_head(view), _space(view), _tallies(view), _top(view), _baselines(view), _per_branch_backend(view)]
+    sections.append(_winner(view))
     sections.append("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plots))
     return "\n\n".join(s for s in sections if s) + "\n"
 
@@ -120,6 +121,20 @@ def _top(view: RunView) -> str:
             f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
     lines += _noise_note(rows)
+    return "\n".join(lines)
+
+
+def _baselines(view: RunView) -> str:
+    """The winner against each baseline, all scored by the same replay, workload and SLA."""
+    summary = view.summary
+    if summary is None or not summary.baselines:
+        return ""
+    lines = ["## Baselines", "", f"Score: {score_label(view)}, each replayed on the search's workload and SLA.", "",
+             "| baseline | deployment | score | winner's ratio | note |", "|---|---|---:|---:|---|"]  # fmt: skip
+    for item in summary.baselines:
+        score = f"{item.score:.4g}" if item.score is not None else "—"
+        ratio = f"{item.ratio:.2f}×" if item.ratio is not None else "—"
+        lines.append(f"| {item.label} | {item.deployment or '—'} | {score} | {ratio} | {item.note or ''} |")
     return "\n".join(lines)
 
 

@@ -18,6 +18,8 @@ from typing import Any
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from spica_lib.baselines.compare import BaselineRatio, compare, ratio_text
+from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
 from spica_lib.replay.request import WALL_CLOCK_METRICS
 from spica_lib.results.finish import FinishedDeployment, FinishResult, overlapping
@@ -77,6 +79,8 @@ class SweepSummary(BaseModel):
     line: str
     # The noise-aware finish: the top deployments in ranked order, each with its replays' mean and range.
     finish: list[FinishedSummary] = Field(default_factory=list)
+    # The winner's score (its finish mean when it has one) over each baseline's (baselines/).
+    baselines: list[BaselineRatio] = Field(default_factory=list)
 
 
 class CandidateRow(BaseModel):
@@ -225,6 +229,7 @@ def summarise(
     histories: list[BranchHistory],
     records: dict[str, TrialRecord],
     best: list[CandidateRow],
+    baselines: BaselinesResult | None = None,
 ) -> SweepSummary:
     tallies = Counter({key: 0 for key in TALLY_KEYS})
     reasons: Counter[str] = Counter()
@@ -267,6 +272,10 @@ def summarise(
             if row.finish is not None
         ],
     )
+    if baselines is not None and best:
+        winner = best[0]
+        score = winner.finish.mean if winner.finish is not None else winner.candidate.score
+        summary.baselines = compare(config.goal, score, baselines.baselines)
     summary.line = summary_line(config, summary)
     return summary
 
@@ -302,6 +311,8 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
             line += (
                 f"; #1 after the finish: mean {top.mean:.4g} over {top.replays} replays ({top.low:.4g}-{top.high:.4g})"
             )
+    if summary.baselines:
+        line += "\nbaselines: the winner is " + ", ".join(ratio_text(b) for b in summary.baselines)
     if summary.failure_reasons:
         shown = [f"{r} (x{n})" if n > 1 else r for r, n in list(summary.failure_reasons.items())[:3]]
         more = len(summary.failure_reasons) - 3

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
 from spica_lib.base.logs import stage_log
+from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
 from spica_lib.config.trace import scan_trace
 from spica_lib.config.validate import ValidatedConfig
@@ -227,7 +228,7 @@ class RankedRun(NamedTuple):
     best: list[CandidateRow]  # before the finish
 
 
-def _ranked_run(job: JobArgs) -> RankedRun:
+def ranked_run(job: JobArgs) -> RankedRun:
     files = RunFiles(dir=job.params["run_dir"])
     config = read_model(job.input["config"], ValidatedConfig).config
     histories = [read_model(path, BranchHistory) for path in job.inputs("histories")]
@@ -247,13 +248,13 @@ def _finish_replays(run: RankedRun) -> tuple[dict[str, TrialSpec], dict[str, Tri
 
 def warm_up_for_finish(job: JobArgs) -> None:
     """Load what the finish's replays need into the calling process (the warm host, before it forks)."""
-    warm_up_trials(_finish_replays(_ranked_run(job))[1])
+    warm_up_trials(_finish_replays(ranked_run(job))[1])
 
 
 def finish(job: JobArgs) -> None:
     """Rule `finish`: the top deployments replayed again where the replay is not exact -> finish.json."""
     with stage_log(job.log[0]) as log:
-        run = _ranked_run(job)
+        run = ranked_run(job)
         top, extra = _finish_replays(run)
         log.info("%d top deployment(s), %d extra replay(s) %s", len(top), len(extra), HOST.where())
         repeated: dict[str, list[TrialResult]] = {key: [] for key in top}
@@ -283,11 +284,18 @@ def finish(job: JobArgs) -> None:
 def merge(job: JobArgs) -> None:
     """Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json."""
     with stage_log(job.log[0]) as log:
-        run = _ranked_run(job)
+        run = ranked_run(job)
         best = apply_finish(run.best, read_model(job.input["finish"], FinishResult))
         atomic_write_parquet(job.output["candidates"], frame(run.rows))
         atomic_write_text(job.output["table"], frame(best, with_rank=True).to_csv(index=False))
-        summary = summarise(run.config, run.histories, run.records, best)
+        baselines = job.inputs("baselines")
+        summary = summarise(
+            run.config,
+            run.histories,
+            run.records,
+            best,
+            read_model(baselines[0], BaselinesResult) if baselines else None,
+        )
         write_model(job.output["summary"], summary)
         log.info("%s", summary.line)
         print(summary.line)

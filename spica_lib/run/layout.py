@@ -129,6 +129,16 @@ class RunFiles(BaseModel):
         """The noise-aware finish: the top deployments' repeated replays (results.finish.FinishResult)."""
         return f"{self.dir}/finish.json"
 
+    @property
+    def aiconfigurator_pick_json(self) -> str:
+        """aiconfigurator's own pick for the sweep (baselines.model.AiconfiguratorPick)."""
+        return f"{self.dir}/baselines/aiconfigurator_pick.json"
+
+    @property
+    def baselines_json(self) -> str:
+        """The baselines, replayed next to the search (baselines.model.BaselinesResult)."""
+        return f"{self.dir}/baselines.json"
+
     def ranked_csv(self, is_pareto: bool) -> str:
         """`pareto.csv` for a Pareto goal, `ranked.csv` otherwise."""
         return f"{self.dir}/{'pareto' if is_pareto else 'ranked'}.csv"
@@ -171,6 +181,7 @@ class RunLayout(RunFiles):
     max_eval_seconds: float | None
     parallel_evals: int
     finish_replays: int = 0  # the finish's extra replays at most: top_k x (finish_repeats - 1)
+    baselines: bool = False  # sweep.baselines: replay the baselines next to the search
 
     @property
     def last_round(self) -> int:
@@ -231,6 +242,7 @@ def prepare_run(
         max_eval_seconds=config.sweep.max_eval_seconds,
         parallel_evals=config.sweep.parallel_evals,
         finish_replays=config.sweep.top_k * ((config.sweep.finish_repeats or 1) - 1),
+        baselines=bool(config.sweep.baselines),
     )
     existing = Path(layout.config_json)
     if existing.is_file():

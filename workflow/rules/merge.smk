@@ -5,6 +5,7 @@ rule merge:
         config=rules.validate.output.config,
         histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
         finish=RUN.finish_json,
+        baselines=[RUN.baselines_json] if RUN.baselines else [],
     output:
         candidates=RUN.candidates_parquet,
         table=RUN.ranking_csv,

@@ -1,0 +1,64 @@
+"""The bodies of the baselines' two jobs: aiconfigurator's pick (next to the search) and the replays (after it)."""
+
+from __future__ import annotations
+
+from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.base.logs import stage_log
+from spica_lib.baselines.aiconfigurator_pick import aiconfigurator_pick as pick_for
+from spica_lib.baselines.model import AiconfiguratorPick, Baseline, BaselinesResult
+from spica_lib.baselines.plan import BaselineCase, plan_baselines, settle
+from spica_lib.config.validate import ValidatedConfig
+from spica_lib.predictor.plan import LoadPredictorResult
+from spica_lib.results.finish import FinishResult
+from spica_lib.results.merge import apply_finish
+from spica_lib.run.job import HOST, JobArgs
+from spica_lib.run.jobs import RankedRun, ranked_run
+from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
+
+
+def aiconfigurator_pick(job: JobArgs) -> None:
+    """Rule `aiconfigurator_pick`: the validated config -> baselines/aiconfigurator_pick.json."""
+    with stage_log(job.log[0]) as log:
+        config = read_model(job.input["config"], ValidatedConfig).config
+        pick = pick_for(config)
+        if pick.problem:
+            log.info("no pick: %s", pick.problem)
+        else:
+            log.info("%s %s %s in %.1f s; considered %s", pick.deployment_mode, pick.backend,
+                     pick.parallel_config, pick.seconds, pick.considered)  # fmt: skip
+        write_model(job.output["pick"], pick)
+
+
+def _cases(job: JobArgs) -> tuple[RankedRun, list[BaselineCase]]:
+    run = ranked_run(job)
+    ranked = apply_finish(run.best, read_model(job.input["finish"], FinishResult))
+    pick = read_model(job.input["pick"], AiconfiguratorPick)
+    winners = read_model(job.input["predictor"], LoadPredictorResult).winners()
+    return run, plan_baselines(run.config, run.records, [row.key for row in ranked], pick, winners)
+
+
+def warm_up_for_baselines(job: JobArgs) -> None:
+    """Load what the baselines' replays need into the calling process (the warm host, before it forks)."""
+    warm_up_trials({case.baseline.name: case.replay for case in _cases(job)[1] if case.replay is not None})
+
+
+def baselines(job: JobArgs) -> None:
+    """Rule `baselines`: replay each baseline that needs it, with the search's workload and SLA -> baselines.json."""
+    with stage_log(job.log[0]) as log:
+        run, cases = _cases(job)
+        specs = {case.baseline.name: case.replay for case in cases if case.replay is not None}
+        log.info("%d baseline(s), %d to replay %s", len(cases), len(specs), HOST.where())
+        results = dict(
+            evaluate_trials(specs, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
+        )
+        settled: list[Baseline] = []
+        for case in cases:
+            name = case.baseline.name
+            baseline = settle(case, results[name], run.records) if name in results else case.baseline
+            settled.append(baseline)
+            shown = f"{baseline.result.status} {baseline.result.score}" if baseline.result else "none"
+            log.info("%s: %s (%s) -> %s; %s", name, baseline.deployment, baseline.source, shown, baseline.note)
+        winner = next(iter(apply_finish(run.best, read_model(job.input["finish"], FinishResult))), None)
+        write_model(
+            job.output["baselines"], BaselinesResult(winner_key=winner.key if winner else None, baselines=settled)
+        )

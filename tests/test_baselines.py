@@ -1,0 +1,109 @@
+"""Baselines: aiconfigurator's own pick, the best without the planner, the best with the default router.
+
+The plan tests give real trial specs made-up results (`fake_result`) to test which deployment each
+baseline is; aiconfigurator's pick and the sweep's baselines (tests/test_report.py) are real.
+"""
+
+import pytest
+from conftest import build, config_data, rejected
+
+from spica_lib.baselines.aiconfigurator_pick import aiconfigurator_pick
+from spica_lib.baselines.compare import compare, ratio_text
+from spica_lib.baselines.model import Baseline
+from spica_lib.baselines.plan import plan_baselines, settle
+from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
+from spica_lib.trial.evaluate import prepare_trial
+from spica_lib.trial.spec import TrialRecord, TrialResult
+
+VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
+
+
+def test_baselines_are_on_by_default_and_refused_where_there_is_no_single_score_or_traffic():
+    assert build(config_data()).sweep.baselines is True
+    pareto = config_data(goal={"target": "pareto"})
+    pareto["workload"] = {"isl": 1024, "osl": 128, "kv_load_ratio": [0.5, 1.0], "num_request_ratio": 10}
+    assert build(pareto).sweep.baselines is False
+    rejected({**pareto, "sweep": {"baselines": True}}, "", "sweep.baselines", "'pareto'")
+    per_candidate = config_data(goal={"target": "throughput"})
+    per_candidate["workload"] = {"isl": 1024, "osl": 128, "kv_load_ratio": 0.5, "num_request_ratio": 10}
+    rejected({**per_candidate, "sweep": {"baselines": True}}, "", "sweep.baselines", "kv_load_ratio")
+    config = build(config_data(sweep={"baselines": False}))
+    assert config.sweep.baselines is False and build(config.model_dump(mode="json")) == config
+
+
+def fake_result(score, status="feasible", gpus=4):
+    return TrialResult(status=status, score=score if status == "feasible" else None, used_gpus=gpus,
+                       reason=None if status == "feasible" else "made up")  # fmt: skip
+
+
+def baseline(score, status="feasible"):
+    return Baseline(name="no_planner", label="the best without the planner", source="search",
+                    result=fake_result(score, status))  # fmt: skip
+
+
+def test_ratios_say_how_many_times_better_the_winner_is_for_either_direction_of_goal():
+    maximise = build(config_data(goal={"target": "throughput"})).goal
+    (ratio,) = compare(maximise, 300.0, [baseline(100.0)])
+    assert ratio.ratio == pytest.approx(3.0) and ratio_text(ratio) == "3.00x over the best without the planner"
+    cost = build(config_data(goal={"target": "cost_per_million_output_tokens", "gpu_hour_usd": 3.0})).goal
+    (cheaper,) = compare(cost, -0.5, [baseline(-2.0)])  # scores are negated costs: 0.5 $ against 2 $
+    assert cheaper.ratio == pytest.approx(4.0)
+    zero, failed = compare(maximise, 300.0, [baseline(0.0), baseline(None, status="timed_out")])
+    assert zero.ratio is None and "no ratio" in zero.note
+    assert failed.ratio is None and failed.score is None and failed.note.startswith("timed_out: made up")
+
+
+def record(config, gpus_per_replica, router, planner, score):
+    selection = {"deployment_mode": "agg", "backend": "vllm", "router_mode": router, "planner_scaling_policy": planner,
+                 "agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256, "overlap_score_credit": 1.0,
+                 "prefill_load_scale": 1.0, "router_temperature": 0.0, "planner_fpm_sampling": "default",
+                 "planner_load_sensitivity": "default", "load_predictor_candidates": "constant_last"}  # fmt: skip
+    layout = ReplicaConfig(shape=ParallelShape(tp=gpus_per_replica), replicas=2)
+    spec = prepare_trial(config, selection, layout, backend_version=VERSION)
+    return TrialRecord(key=spec.key(), spec=spec, result=fake_result(score, gpus=layout.total_gpus))
+
+
+def test_each_ablation_is_the_better_of_the_search_s_best_without_it_and_the_winner_replayed_without_it():
+    config = build(config_data(search_space={"planner_scaling_policy": ["disabled", "load_180_5"]}))
+    winner = record(config, 2, "kv_router", "load_180_5", 500.0)
+    no_planner = record(config, 1, "kv_router", "disabled", 300.0)
+    round_robin = record(config, 4, "round_robin", "load_180_5", 200.0)
+    records = {r.key: r for r in (winner, no_planner, round_robin)}
+    ranked = [winner.key, no_planner.key, round_robin.key]
+    from spica_lib.baselines.model import AiconfiguratorPick
+
+    cases = {c.baseline.name: c for c in plan_baselines(config, records, ranked, AiconfiguratorPick(problem="x"), {})}
+    assert cases["aiconfigurator"].replay is None and cases["aiconfigurator"].baseline.note == "x"
+    for name, searched, changed in (("no_planner", no_planner, "planner_scaling_policy"),
+                                    ("default_router", round_robin, "router_mode")):  # fmt: skip
+        case = cases[name]
+        assert case.replay is not None and case.baseline.searched_alternative == searched.key
+        assert case.replay.parallel_config == winner.spec.parallel_config
+        assert (
+            case.replay.replay.workload == winner.spec.replay.workload
+            and case.replay.replay.sla == winner.spec.replay.sla
+        )
+        assert case.replay.sample[changed] != winner.spec.sample[changed]
+        # The winner replayed without the feature is the baseline unless the search found better without it.
+        assert settle(case, fake_result(450.0), records).key == case.replay.key()
+        assert settle(case, fake_result(100.0), records).key == searched.key
+    # A winner that already runs without the feature is its own baseline, with nothing to replay.
+    records_rr = {round_robin.key: round_robin}
+    cases = {
+        c.baseline.name: c
+        for c in plan_baselines(config, records_rr, [round_robin.key], AiconfiguratorPick(problem="x"), {})
+    }
+    assert cases["default_router"].replay is None and cases["default_router"].baseline.key == round_robin.key
+
+
+@pytest.mark.slow
+def test_aiconfigurator_picks_a_deployment_of_the_search_space_within_the_budget():
+    config = build(config_data(search_space={"backend": ["vllm"], "gpu_budget": 4},
+                               goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 2000, "itl_ms": 50}}))  # fmt: skip
+    pick = aiconfigurator_pick(config)
+    assert pick.problem is None, pick.problem
+    assert pick.backend == "vllm" and pick.deployment_mode in ("agg", "disagg")
+    assert set(pick.considered) <= {"agg/vllm", "disagg/vllm"} and pick.considered
+    assert pick.parallel_config.total_gpus <= 4 and all(n >= 1 for n in pick.max_num_seqs.values())
+    assert (pick.isl, pick.osl, pick.ttft_ms, pick.tpot_ms) == (1024, 128, 2000.0, 50.0)
+    assert pick.estimate["tpot"] <= 50.0  # aiconfigurator's own estimate of its pick meets the bound it was given

@@ -1,0 +1,49 @@
+import math
+
+
+# aiconfigurator's own pick needs only the config: it runs next to the search, on its static estimate.
+rule aiconfigurator_pick:
+    message:
+        "Asking aiconfigurator's own search for its pick for run {params.run}"
+    input:
+        config=rules.validate.output.config,
+    output:
+        pick=RUN.aiconfigurator_pick_json,
+    log:
+        RUN.log("aiconfigurator_pick"),
+    params:
+        run=RUN.run,
+        run_dir=RUN.dir,
+    resources:
+        mem_mb=4000,
+        runtime=15,
+    script:
+        "../scripts/aiconfigurator_pick.py"
+
+
+# The baselines, replayed with the search's workload and SLA once the ranking is final (after the finish).
+rule baselines:
+    message:
+        "Replaying the baselines of run {params.run}"
+    input:
+        config=rules.validate.output.config,
+        predictor=rules.load_predictor.output.result,
+        histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
+        finish=RUN.finish_json,
+        pick=RUN.aiconfigurator_pick_json,
+    output:
+        baselines=RUN.baselines_json,
+    log:
+        RUN.log("baselines"),
+    params:
+        run=RUN.run,
+        run_dir=RUN.dir,
+        max_eval_seconds=RUN.max_eval_seconds,
+    threads: max(1, min(3, RUN.parallel_evals))
+    resources:
+        mem_mb=lambda wildcards, threads: 4000 * threads,
+        # Minutes: at most three replays in waves of `threads`, each up to its limit.
+        runtime=lambda wildcards, threads: math.ceil(3 / max(1, threads)) * math.ceil((RUN.max_eval_seconds or 3600) / 60)
+        + 5,
+    script:
+        "../scripts/baselines.py"
