@@ -4,9 +4,12 @@ Replays each aggregated row of aiconfigurator-core's silicon_sample.csv for the 
 backends (default: h100_sxm and h200_sxm, vLLM) as it was measured (one engine of its shape, a closed
 loop of its concurrency, its ISL/OSL; `spica_lib/fidelity/check.py`), and prints, per (system,
 backend, model), the MAPE and signed bias of TTFT, TPOT and output tokens/s per GPU for the replay
-and for the static estimate, then the rows skipped and why. The same as `spica fidelity`.
+and for the static estimate, then the rows skipped and why. The same as `spica fidelity`. With
+`--fit FILE`, it then fits step-time scales per (system, backend) on half the rows (a fixed split,
+`spica_lib/fidelity/fit.py`), writes them to FILE, replays the other half with them, and prints
+that half's errors without and with the scales.
 
-Run: .venv/bin/python bench/fidelity.py [--system h100_sxm,h200_sxm] [--backend vllm] [--json FILE]
+Run: .venv/bin/python bench/fidelity.py [--system h100_sxm,h200_sxm] [--backend vllm] [--json FILE] [--fit FILE]
 """
 
 from __future__ import annotations
@@ -22,10 +25,15 @@ from spica_lib.cli.fidelity import fidelity_command  # noqa: E402
 
 def main() -> int:
     args = sys.argv[1:]
-    option = {name: args[args.index(name) + 1] for name in ("--system", "--backend", "--json") if name in args}
+    option = {name: args[args.index(name) + 1] for name in ("--system", "--backend", "--json", "--fit") if name in args}
     started = time.perf_counter()
     code = fidelity_command(
-        option.get("--system", "h100_sxm,h200_sxm"), option.get("--backend", "vllm"), None, None, option.get("--json")
+        option.get("--system", "h100_sxm,h200_sxm"),
+        option.get("--backend", "vllm"),
+        None,
+        None,
+        option.get("--json"),
+        option.get("--fit"),
     )
     print(f"\n{time.perf_counter() - started:.0f} s on this machine")
     return code

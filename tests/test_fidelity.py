@@ -3,10 +3,15 @@
 import json
 
 import pytest
+from conftest import build, config_data
 
 from spica_lib.cli.main import main
+from spica_lib.config import ConfigError
+from spica_lib.facts.calibration import StepScale, read_calibration
 from spica_lib.fidelity.check import METRICS, check_row, group_errors, unsupported_reason
+from spica_lib.fidelity.fit import SPLIT, fits
 from spica_lib.fidelity.silicon import aggregated_rows, tokens_per_second_per_gpu
+from spica_lib.trial.evaluate import prepare_trial
 
 QWEN_H100 = "qwen_qwen3_32b_qwen_qwen3_32b_h100_sxm_vllm_agg_1024x128_c8_tp2_epnone_1"
 
@@ -54,3 +59,49 @@ def test_a_row_is_replayed_as_measured_and_its_errors_are_relative_to_the_measur
     assert code == 0 and "| h100_sxm | vllm | Qwen/Qwen3-32B | 1 (0) |" in printed
     (saved,) = json.loads(out.read_text())
     assert saved["row"]["id"] == QWEN_H100 and saved["replayed"]["ttft_ms"] == pytest.approx(check.replayed.ttft_ms)
+
+
+def test_a_calibration_scales_the_replay_s_step_times_through_the_mocker_s_speed_up_ratios():
+    plain = check_row(row(QWEN_H100))
+    scaled = check_row(
+        row(QWEN_H100), StepScale(system="h100_sxm", backend="vllm", prefill=2.0, decode=0.5, fit_rows=1)
+    )
+    # A closed loop's TTFT is its prefill waves: it doubles exactly. TPOT halves, less the prefill steps it waits on.
+    assert scaled.replayed.ttft_ms == pytest.approx(2 * plain.replayed.ttft_ms, rel=0.05)
+    assert 0.45 < scaled.replayed.tpot_ms / plain.replayed.tpot_ms < 0.7
+    assert scaled.estimated.ttft_ms > plain.estimated.ttft_ms  # the static estimate is scaled alike
+
+
+def test_the_split_is_fixed_and_halves_the_rows():
+    rows = aggregated_rows()
+    share = sum(fits(r) for r in rows) / len(rows)
+    assert 0.4 < share < 0.6 and [fits(r) for r in rows] == [fits(r) for r in aggregated_rows()]
+
+
+def test_fit_writes_scales_a_config_can_opt_into_and_every_trial_records_them(tmp_path, capsys):
+    path = tmp_path / "calibration.json"
+    code = main(["fidelity", "--system", "h100_sxm", "--model", "Qwen/Qwen3-32B", "--limit", "6", "--fit", str(path)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "Held-out rows" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B |" in printed
+    written = read_calibration(path)
+    (scale,) = written.scales
+    assert (scale.system, scale.backend) == ("h100_sxm", "vllm") and scale.fit_rows >= 1
+    assert written.split == SPLIT and "silicon_sample.csv" in written.source
+    data = config_data(search_space={"hardware_sku": "h100_sxm", "backend": ["vllm"]})
+    data["calibration"] = path.name  # relative to the config's folder
+    config = build(data, base_dir=tmp_path)
+    assert config.calibration.scales["vllm"].prefill == scale.prefill and config.calibration.source == written.source
+    selection = {"deployment_mode": "agg", "backend": "vllm", "router_mode": "round_robin",
+                 "planner_scaling_policy": "disabled", "agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}  # fmt: skip
+    spec = prepare_trial(config, selection, row(QWEN_H100).layout, backend_version="0.11.0")
+    assert spec.sample["prefill_step_scale"] == scale.prefill and spec.sample["calibration"] == written.source
+    engine = spec.replay.plan.agg_engine_args
+    assert engine["speedup_ratio"] == pytest.approx(1 / scale.prefill)
+    assert engine["decode_speedup_ratio"] == pytest.approx(scale.prefill / scale.decode)
+    assert build(config.model_dump(mode="json")) == config  # the normalised config reads back without the file
+    # A backend the file has no scales for, or no file at all, is refused before any compute.
+    both = {**data, "search_space": {**data["search_space"], "backend": ["vllm", "sglang"]}}
+    with pytest.raises(ConfigError, match=r"no scales for h100_sxm with backend\(s\) \['sglang'\]"):
+        build(both, base_dir=tmp_path)
+    with pytest.raises(ConfigError, match="calibration file 'missing.json' does not exist"):
+        build({**data, "calibration": "missing.json"}, base_dir=tmp_path)

@@ -5,12 +5,22 @@ from __future__ import annotations
 import json
 import sys
 
-from spica_lib.base.artifacts import atomic_write_text
-from spica_lib.fidelity.check import RowCheck, check_row, group_errors, markdown_table, select_rows
-from spica_lib.fidelity.silicon import aggregated_rows
+from spica_lib.base.artifacts import atomic_write_text, write_model
+from spica_lib.base.versions import package_versions
+from spica_lib.facts.calibration import CalibrationFile
+from spica_lib.fidelity.check import RowCheck, check_row, group_errors, held_out_table, markdown_table, select_rows
+from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
+from spica_lib.fidelity.silicon import aggregated_rows, silicon_source
 
 
-def fidelity_command(systems: str, backends: str, models: str | None, limit: int | None, json_path: str | None) -> int:
+def fidelity_command(
+    systems: str,
+    backends: str,
+    models: str | None,
+    limit: int | None,
+    json_path: str | None,
+    fit_path: str | None = None,
+) -> int:
     rows = list(select_rows(aggregated_rows(), systems.split(","), backends.split(","), _split(models)))
     if limit is not None:
         rows = _first_per_group(rows, limit)
@@ -32,6 +42,32 @@ def fidelity_command(systems: str, backends: str, models: str | None, limit: int
         print(f"skipped {count}: {reason}")
     if json_path:
         atomic_write_text(json_path, json.dumps([c.model_dump(mode="json") for c in checks], indent=1))
+    if fit_path:
+        return _fit(checks, fit_path)
+    return 0
+
+
+def _fit(checks: list[RowCheck], path: str) -> int:
+    """Fit the scales, write them, and replay the held-out rows with them: their errors before and after."""
+    scales = fit_scales(checks)
+    if not scales:
+        print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
+        return 1
+    write_model(path, CalibrationFile(source=silicon_source(), split=SPLIT, scales=scales, versions=package_versions()))
+    print(f"\nscales written to {path} ({SPLIT}):")
+    for s in scales:
+        print(f"- {s.system} / {s.backend}: prefill x{s.prefill:.3f}, decode x{s.decode:.3f} ({s.fit_rows} rows)")
+    by_group = {(s.system, s.backend): s for s in scales}
+    held_out = [
+        c for c in checks if c.replayed is not None and not fits(c.row) and (c.row.system, c.row.backend) in by_group
+    ]
+    calibrated = []
+    for number, check in enumerate(held_out, start=1):
+        calibrated.append(check_row(check.row, by_group[(check.row.system, check.row.backend)]))
+        print(f"[{number}/{len(held_out)}] {check.row.id}: calibrated", file=sys.stderr, flush=True)
+    pairs = [(before, after) for before, after in zip(held_out, calibrated, strict=True) if after.replayed is not None]
+    print("\nHeld-out rows, replay MAPE (signed bias) without -> with the scales:\n")
+    print(held_out_table([b for b, _ in pairs], [a for _, a in pairs]))
     return 0
 
 

@@ -61,6 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     fidelity.add_argument("--model", default=None, help="models, comma-separated (default: all)")
     fidelity.add_argument("--limit", type=int, default=None, help="at most this many rows per group")
     fidelity.add_argument("--json", metavar="FILE", help="also write every row's check to this JSON file")
+    fidelity.add_argument(
+        "--fit",
+        metavar="FILE",
+        help="fit step-time scales per (system, backend) on half the rows, write them to FILE (a config's "
+        "`calibration:`) and report the other half's errors with and without them",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     # Split off Snakemake's arguments ourselves: argparse's REMAINDER would also swallow our own options
     # given after the config path (`spica run c.yaml --profile p` must not hand --profile to Snakemake).
@@ -83,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "fidelity":
         from spica_lib.cli.fidelity import fidelity_command
 
-        return fidelity_command(args.system, args.backend, args.model, args.limit, args.json)
+        return fidelity_command(args.system, args.backend, args.model, args.limit, args.json, args.fit)
     if args.command in ("status", "show", "report"):
         from spica_lib.cli.runs import run_command
 

@@ -70,6 +70,18 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
         + ("round 0 warm-started from the static estimate" if sweep.warm_start else "no warm start")
     )
     lines.append(f"  limits     {_limit_line(config)}")
+    lines.append(
+        "  baselines  "
+        + (
+            "aiconfigurator's pick, the best without the planner, the best with the default router"
+            if sweep.baselines
+            else "none"
+        )
+    )
+    calibration = config.calibration
+    if calibration is not None:
+        scales = ", ".join(f"{b} prefill x{s.prefill:.3g}, decode x{s.decode:.3g}" for b, s in calibration.scales.items())
+        lines.append(f"  calibrated {scales} (step times; {calibration.file})")
     return "\n".join(lines)
 
 

@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
+from spica_lib.config.calibration import Calibration, resolve_calibration
 from spica_lib.config.goal import OptimizationGoal, OptimizationTarget
 from spica_lib.config.search_space import SearchSpace
 from spica_lib.config.strict import ConfigError, StrictModel, problems_from
@@ -33,6 +34,8 @@ class SmartSearchConfig(StrictModel):
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     # Several workloads one deployment must serve: `workload` written as a list of named workloads.
     workloads: list[NamedWorkload] | None = None
+    # Opt-in step-time scales from `spica fidelity --fit` (config/calibration.py); off when left out.
+    calibration: Calibration | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -62,7 +65,7 @@ class SmartSearchConfig(StrictModel):
         return {**data, "workload": {**workload, "kv_load_ratio": list(DEFAULT_PARETO_KV_LOAD_RATIO)}}
 
     @model_validator(mode="after")
-    def _goal_fits_workload_and_sweep(self) -> SmartSearchConfig:
+    def _goal_fits_workload_and_sweep(self, info: ValidationInfo) -> SmartSearchConfig:
         if self.workload.kv_load_ratio_range is not None and not self.goal.is_pareto:
             raise ValueError(
                 f"workload.kv_load_ratio is a range {self.workload.kv_load_ratio}, which only a 'pareto' goal "
@@ -82,6 +85,13 @@ class SmartSearchConfig(StrictModel):
         self._resolve_finish()
         self._resolve_warm_start()
         self._resolve_baselines()
+        if self.calibration is not None:
+            space = self.search_space
+            base_dir = (info.context or {}).get("base_dir", ".")
+            resolved = resolve_calibration(self.calibration, space.hardware_sku, list(space.backend), base_dir)
+            # Filled in place: assigning the field would validate this whole model again, and recurse.
+            self.calibration.file, self.calibration.source = resolved.file, resolved.source
+            self.calibration.scales = resolved.scales
         prices = self.goal.gpu_hour_usd
         sku = self.search_space.hardware_sku
         if isinstance(prices, dict) and sku not in prices:

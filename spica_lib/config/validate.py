@@ -78,6 +78,8 @@ def config_sha256(config: SmartSearchConfig) -> str:
     for item in data.get("workloads") or []:
         if item.get("trace_path") is not None:
             item["trace_path"] = f"sha256:{scan_trace(item['trace_path']).sha256}"
+    if data.get("calibration") is not None:
+        data["calibration"].pop("file")  # its scales and source say what it is, wherever the file lies
     return sha256_of(data)
 
 

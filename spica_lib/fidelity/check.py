@@ -15,8 +15,9 @@ from collections.abc import Iterable, Iterator
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import SmartSearchConfig
+from spica_lib.facts.calibration import StepScale
 from spica_lib.facts.catalog import model_source, resolve_backend_version
-from spica_lib.fidelity.silicon import SiliconRow, tokens_per_second_per_gpu
+from spica_lib.fidelity.silicon import CALIBRATION_SOURCE, SiliconRow, tokens_per_second_per_gpu
 from spica_lib.pools.estimate import StepModel, Traffic, estimate_layout
 from spica_lib.pools.knobs import branch_knob_choices
 from spica_lib.trial.evaluate import evaluate_trial, prepare_trial
@@ -69,10 +70,17 @@ def _declares_quantisation(model: str) -> bool:
     return "quantization_config" in raw
 
 
-def row_config(row: SiliconRow) -> SmartSearchConfig:
-    """The one-engine, closed-loop sweep config the row describes."""
+def row_config(row: SiliconRow, scale: StepScale | None = None) -> SmartSearchConfig:
+    """The one-engine, closed-loop sweep config the row describes (with `scale`: calibrated by it)."""
+    calibration = (
+        {"file": "(fitted in this run)", "source": CALIBRATION_SOURCE,
+         "scales": {row.backend: {"prefill": scale.prefill, "decode": scale.decode}}}
+        if scale is not None
+        else None
+    )  # fmt: skip
     return SmartSearchConfig.from_mapping(
         {
+            "calibration": calibration,
             "search_space": {
                 "model_name": row.model,
                 "hardware_sku": row.system,
@@ -95,13 +103,13 @@ def row_config(row: SiliconRow) -> SmartSearchConfig:
     )
 
 
-def check_row(row: SiliconRow) -> RowCheck:
+def check_row(row: SiliconRow, scale: StepScale | None = None) -> RowCheck:
     measured = Point(ttft_ms=row.ttft_ms, tpot_ms=row.tpot_ms, tokens_per_second_per_gpu=row.tokens_per_second_per_gpu)
     reason = unsupported_reason(row)
     if reason is not None:
         return RowCheck(row=row, measured=measured, skipped=reason)
     version = resolve_backend_version(row.system, row.backend)
-    config = row_config(row)
+    config = row_config(row, scale)
     choices = branch_knob_choices(config.search_space, "agg")
     selection = {"deployment_mode": "agg", "backend": row.backend, **{k: v[0] for k, v in choices.items()}}
     try:
@@ -120,12 +128,13 @@ def check_row(row: SiliconRow) -> RowCheck:
         tokens_per_second_per_gpu=metrics["output_throughput_tok_s"] / row.gpus,
     )
     return RowCheck(
-        row=row, measured=measured, perf_db_version=version, replayed=replayed, estimated=_estimate(row, version)
+        row=row, measured=measured, perf_db_version=version, replayed=replayed, estimated=_estimate(row, version, scale)
     )
 
 
-def _estimate(row: SiliconRow, version: str) -> Point:
-    model = StepModel(row.model, row.system, {row.backend: version})
+def _estimate(row: SiliconRow, version: str, scale: StepScale | None) -> Point:
+    scales = {row.backend: (scale.prefill, scale.decode)} if scale is not None else None
+    model = StepModel(row.model, row.system, {row.backend: version}, scales)
     traffic = Traffic(isl=row.isl, osl=row.osl, concurrency=row.concurrency)
     estimate = estimate_layout(model, row.layout, row.backend, traffic)
     return Point(
@@ -208,4 +217,21 @@ def markdown_table(groups: list[GroupError]) -> str:
         cells = [f"{g.replay_mape[m]:.0f} % ({g.replay_bias[m]:+.0f} %)" for m in METRICS]
         cells += [f"{g.estimate_mape[m]:.0f} % ({g.estimate_bias[m]:+.0f} %)" for m in METRICS]
         lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} ({g.skipped}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def held_out_table(before: list[RowCheck], after: list[RowCheck]) -> str:
+    """Per group, the replay's MAPE (bias) on the same rows without and with calibration."""
+    lines = [
+        "| system | backend | model | held-out rows | TTFT | TPOT | tok/s/GPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    calibrated = {(g.system, g.backend, g.model): g for g in group_errors(after)}
+    for g in group_errors(before):
+        c = calibrated[(g.system, g.backend, g.model)]
+        cells = [
+            f"{g.replay_mape[m]:.0f} % ({g.replay_bias[m]:+.0f} %) -> {c.replay_mape[m]:.0f} % ({c.replay_bias[m]:+.0f} %)"
+            for m in METRICS
+        ]
+        lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

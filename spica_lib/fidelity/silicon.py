@@ -57,6 +57,16 @@ def tokens_per_second_per_gpu(concurrency: int, osl: int, ttft_ms: float, tpot_m
     return concurrency * osl * 1000.0 / life_ms / gpus
 
 
+def silicon_source() -> str:
+    """The measured rows, named by file and package version (a calibration's `source`)."""
+    from importlib import metadata
+
+    return f"aiconfigurator-core {metadata.version('aiconfigurator-core')} systems/silicon_sample.csv"
+
+
+CALIBRATION_SOURCE = "silicon_sample.csv (aiconfigurator-core), fitted by spica fidelity --fit"
+
+
 def silicon_csv() -> Path:
     import aiconfigurator_core
 

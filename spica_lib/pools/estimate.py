@@ -55,10 +55,18 @@ def traffic_of(workload: Workload) -> Traffic | None:
 class StepModel:
     """Per-step timings of one (model, hardware), memoised per backend and engine shape."""
 
-    def __init__(self, model_name: str, sku: str, backend_versions: dict[str, str]):
+    def __init__(
+        self,
+        model_name: str,
+        sku: str,
+        backend_versions: dict[str, str],
+        step_scales: dict[str, tuple[float, float]] | None = None,
+    ):
         self.model_name = model_name
         self.sku = sku
         self.backend_versions = backend_versions
+        # backend -> (prefill, decode) multipliers of an opted-in calibration, as the replay applies them
+        self.step_scales = step_scales or {}
         self._engines: dict[tuple[str, ParallelShape], Any] = {}
         self._prefill: dict[tuple[str, ParallelShape, int], float] = {}
         self._decode: dict[tuple[str, ParallelShape, int, int], float] = {}
@@ -87,7 +95,8 @@ class StepModel:
         """One prompt's prefill on one attention-DP rank."""
         key = (backend, shape, isl)
         if key not in self._prefill:
-            self._prefill[key] = float(self._engine(backend, shape).predict_prefill_latency(1, isl))
+            scale = self.step_scales.get(backend, (1.0, 1.0))[0]
+            self._prefill[key] = scale * float(self._engine(backend, shape).predict_prefill_latency(1, isl))
         return self._prefill[key]
 
     def decode_step_ms(self, backend: str, shape: ParallelShape, batch: float, context: int) -> float:
@@ -96,7 +105,8 @@ class StepModel:
         key = (backend, shape, per_rank, context)
         if key not in self._decode:
             # A two-token output is one prefill-free decode step in aiconfigurator's accounting.
-            self._decode[key] = float(self._engine(backend, shape).predict_decode_latency(per_rank, context, 2))
+            scale = self.step_scales.get(backend, (1.0, 1.0))[1]
+            self._decode[key] = scale * float(self._engine(backend, shape).predict_decode_latency(per_rank, context, 2))
         return self._decode[key]
 
 

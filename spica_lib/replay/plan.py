@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from spica_lib.config.fields import ROUTER_WEIGHTS
+from spica_lib.facts.calibration import speedup_ratios
 
 # Each backend names its KV memory fraction differently in the mocker's engine arguments.
 MEMORY_FRACTION_FIELD = {
@@ -108,6 +109,8 @@ def engine_args(sample: dict[str, Any], role: str, backend_version: str) -> dict
         args["aic_nextn"] = sample["aic_nextn"]
     if sample.get("startup_time") is not None:
         args["startup_time"] = sample["startup_time"]
+    if sample.get("prefill_step_scale") is not None:  # an opted-in calibration (facts/calibration.py)
+        args.update(speedup_ratios(sample["prefill_step_scale"], sample["decode_step_scale"]))
     return args
 
 

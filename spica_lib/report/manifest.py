@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.versions import package_versions
+from spica_lib.config.calibration import Calibration
 from spica_lib.config.validate import ValidatedConfig
 
 SCHEMA_VERSION = 1
@@ -36,6 +37,8 @@ class RunManifest(BaseModel):
     host: str
     started_at: str  # when the run's config.json was written (its first start)
     finished_at: str  # when this manifest was written
+    # An opted-in step-time calibration: its file, source and scales per backend (None: the perf DB as is).
+    calibration: Calibration | None = None
 
 
 def build_manifest(validated: ValidatedConfig, config_json: str | Path) -> RunManifest:
@@ -58,7 +61,9 @@ def build_manifest(validated: ValidatedConfig, config_json: str | Path) -> RunMa
             "trace": validated.inputs.trace_sha256,
             "lock": file_sha256(REPO / "requirements" / "lock.txt"),
             "model_config": file_sha256(model_dir / "config.json") if model_dir.is_dir() else None,
+            "calibration": file_sha256(config.calibration.file) if _is_file(config.calibration) else None,
         },
+        calibration=config.calibration,
         seed=config.sweep.seed,
         gpu_hour_usd=config.goal.gpu_hour_price(config.search_space.hardware_sku),
         host=platform.node(),
@@ -91,3 +96,7 @@ def git_commit() -> str | None:
 
 def _iso(timestamp: float) -> str:
     return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat(timespec="seconds")
+
+
+def _is_file(calibration: Calibration | None) -> bool:
+    return calibration is not None and Path(calibration.file).is_file()

@@ -139,7 +139,9 @@ def warm_start(config: SmartSearchConfig, space: BranchSpace, count: int) -> tup
     """Round 0's seeds for the branch and the record of how they were chosen."""
     clock = time.perf_counter()
     spec = space.spec
-    model = StepModel(config.search_space.model_name, config.search_space.hardware_sku, spec.backend_versions)
+    calibration = config.calibration
+    scales = {b: (s.prefill, s.decode) for b, s in calibration.scales.items()} if calibration is not None else None
+    model = StepModel(config.search_space.model_name, config.search_space.hardware_sku, spec.backend_versions, scales)
     try:
         ranked = rank_pool(config, space.pool, model)
     except Exception as exc:  # the designer still has the round: a failed estimate costs the warm start only

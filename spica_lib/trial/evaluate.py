@@ -45,6 +45,11 @@ def prepare_trial(
     workload, goal = config.workload, config.goal
     sample = unroll_sample(config.search_space, selection, parallel_config, predictor_winners)
     sample["backend_version"] = backend_version
+    if config.calibration is not None:  # recorded in the sample, so every trial file says how it was timed
+        scale = config.calibration.scales[selection["backend"]]
+        sample.update(
+            prefill_step_scale=scale.prefill, decode_step_scale=scale.decode, calibration=config.calibration.source
+        )
     concurrency = workload.concurrency
     if "kv_load_ratio" in selection:
         if estimator is None:

@@ -1,0 +1,53 @@
+"""Step-time calibration: how much slower or faster than the perf DB a (system, backend) really steps.
+
+The replay times every prefill and decode step from aiconfigurator's perf DB. `spica fidelity --fit`
+compares replays with measured silicon and fits one multiplier per (system, backend) for the
+prefill step time and one for the decode step time. A config opts in with `calibration: FILE`; the
+replay then applies them through the mocker's own speed-up ratios (`speedup_ratio` divides every
+step time, `decode_speedup_ratio` divides decode steps once more), so a scale of 1.2 makes each
+step 20 % slower.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+
+
+class StepScale(BaseModel):
+    """Multipliers on one (system, backend)'s step times, and how many rows they were fitted on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str
+    backend: str
+    prefill: float = Field(gt=0)
+    decode: float = Field(gt=0)
+    fit_rows: int = Field(ge=1)
+
+
+class CalibrationFile(BaseModel):
+    """Artifact written by `spica fidelity --fit`: the scales, where they come from and how they were fitted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    source: str  # the measured rows: file and package version
+    split: str  # which rows fitted the scales (the others are held out to judge them)
+    scales: list[StepScale]
+    versions: dict[str, str] = Field(default_factory=dict)
+
+    def scale_for(self, system: str, backend: str) -> StepScale | None:
+        return next((s for s in self.scales if (s.system, s.backend) == (system, backend)), None)
+
+
+def read_calibration(path: str | Path) -> CalibrationFile:
+    return CalibrationFile.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def speedup_ratios(prefill: float, decode: float) -> dict[str, float]:
+    """The mocker's engine arguments that multiply prefill step times by `prefill` and decode steps by `decode`."""
+    return {"speedup_ratio": 1.0 / prefill, "decode_speedup_ratio": prefill / decode}
