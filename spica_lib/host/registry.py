@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from spica_lib.baselines.job import aiconfigurator_pick, baselines, warm_up_for_baselines
 from spica_lib.report.job import report
+from spica_lib.run.baseline_jobs import aiconfigurator_pick, baselines, warm_up_for_baselines
 from spica_lib.run.job import JobArgs
 from spica_lib.run.jobs import (
     finish,
