@@ -84,13 +84,17 @@ def test_fit_writes_scales_a_config_can_opt_into_and_every_trial_records_them(tm
     printed = capsys.readouterr().out
     assert code == 0 and "Held-out rows" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B |" in printed
     written = read_calibration(path)
-    (scale,) = written.scales
-    assert (scale.system, scale.backend) == ("h100_sxm", "vllm") and scale.fit_rows >= 1
+    system_wide, scale = sorted(written.scales, key=lambda s: s.model is not None)  # fitted on one model: both
+    assert (system_wide.system, system_wide.backend, system_wide.model) == ("h100_sxm", "vllm", None)
+    assert scale.model == "Qwen/Qwen3-32B" and scale.fit_rows == system_wide.fit_rows >= 1
+    assert written.scale_for("h100_sxm", "vllm", "Qwen/Qwen3-32B") == scale
+    assert written.scale_for("h100_sxm", "vllm", "openai/gpt-oss-120b") == system_wide  # no rows of its own
     assert written.split == SPLIT and "silicon_sample.csv" in written.source
     data = config_data(search_space={"hardware_sku": "h100_sxm", "backend": ["vllm"]})
     data["calibration"] = path.name  # relative to the config's folder
     config = build(data, base_dir=tmp_path)
     assert config.calibration.scales["vllm"].prefill == scale.prefill and config.calibration.source == written.source
+    assert config.calibration.scales["vllm"].fitted_on == "Qwen/Qwen3-32B"
     selection = {"deployment_mode": "agg", "backend": "vllm", "router_mode": "round_robin",
                  "planner_scaling_policy": "disabled", "agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}  # fmt: skip
     spec = prepare_trial(config, selection, row(QWEN_H100).layout, backend_version="0.11.0")

@@ -48,26 +48,28 @@ def fidelity_command(
 
 
 def _fit(checks: list[RowCheck], path: str) -> int:
-    """Fit the scales, write them, and replay the held-out rows with them: their errors before and after."""
+    """Fit the scales, write them, and replay the held-out rows with them: their errors without and with them."""
     scales = fit_scales(checks)
     if not scales:
         print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
         return 1
-    write_model(path, CalibrationFile(source=silicon_source(), split=SPLIT, scales=scales, versions=package_versions()))
+    calibration = CalibrationFile(source=silicon_source(), split=SPLIT, scales=scales, versions=package_versions())
+    write_model(path, calibration)
     print(f"\nscales written to {path} ({SPLIT}):")
     for s in scales:
-        print(f"- {s.system} / {s.backend}: prefill x{s.prefill:.3f}, decode x{s.decode:.3f} ({s.fit_rows} rows)")
-    by_group = {(s.system, s.backend): s for s in scales}
-    held_out = [
-        c for c in checks if c.replayed is not None and not fits(c.row) and (c.row.system, c.row.backend) in by_group
-    ]
-    calibrated = []
+        print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: prefill x{s.prefill:.3f}, "
+              f"decode x{s.decode:.3f} ({s.fit_rows} rows)")  # fmt: skip
+    held_out = [c for c in checks if c.replayed is not None and not fits(c.row)]
+    rows = []
     for number, check in enumerate(held_out, start=1):
-        calibrated.append(check_row(check.row, by_group[(check.row.system, check.row.backend)]))
-        print(f"[{number}/{len(held_out)}] {check.row.id}: calibrated", file=sys.stderr, flush=True)
-    pairs = [(before, after) for before, after in zip(held_out, calibrated, strict=True) if after.replayed is not None]
-    print("\nHeld-out rows, replay MAPE (signed bias) without -> with the scales:\n")
-    print(held_out_table([b for b, _ in pairs], [a for _, a in pairs]))
+        row = check.row
+        system_wide = check_row(row, calibration.scale_for(row.system, row.backend))
+        own = check_row(row, calibration.scale_for(row.system, row.backend, row.model))
+        if system_wide.replayed is not None and own.replayed is not None:
+            rows.append((check, system_wide, own))
+        print(f"[{number}/{len(held_out)}] {row.id}: calibrated", file=sys.stderr, flush=True)
+    print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales:\n")
+    print(held_out_table(*([r[i] for r in rows] for i in range(3))))
     return 0
 
 

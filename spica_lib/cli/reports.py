@@ -80,7 +80,9 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
     )
     calibration = config.calibration
     if calibration is not None:
-        scales = ", ".join(f"{b} prefill x{s.prefill:.3g}, decode x{s.decode:.3g}" for b, s in calibration.scales.items())
+        scales = ", ".join(
+            f"{b} prefill x{s.prefill:.3g}, decode x{s.decode:.3g}" for b, s in calibration.scales.items()
+        )
         lines.append(f"  calibrated {scales} (step times; {calibration.file})")
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ class BackendScale(BaseModel):
 
     prefill: float = Field(gt=0)
     decode: float = Field(gt=0)
+    fitted_on: str  # "Qwen/Qwen3-32B" (the model's own rows) or "every model" of the system
 
 
 class Calibration(BaseModel):
@@ -37,8 +38,10 @@ class Calibration(BaseModel):
         return {"file": data} if isinstance(data, str) else data
 
 
-def resolve_calibration(calibration: Calibration, sku: str, backends: list[str], base_dir: str) -> Calibration:
-    """Read the file (unless its scales are already here, as in a normalised config) for `sku` and `backends`.
+def resolve_calibration(
+    calibration: Calibration, sku: str, model: str, backends: list[str], base_dir: str
+) -> Calibration:
+    """Read the file (unless its scales are already here, as in a normalised config) for `sku`, `model`, `backends`.
 
     Raises ValueError naming the file and what is missing: a scale missing for a backend would
     leave it uncalibrated without a word.
@@ -61,11 +64,12 @@ def resolve_calibration(calibration: Calibration, sku: str, backends: list[str],
         raise ValueError(f"{resolved} is not a calibration file written by `spica fidelity --fit`: {exc}") from None
     scales, missing = {}, []
     for backend in backends:
-        scale = found.scale_for(sku, backend)
+        scale = found.scale_for(sku, backend, model)
         if scale is None:
             missing.append(backend)
         else:
-            scales[backend] = BackendScale(prefill=scale.prefill, decode=scale.decode)
+            fitted_on = scale.model or "every model"
+            scales[backend] = BackendScale(prefill=scale.prefill, decode=scale.decode, fitted_on=fitted_on)
     if missing:
         fitted = sorted({f"{s.system}/{s.backend}" for s in found.scales})
         raise ValueError(

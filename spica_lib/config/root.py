@@ -88,7 +88,9 @@ class SmartSearchConfig(StrictModel):
         if self.calibration is not None:
             space = self.search_space
             base_dir = (info.context or {}).get("base_dir", ".")
-            resolved = resolve_calibration(self.calibration, space.hardware_sku, list(space.backend), base_dir)
+            resolved = resolve_calibration(
+                self.calibration, space.hardware_sku, space.model_name, list(space.backend), base_dir
+            )
             # Filled in place: assigning the field would validate this whole model again, and recurse.
             self.calibration.file, self.calibration.source = resolved.file, resolved.source
             self.calibration.scales = resolved.scales

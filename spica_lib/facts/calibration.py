@@ -2,7 +2,8 @@
 
 The replay times every prefill and decode step from aiconfigurator's perf DB. `spica fidelity --fit`
 compares replays with measured silicon and fits one multiplier per (system, backend) for the
-prefill step time and one for the decode step time. A config opts in with `calibration: FILE`; the
+prefill step time and one for the decode step time, and the same per (system, backend, model) for
+the models measured there; a model with its own scales uses them. A config opts in with `calibration: FILE`; the
 replay then applies them through the mocker's own speed-up ratios (`speedup_ratio` divides every
 step time, `decode_speedup_ratio` divides decode steps once more), so a scale of 1.2 makes each
 step 20 % slower.
@@ -18,12 +19,13 @@ SCHEMA_VERSION = 1
 
 
 class StepScale(BaseModel):
-    """Multipliers on one (system, backend)'s step times, and how many rows they were fitted on."""
+    """Multipliers on one (system, backend)'s step times, for one model or (None) any, and how many rows fitted them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     system: str
     backend: str
+    model: str | None = None
     prefill: float = Field(gt=0)
     decode: float = Field(gt=0)
     fit_rows: int = Field(ge=1)
@@ -40,8 +42,10 @@ class CalibrationFile(BaseModel):
     scales: list[StepScale]
     versions: dict[str, str] = Field(default_factory=dict)
 
-    def scale_for(self, system: str, backend: str) -> StepScale | None:
-        return next((s for s in self.scales if (s.system, s.backend) == (system, backend)), None)
+    def scale_for(self, system: str, backend: str, model: str | None = None) -> StepScale | None:
+        """The model's own scales when the file has them, else those fitted over every model of the system."""
+        matches = [s for s in self.scales if (s.system, s.backend) == (system, backend) and s.model in (model, None)]
+        return min(matches, key=lambda s: s.model is None, default=None)
 
 
 def read_calibration(path: str | Path) -> CalibrationFile:

@@ -74,7 +74,8 @@ def row_config(row: SiliconRow, scale: StepScale | None = None) -> SmartSearchCo
     """The one-engine, closed-loop sweep config the row describes (with `scale`: calibrated by it)."""
     calibration = (
         {"file": "(fitted in this run)", "source": CALIBRATION_SOURCE,
-         "scales": {row.backend: {"prefill": scale.prefill, "decode": scale.decode}}}
+         "scales": {row.backend: {"prefill": scale.prefill, "decode": scale.decode,
+                                  "fitted_on": scale.model or "every model"}}}
         if scale is not None
         else None
     )  # fmt: skip
@@ -220,18 +221,15 @@ def markdown_table(groups: list[GroupError]) -> str:
     return "\n".join(lines)
 
 
-def held_out_table(before: list[RowCheck], after: list[RowCheck]) -> str:
-    """Per group, the replay's MAPE (bias) on the same rows without and with calibration."""
+def held_out_table(before: list[RowCheck], *after: list[RowCheck]) -> str:
+    """Per group, the replay's MAPE (bias) on the same rows without calibration, then with each calibration."""
     lines = [
         "| system | backend | model | held-out rows | TTFT | TPOT | tok/s/GPU |",
         "|---|---|---|---|---|---|---|",
     ]
-    calibrated = {(g.system, g.backend, g.model): g for g in group_errors(after)}
+    calibrated = [{(g.system, g.backend, g.model): g for g in group_errors(checks)} for checks in after]
     for g in group_errors(before):
-        c = calibrated[(g.system, g.backend, g.model)]
-        cells = [
-            f"{g.replay_mape[m]:.0f} % ({g.replay_bias[m]:+.0f} %) -> {c.replay_mape[m]:.0f} % ({c.replay_bias[m]:+.0f} %)"
-            for m in METRICS
-        ]
+        steps = [g, *(c[(g.system, g.backend, g.model)] for c in calibrated)]
+        cells = [" -> ".join(f"{e.replay_mape[m]:.0f} % ({e.replay_bias[m]:+.0f} %)" for e in steps) for m in METRICS]
         lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -2,8 +2,8 @@
 
 The split is fixed and documented: a row fits the scales when the SHA-256 of its id starts with
 an even hex digit (about half the rows, spread over every model and shape); the others are held
-out. Per (system, backend), the prefill scale is the geometric mean over its fitted rows of
-measured / replayed TTFT, and the decode scale the same of TPOT: in the replay, TTFT follows the
+out. Per (system, backend), and per (system, backend, model), the prefill scale is the geometric
+mean over its fitted rows of measured / replayed TTFT, and the decode scale the same of TPOT: in the replay, TTFT follows the
 prefill step time and TPOT the decode step time (doubling `speedup_ratio` halves a closed loop's
 TTFT exactly).
 """
@@ -28,20 +28,23 @@ def fits(row: SiliconRow) -> bool:
 
 
 def fit_scales(checks: Iterable[RowCheck]) -> list[StepScale]:
-    """One StepScale per (system, backend) with at least one replayed fitting row."""
-    groups: dict[tuple[str, str], list[RowCheck]] = {}
-    for check in checks:
-        if check.replayed is not None and fits(check.row):
-            groups.setdefault((check.row.system, check.row.backend), []).append(check)
+    """Per (system, backend) over every model, then per (system, backend, model), from the replayed fitting rows."""
+    fitting = [c for c in checks if c.replayed is not None and fits(c.row)]
+    by_system: dict[tuple[str, str, str | None], list[RowCheck]] = {}
+    for check in fitting:
+        by_system.setdefault((check.row.system, check.row.backend, None), []).append(check)
+    for check in fitting:
+        by_system.setdefault((check.row.system, check.row.backend, check.row.model), []).append(check)
     return [
         StepScale(
             system=system,
             backend=backend,
+            model=model,
             prefill=_geometric_mean(c.measured.ttft_ms / c.replayed.ttft_ms for c in members),
             decode=_geometric_mean(c.measured.tpot_ms / c.replayed.tpot_ms for c in members),
             fit_rows=len(members),
         )
-        for (system, backend), members in sorted(groups.items())
+        for (system, backend, model), members in by_system.items()
     ]
 
 

@@ -39,7 +39,8 @@ rule baselines:
         run=RUN.run,
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
-    threads: max(1, min(3, RUN.parallel_evals))
+    # As the finish: the branches' share of the sweep's parallel replays (a SLURM node must hold it), at most 3.
+    threads: max(1, min(3, RUN.parallel_evals // len(RUN.modes)))
     resources:
         mem_mb=lambda wildcards, threads: 4000 * threads,
         # Minutes: at most three replays in waves of `threads`, each up to its limit.
