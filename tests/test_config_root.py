@@ -112,7 +112,7 @@ def test_trace_example_finds_the_shipped_trace():
 
 def test_json_schema_describes_every_section():
     schema = SmartSearchConfig.model_json_schema()
-    assert set(schema["properties"]) == {"search_space", "workload", "goal", "sweep"}
+    assert set(schema["properties"]) == {"search_space", "workload", "goal", "sweep", "calibration"}
     assert schema["additionalProperties"] is False
 
 

@@ -111,7 +111,6 @@ def test_a_replay_that_stalls_is_stopped_at_its_prefix_pace_or_its_prefix_share_
 
 WORKER_SCRIPT = """
 import threading, time
-import spica_lib.replay.stall as stall_module
 import spica_lib.replay.worker as worker_module
 from spica_lib.replay.worker import ReplayWorker
 

@@ -134,20 +134,25 @@ def replay_call(request: ReplayRequest) -> dict[str, Any]:
         "load": load,
         "engines": engines,
         "router_config": request.plan.router_config,
-        "screen": _screen(request.screen, function, args),
+        "screen": _screen(request.screen, function, args, paced=request.plan.planner_config is None),
     }
 
 
-def _screen(plan: ScreenPlan | None, function: str, args: list[Any]) -> dict[str, Any] | None:
-    """The prefix call's changes to the full call (plain data for the child), with the bounds to check."""
+def _screen(plan: ScreenPlan | None, function: str, args: list[Any], paced: bool) -> dict[str, Any] | None:
+    """The prefix call's changes to the full call (plain data for the child), with the bounds to check.
+
+    With `paced`, also the prefix's share of the workload, which the worker judges the replay's pace by
+    (replay/stall.py). A planner's cost goes with its ticks, not with the simulated time (a prefix can
+    end before its first tick), so a replay with a planner is not paced.
+    """
     if plan is None:
         return None
     if function == "synthetic":
         change = {"args": [*args[:2], plan.requests]}
     else:
         change = {"kwargs": {"max_sim_time_ms": plan.sim_time_ms}}
-    bounds = [list(b) for b in plan.bounds]
-    return {**change, "bounds": bounds, "margin": plan.margin, "fraction": plan.fraction, "prefix": plan.prefix}
+    screen = {**change, "bounds": [list(b) for b in plan.bounds], "margin": plan.margin, "prefix": plan.prefix}
+    return {**screen, "fraction": plan.fraction} if paced else screen
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:

@@ -11,7 +11,9 @@ screened trial gives two checkpoints to judge its pace by:
   it (prefix seconds / fraction). Past that, its queue has run away; no further minute of such a
   replay changes the verdict, and its round would wait for it.
 
-Both get at least `STALL_FLOOR_SECONDS`, and neither goes past the time limit.
+Both get at least `STALL_FLOOR_SECONDS`, and neither goes past the time limit. A replay with an
+autoscaling planner is not paced: its cost goes with the planner's ticks, not with simulated time
+(a prefix can end before the first tick), so its prefix says nothing of the rest's pace.
 """
 
 from __future__ import annotations
