@@ -10,7 +10,7 @@ scratch; the median wall is shown with its runs. Printed per variant: wall, the 
 feasible trials' replay time and the ratio of the two, the slowest trial, how many trials were
 screened, timed out or failed, and the best score.
 
-Run: .venv/bin/python bench/screening.py
+Run: .venv/bin/python bench/screening.py [--variants screened,unscreened]
 """
 
 from __future__ import annotations
@@ -68,23 +68,29 @@ def row(name: str, runs: list[dict]) -> str:
     slowest = max(t["wall_seconds"] for t in trials)
     screened = sum(1 for t in trials if (t.get("screen") or {}).get("screened"))
     timed_out = sum(1 for t in trials if t["status"] == "timed_out")
+    stalled = sum(1 for t in trials if t["status"] == "timed_out" and (t.get("reason") or "").startswith("stalled"))
     failed = sum(1 for t in trials if t["status"] == "failed")
     best = {f"{r['best']:.2f}" if r["best"] is not None else "none" for r in runs}
     walls = ", ".join(f"{r['wall']:.0f}" for r in runs)
     return (
         f"| {name} | {len(trials)} | {median['wall']:.0f} | {walls} "
         f"| {feasible:.0f} | {median['wall'] / feasible if feasible else float('inf'):.2f} | {slowest:.1f} "
-        f"| {screened} | {timed_out} | {failed} "
+        f"| {screened} | {timed_out} ({stalled}) | {failed} "
         f"| {', '.join(sorted(best))} |"
     )
 
 
 def main() -> None:
+    args = sys.argv[1:]
+    chosen = args[args.index("--variants") + 1].split(",") if "--variants" in args else ["screened", "unscreened"]
     print("| variant | trials | wall, median of 3 (s) | runs (s) | feasible replays, sum (s) | wall / feasible "
-          "| slowest trial (s) | screened | timed out | failed | best score (all runs) |")  # fmt: skip
+          "| slowest trial (s) | screened | timed out (stalled) | failed | best score (all runs) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, screen in (("screened (default)", True), ("unscreened", False)):
-        print(row(name, [sweep(config(screen)) for _ in range(RUNS)]), flush=True)
+    for name, screen in (("screened", True), ("unscreened", False)):
+        if name in chosen:
+            print(
+                row(name + (" (default)" if screen else ""), [sweep(config(screen)) for _ in range(RUNS)]), flush=True
+            )
 
 
 if __name__ == "__main__":
