@@ -109,3 +109,14 @@ def test_fit_writes_scales_a_config_can_opt_into_and_every_trial_records_them(tm
         build(both, base_dir=tmp_path)
     with pytest.raises(ConfigError, match="calibration file 'missing.json' does not exist"):
         build({**data, "calibration": "missing.json"}, base_dir=tmp_path)
+
+
+def test_the_shipped_calibration_loads_for_the_default_model_and_names_what_its_scales_were_fitted_on():
+    from conftest import REPO
+
+    data = config_data(search_space={"backend": ["vllm"]})
+    data["calibration"] = str(REPO / "config" / "calibration" / "h100_h200_vllm.json")
+    scale = build(data).calibration.scales["vllm"]
+    assert scale.fitted_on == "every model"  # Qwen3-32B has no vLLM rows of its own on h200_sxm
+    data["search_space"].update(model_name="openai/gpt-oss-120b")
+    assert build(data).calibration.scales["vllm"].fitted_on == "openai/gpt-oss-120b"
