@@ -80,10 +80,21 @@ def test_a_child_stopped_at_its_limit_still_reports_what_its_prefix_showed(monke
     assert finished.screen is None and finished.report["ok"]
 
 
-def fake_quick_prefix_then_sleep(call, per_request=None, on_screen=None):
+def busy(seconds):
+    """Burn CPU (a stall is judged by the replay's CPU time, not by the wall clock)."""
+    until = time.process_time() + seconds
+    while time.process_time() < until:
+        pass
+
+
+def fake_quick_prefix_then_busy(call, per_request=None, on_screen=None):
     on_screen({"screened": False, "metric": "mean_ttft_ms", "value": 900.0, "ratio": 0.45, "prefix": "p",
-               "replay_seconds": 0.01})  # fmt: skip
-    time.sleep(60)
+               "replay_seconds": 0.01, "cpu_seconds": 0.01})  # fmt: skip
+    busy(60)
+
+
+def fake_busy(call, per_request=None, on_screen=None):
+    busy(60)
 
 
 SCREEN = {"bounds": [["mean_ttft_ms", 2000.0]], "margin": 2.0, "fraction": 0.5, "prefix": "first half"}
@@ -91,21 +102,19 @@ SCREEN = {"bounds": [["mean_ttft_ms", 2000.0]], "margin": 2.0, "fraction": 0.5, 
 
 def test_a_replay_that_stalls_is_stopped_at_its_prefix_pace_or_its_prefix_share_not_its_limit(monkeypatch):
     monkeypatch.setattr(stall_module, "STALL_FLOOR_SECONDS", 0.5)
-    started = time.perf_counter()
-    # The prefix took 0.01 s for half the work: the full replay is stopped once it runs 10x past 0.02 s
-    # (here the 0.5 s floor), 30 s before its limit.
-    stalled = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_quick_prefix_then_sleep, timeout=30)["a"]
-    assert time.perf_counter() - started < 10
-    assert stalled.status == "timed_out" and stalled.reason.startswith("stalled: the full replay ran past 0 s")
-    assert stalled.screen["ratio"] == 0.45
-    # A prefix still running at its share of the limit (half of 4 s) is stopped there.
-    slow_prefix = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_sleep, timeout=4)["a"]
+    # The prefix took 0.01 CPU s for half the work: the full replay is stopped once it runs 10x past 0.02 s
+    # (here the 0.5 s floor), long before its 30 s limit.
+    stalled = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_quick_prefix_then_busy, timeout=30)["a"]
+    assert stalled.status == "timed_out" and stalled.reason.startswith("stalled: the full replay ran past 0 CPU s")
+    assert stalled.screen["ratio"] == 0.45 and 0.5 <= stalled.cpu_seconds < 5
+    # A prefix still running at its share of the limit (half of 4 s of CPU) is stopped there.
+    slow_prefix = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_busy, timeout=4)["a"]
     assert slow_prefix.status == "timed_out" and slow_prefix.screen is None
-    assert slow_prefix.reason.startswith("stalled: its prefix (first half) did not finish within 2 s")
-    assert 2 <= slow_prefix.wall_seconds < 3.5
-    # Without a screen there is no pace to judge by: the limit alone stops it.
-    plain = outcomes({"a": {}}, monkeypatch, fake_sleep, timeout=1)["a"]
-    assert plain.reason == "replay exceeded max_eval_seconds=1 and was stopped"
+    assert slow_prefix.reason.startswith("stalled: its prefix (first half) did not finish within 2 CPU s")
+    assert 2 <= slow_prefix.cpu_seconds < 3.5
+    # A replay waiting for a core is not stalled: only its limit stops a sleeping one.
+    waiting = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_sleep, timeout=3)["a"]
+    assert waiting.reason == "replay exceeded max_eval_seconds=3 and was stopped"
     assert psutil.Process().children() == []
 
 

@@ -39,8 +39,10 @@ def execute_call(
         "kwargs": {**call["kwargs"], **screen.get("kwargs", {})},
         "screen": None,
     }
+    cpu = time.process_time()
     prefix = _replay(prefix_call, None)
     verdict = _verdict(prefix["metrics"], screen, prefix["replay_seconds"])
+    verdict["cpu_seconds"] = time.process_time() - cpu  # what the worker paces the rest by (replay/stall.py)
     if verdict["screened"]:
         return {**prefix, "screen": verdict}
     if on_screen is not None:

@@ -44,6 +44,7 @@ class ScreenOutcome(BaseModel):
     ratio: float  # value / bound (1e6 when the prefix completed no request)
     prefix: str
     replay_seconds: float
+    cpu_seconds: float = 0.0  # the prefix's CPU time in its child
 
 
 class ReplayRequest(BaseModel):
@@ -134,25 +135,21 @@ def replay_call(request: ReplayRequest) -> dict[str, Any]:
         "load": load,
         "engines": engines,
         "router_config": request.plan.router_config,
-        "screen": _screen(request.screen, function, args, paced=request.plan.planner_config is None),
+        "screen": _screen(request.screen, function, args),
     }
 
 
-def _screen(plan: ScreenPlan | None, function: str, args: list[Any], paced: bool) -> dict[str, Any] | None:
-    """The prefix call's changes to the full call (plain data for the child), with the bounds to check.
-
-    With `paced`, also the prefix's share of the workload, which the worker judges the replay's pace by
-    (replay/stall.py). A planner's cost goes with its ticks, not with the simulated time (a prefix can
-    end before its first tick), so a replay with a planner is not paced.
-    """
+def _screen(plan: ScreenPlan | None, function: str, args: list[Any]) -> dict[str, Any] | None:
+    """The prefix call's changes to the full call (plain data for the child), with the bounds to check and
+    the prefix's share of the workload (the worker judges the replay's pace by it: replay/stall.py)."""
     if plan is None:
         return None
     if function == "synthetic":
         change = {"args": [*args[:2], plan.requests]}
     else:
         change = {"kwargs": {"max_sim_time_ms": plan.sim_time_ms}}
-    screen = {**change, "bounds": [list(b) for b in plan.bounds], "margin": plan.margin, "prefix": plan.prefix}
-    return {**screen, "fraction": plan.fraction} if paced else screen
+    bounds = [list(b) for b in plan.bounds]
+    return {**change, "bounds": bounds, "margin": plan.margin, "fraction": plan.fraction, "prefix": plan.prefix}
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:

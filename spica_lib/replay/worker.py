@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spica_lib.replay.call import execute_call
-from spica_lib.replay.stall import Deadline, earliest, limit_deadline, pace_deadline, prefix_deadline
+from spica_lib.replay.stall import Stall, child_cpu_seconds, limit_reason, pace_stall, prefix_stall
 
 PR_SET_PDEATHSIG = 1
 STDERR_TAIL = 2000
@@ -55,8 +55,9 @@ class _Running:
     key: str
     pid: int
     started: float
-    limit: Deadline | None  # the time limit
-    deadline: Deadline | None  # the earliest stop: the limit, or a stall (see spica_lib.replay.stall)
+    deadline: float | None  # the time limit, in time.perf_counter() seconds
+    stall: Stall | None = None  # when its CPU time says it has stalled (see spica_lib.replay.stall)
+    stopped_for: str = ""  # why it was stopped early
     screen: dict[str, Any] | None = None  # the call's screen, when it has one
     heard_verdict: bool = False
     out: bytearray = field(default_factory=bytearray)
@@ -175,10 +176,16 @@ class ReplayWorker:
         os.close(out_write)
         os.close(err_write)
         started = time.perf_counter()
-        limit = limit_deadline(started, self.timeout)
+        deadline = started + self.timeout if self.timeout else None
         screen = call.get("screen")
-        deadline = earliest(limit, prefix_deadline(started, self.timeout, screen))
-        running = _Running(key=key, pid=pid, started=started, limit=limit, deadline=deadline, screen=screen)
+        running = _Running(
+            key=key,
+            pid=pid,
+            started=started,
+            deadline=deadline,
+            screen=screen,
+            stall=prefix_stall(self.timeout, screen),
+        )
         self.running[pid] = running
         for descriptor, stream in ((out_read, "out"), (err_read, "err")):
             os.set_blocking(descriptor, False)
@@ -202,7 +209,11 @@ class ReplayWorker:
             running.open_pipes -= 1
         now = time.perf_counter()
         for running in list(self.running.values()):
-            if running.deadline is not None and now > running.deadline.at:
+            if running.deadline is not None and now > running.deadline:
+                running.stopped_for = limit_reason(self.timeout)
+                yield self._end(selector, running, timed_out=True)
+            elif running.stall is not None and child_cpu_seconds(running.pid) > running.stall.cpu_seconds:
+                running.stopped_for = running.stall.reason
                 yield self._end(selector, running, timed_out=True)
             elif running.open_pipes == 0:
                 yield self._end(selector, running, timed_out=False)
@@ -213,7 +224,7 @@ class ReplayWorker:
         if verdict is None:
             return
         running.heard_verdict = True
-        running.deadline = earliest(running.limit, pace_deadline(time.perf_counter(), running.screen, verdict))
+        running.stall = pace_stall(child_cpu_seconds(running.pid), running.screen, verdict)
 
     def _end(self, selector: selectors.BaseSelector, running: _Running, timed_out: bool) -> ChildOutcome:
         if timed_out:
@@ -233,7 +244,7 @@ class ReplayWorker:
         screen = next((m["screen"] for m in messages if "screen" in m), None)
         base = {"key": running.key, "wall_seconds": wall, "cpu_seconds": cpu, "screen": screen}
         if timed_out:
-            return ChildOutcome(status="timed_out", reason=running.deadline.reason, report=None, **base)
+            return ChildOutcome(status="timed_out", reason=running.stopped_for, report=None, **base)
         try:
             report = next(m for m in messages if "ok" in m)
         except StopIteration:
