@@ -252,6 +252,26 @@ def test_a_sigkill_of_snakemake_mid_replay_takes_the_warm_host_its_jobs_and_thei
     process.wait(timeout=60)
 
 
+def test_a_sigkill_of_spica_run_stops_snakemake_its_jobs_and_their_replays(tmp_path):
+    data = slow_replays_config()
+    data["sweep"]["max_rounds"] = 4  # left alone, the sweep would run on for a minute or more
+    path = write_yaml(tmp_path, data)
+    process = subprocess.Popen(
+        [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    launcher, deadline = psutil.Process(process.pid), time.time() + 300
+    while time.time() < deadline and process.poll() is None and replay_job_in_flight(launcher) is None:
+        time.sleep(0.05)
+    assert replay_job_in_flight(launcher) is not None
+    everything = launcher.children(recursive=True)
+    process.kill()  # `spica run` itself, as a test's timeout or the OOM killer would: it cannot forward anything
+    process.wait(timeout=60)
+    deadline = time.time() + 20
+    while time.time() < deadline and alive(everything):
+        time.sleep(0.1)
+    assert alive(everything) == []
+
+
 TIMINGS = {"wall_seconds", "cpu_seconds", "replay_seconds"}
 
 

@@ -8,6 +8,7 @@ directory, so that is checked first: a live one means the lock is real and is le
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import signal
@@ -121,13 +122,27 @@ def unlock_guard(directory: Path, wait_seconds: float | None = None) -> Iterator
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """In the Snakemake child, before it runs: ask for SIGTERM when `spica run` dies, even by SIGKILL.
+
+    Snakemake then stops as if told to (its jobs, the warm host and their replays with it). A
+    forwarded signal needs a living `spica run`; a SIGKILL (a test's timeout, the OOM killer) left
+    Snakemake running on its own. The kernel ties the request to the forking thread, here the main
+    thread, which lives as long as `spica run`.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def run_forwarding_signals(command: list[str]) -> int:
     """Run Snakemake and pass SIGTERM / SIGHUP on to it, so stopping `spica run` stops the sweep.
 
     Snakemake then stops its jobs, and each replay worker its children. (Ctrl-C reaches the whole
     foreground process group by itself.)
     """
-    child = subprocess.Popen(command)
+    child = subprocess.Popen(command, preexec_fn=_stop_with_parent)
 
     def forward(signum: int, frame: object) -> None:
         child.send_signal(signum)
