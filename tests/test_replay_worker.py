@@ -144,6 +144,9 @@ def test_no_replay_outlives_its_worker(tmp_path, signum):
         text=True,
         cwd=tmp_path,
         env={**os.environ, "TMPDIR": str(tmp_path)},
+        # A shell starts background jobs with SIGINT ignored, and Python then never turns it into
+        # KeyboardInterrupt: give the worker the SIGINT an interactive Ctrl-C would bring.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     children = [int(pid) for pid in worker.stdout.readline().split()]
     assert len(children) == 2 and all(psutil.pid_exists(pid) for pid in children)

@@ -282,7 +282,7 @@ def trials_without_timings(run_path):
         result = {k: v for k, v in record["result"].items() if k not in TIMINGS}
         result["metrics"] = {k: v for k, v in result["metrics"].items() if k not in WALL_CLOCK_METRICS}
         if result.get("screen"):
-            result["screen"] = {k: v for k, v in result["screen"].items() if k != "replay_seconds"}
+            result["screen"] = {k: v for k, v in result["screen"].items() if k not in TIMINGS}
         out[path.name] = {**record, "result": result}
     return out
 
