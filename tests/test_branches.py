@@ -175,3 +175,35 @@ def test_pool_table_round_trips(tmp_path):
         frame.columns
     )
     assert (frame["used_gpus"] <= 4).all()
+
+
+def test_disagg_pools_hold_no_attention_dp_layout_and_say_how_many_were_left_out():
+    branches = branches_for(model_name="Qwen/Qwen3-30B-A3B", backend=["sglang", "vllm"], gpu_budget=8)
+    disagg, agg = branches["disagg"], branches["agg"]
+    assert disagg.spec.status == "ready" and disagg.spec.pool_size == 44
+    assert all(r.config.prefill.shape.attention_dp == r.config.decode.shape.attention_dp == 1 for r in disagg.pool)
+    assert [(x.backend, x.layouts, x.enumerated) for x in disagg.spec.replay_limited] == [
+        ("sglang", 132, 176),
+        ("vllm", 132, 176),
+    ]
+    assert "attention DP" in disagg.spec.replay_limited[0].line("disagg")
+    # The limit is the disaggregated replay's: aggregated attention-DP layouts replay and stay.
+    assert any(r.config.shape.attention_dp > 1 for r in agg.pool) and agg.spec.replay_limited == []
+
+
+def test_pinned_layouts_the_replay_cannot_run_are_refused_with_the_reason():
+    pins = [{"prefill": {"tp": 1, "attention_dp": 2, "moe_ep": 2}, "decode": {"tp": 2, "moe_ep": 2}}]
+    with pytest.raises(NoViableParallelConfig, match="cannot be replayed: they use attention DP"):
+        branches_for(model_name="Qwen/Qwen3-30B-A3B", deployment_mode=["disagg"], parallel_configs=pins)
+
+
+def test_a_backend_whose_every_layout_the_replay_refuses_is_left_out_naming_the_limit():
+    from spica_lib.facts.replay_limits import ReplayLimited
+    from spica_lib.pools.branches import _empty_pool_reason
+    from spica_lib.pools.build import BackendPool
+
+    limited = ReplayLimited(backend="sglang", reason="attention DP in a role", layouts=4, enumerated=4)
+    pool = BackendPool(
+        mode="disagg", backend="sglang", backend_version="x", entries=[], dropped=[], enumerated=4, replay_limited=[limited]
+    )
+    assert _empty_pool_reason(8, pool, 40960) == "every layout uses attention DP in a role"

@@ -20,8 +20,10 @@ def test_pools_report_left_out_backends_and_dropped_shapes(tmp_path, capsys):
     )
     assert main(["pools", str(write_yaml(tmp_path, data))]) == 0
     out = capsys.readouterr().out
-    assert "backend trtllm left out: Dynamo 1.5.1's replay does not support TRT-LLM disaggregation" in out
+    assert "backend trtllm left out: ai-dynamo 1.5.1's replay does not support TRT-LLM disaggregation" in out
     assert "dropped: does not fit in GPU memory" in out
+    # Disaggregated attention-DP layouts are counted out with the replay's reason, not silently.
+    assert "disagg/vllm: " in out and "enumerated layouts left out, as they use attention DP in a role" in out
 
 
 def test_pools_exit_2_when_nothing_fits(tmp_path, capsys):

@@ -342,3 +342,33 @@ def test_a_suggestion_that_names_only_some_parameters_takes_the_defaults_for_the
     assert set(completed) == set(space.parameter_names) and completed["backend"] == "sglang"
     selection = space.decode(completed)
     assert selection.values["backend"] == "sglang" and selection.values["agg_max_num_seqs"] == 256
+
+
+class RefusingReplay(FakeReplay):
+    """Fake replay (control flow only): refuses every 4-GPU layout the way the pinned replay refuses a layout."""
+
+    REFUSAL = "offline disaggregated replay does not support attention DP; prefill/decode dp_size must both be 1"
+
+    def __init__(self):
+        super().__init__()
+        self.refused = []
+
+    def __call__(self, spec):
+        if spec.used_gpus == 4:
+            self.calls += 1
+            self.refused.append(spec.sample["agg_max_num_seqs"])
+            return TrialResult(status="failed", reason=self.REFUSAL, used_gpus=4)
+        return super().__call__(spec)
+
+
+def test_a_layout_the_replay_refused_is_not_replayed_again_under_other_knobs():
+    pool = [record(layout(1, r)) for r in (1, 2, 4)]
+    # One candidate per pass: a refusal is known before the next pass is asked for.
+    config, replay = cfg(per_round=1, rounds=6), RefusingReplay()
+    history, files, _ = sweep(config, branch(pool, knobs()), pool, 6, replay)
+    # 3 values of max_num_seqs could each have replayed the refused layout; it is replayed once.
+    assert len(replay.refused) == 1
+    later = [s for f in files for s in f.suggested if s.reason and "refused this layout earlier" in s.reason]
+    assert later and {(s.outcome, s.layout) for s in later} == {("unsupported", layout(1, 4).label())}
+    refusals = [o for o in history.observations if o.status == "failed"]
+    assert [(o.layout, o.backend) for o in refusals] == [(layout(1, 4).label(), "vllm")]

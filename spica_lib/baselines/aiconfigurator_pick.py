@@ -21,6 +21,7 @@ from spica_lib.baselines.model import AiconfiguratorPick
 from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.catalog import resolve_backend_version
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
+from spica_lib.facts.replay_limits import layout_limit, mode_limit
 from spica_lib.pools.estimate import traffic_of
 
 UNBOUNDED_MS = 1e9  # a bound aiconfigurator never hits: the SLA leaves this latency free
@@ -54,8 +55,13 @@ def aiconfigurator_pick(config: SmartSearchConfig) -> AiconfiguratorPick:
             problems.append(f"{backend}: {type(exc).__name__}: {str(exc)[:300]}")
             continue
         for mode, row in best.items():
-            if mode in space.deployment_mode:
-                rows[f"{mode}/{backend}"] = row
+            if mode not in space.deployment_mode:
+                continue
+            unreplayable = _replay_limit(mode, backend, row, space.gpu_budget)
+            if unreplayable:  # a pick the replay cannot score is no baseline; the other modes' picks stand
+                problems.append(f"{mode}/{backend}: its pick uses {unreplayable}")
+                continue
+            rows[f"{mode}/{backend}"] = row
     common = {**asked, "aiconfigurator_version": metadata.version("aiconfigurator"), "seconds": 0.0}
     considered = {name: float(row[PICK_MEASURE]) for name, row in rows.items()}
     if not rows:
@@ -101,6 +107,15 @@ def _search(model: str, gpus: int, sku: str, backend: str, version: str, isl: in
     return {
         mode: frame.iloc[0].to_dict() for mode, frame in result.best_configs.items() if frame is not None and len(frame)
     }
+
+
+def _replay_limit(mode: str, backend: str, row: dict[str, Any], budget: int) -> str | None:
+    """Why the replay cannot run this pick (facts/replay_limits.py), or None (a layout error is left to _layout)."""
+    try:
+        layout, _ = _layout(mode, row, budget)
+    except ValueError:
+        return None
+    return mode_limit(mode, backend) or layout_limit(layout)
 
 
 def _layout(mode: str, row: dict[str, Any], budget: int) -> tuple[ReplicaConfig | DisaggConfig, dict[str, int]]:

@@ -24,6 +24,8 @@ def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
         )
         for skipped in spec.skipped_backends:
             lines.append(f"          backend {skipped.backend} left out: {skipped.reason}")
+        for limited in spec.replay_limited:
+            lines.append(f"          {limited.line(spec.deployment_mode)}")
         for dropped in spec.dropped_shapes:
             lines.append(f"          {dropped.backend} {dropped.role} {dropped.shape} dropped: {dropped.reason}")
     return "\n".join(lines)
@@ -64,6 +66,7 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
             f"({by_backend}); searched: " + (", ".join(f"{k} ({n})" for k, n in searched.items()) or "none")
         )
         lines += [f"            {s.backend} left out: {s.reason}" for s in spec.skipped_backends]
+        lines += [f"            {limited.line(mode)}" for limited in spec.replay_limited]
     lines.append(
         f"  sweep      {sweep.max_rounds} rounds x {sweep.per_round} candidates per branch, "
         f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments; "

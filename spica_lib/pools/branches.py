@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SmartSearchConfig
 from spica_lib.config.fields import ROLES
@@ -19,14 +19,11 @@ from spica_lib.facts.catalog import resolve_backend_version
 from spica_lib.facts.hardware import HardwareFacts, resolve_model_hardware
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
 from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig, parse_pinned_config
+from spica_lib.facts.replay_limits import ReplayLimited, layout_limit, mode_limit
 from spica_lib.pools.build import BackendPool, DroppedShape, build_backend_pool, role_settings
 from spica_lib.pools.knobs import branch_knob_choices
 
 SCHEMA_VERSION = 1
-
-# Backends the Dynamo 1.5.1 replay refuses for a mode ("trace replay disaggregation does not
-# support TRT-LLM", checked by tests/test_replay_support.py against the installed replay).
-REPLAY_UNSUPPORTED = {("disagg", "trtllm"): "Dynamo 1.5.1's replay does not support TRT-LLM disaggregation"}
 
 
 class NoViableParallelConfig(ValueError):
@@ -66,6 +63,7 @@ class BranchSpec(BaseModel):
     pool_size: int
     pool_size_by_backend: dict[str, int]
     dropped_shapes: list[DroppedShape]
+    replay_limited: list[ReplayLimited] = Field(default_factory=list)  # layouts the replay cannot run, per reason
     hardware: HardwareFacts | None
 
 
@@ -196,14 +194,16 @@ def _branch(
         pool_size=len(records),
         pool_size_by_backend={b: sum(b in r.backends for r in records) for b in backends},
         dropped_shapes=[d for pool in pools for d in pool.dropped],
+        replay_limited=[limited for pool in pools for limited in pool.replay_limited],
         hardware=facts,
     )
     return Branch(spec=spec, pool=records)
 
 
 def _unusable_backend(mode: str, backend: str, versions: dict[str, str | None]) -> str | None:
-    if (mode, backend) in REPLAY_UNSUPPORTED:
-        return REPLAY_UNSUPPORTED[(mode, backend)]
+    limit = mode_limit(mode, backend)
+    if limit:
+        return limit
     if not versions.get(backend):
         return "no aiconfigurator perf database for this backend on the hardware_sku"
     return None
@@ -212,6 +212,8 @@ def _unusable_backend(mode: str, backend: str, versions: dict[str, str | None]) 
 def _empty_pool_reason(gpu_budget: int, pool: BackendPool, max_seq_len: int) -> str:
     if pool.enumerated == 0:
         return f"no legal {pool.mode} layout fits in gpu_budget={gpu_budget} (a MoE worker needs at least 2 GPUs)"
+    if sum(limited.layouts for limited in pool.replay_limited) == pool.enumerated:
+        return "every layout uses " + "; ".join(limited.reason for limited in pool.replay_limited)
     largest = max(pool.dropped, key=lambda d: d.gpus)
     return (
         f"no layout within gpu_budget={gpu_budget} holds a {max_seq_len}-token sequence; "
@@ -241,6 +243,13 @@ def _check_pins(mode: str, pins: list[ParallelConfig], pools: list[BackendPool],
         why = "; ".join(f"{s.backend}: {s.reason}" for s in skipped) or "no backend configured"
         raise NoViableParallelConfig(
             f"deployment_mode={mode!r}: no configured backend can run the pinned parallel_configs ({why})"
+        )
+    unreplayable = {pin.label(): layout_limit(pin) for pin in pins if layout_limit(pin)}
+    if unreplayable:
+        raise NoViableParallelConfig(
+            f"pinned parallel_configs {list(unreplayable)} cannot be replayed: they use "
+            + "; ".join(dict.fromkeys(unreplayable.values()))
+            + "; remove them"
         )
     illegal = [pin.label() for pin in pins if pin not in legal]
     if illegal:

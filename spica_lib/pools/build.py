@@ -1,6 +1,7 @@
-"""Candidate pools: for one deployment mode and backend, the legal layouts whose KV cache fits.
+"""Candidate pools: for one deployment mode and backend, the legal layouts the replay can run and whose KV cache fits.
 
-A layout is kept when every role's worker shape (agg; or prefill and decode) can be built for the
+Layouts the pinned replay refuses (facts/replay_limits.py) are counted with their reason and left out
+first. A layout is then kept when every role's worker shape (agg; or prefill and decode) can be built for the
 model and leaves enough memory for a KV cache holding one full-length sequence. The KV check uses
 each role's own settings: its pinned memory fraction and its smallest batched-token choice, so a
 layout is in the pool when at least one searched setting can run it. KV tokens per rank are kept
@@ -9,12 +10,13 @@ for every role; later stages size concurrency and engines from them.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SearchSpace
 from spica_lib.config.fields import ROLES
 from spica_lib.facts.hardware import ModelFacts, shape_problem
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
+from spica_lib.facts.replay_limits import ReplayLimited, split_replayable
 from spica_lib.facts.parallel import (
     DisaggConfig,
     ParallelConfig,
@@ -56,6 +58,7 @@ class BackendPool(BaseModel):
     entries: list[PoolEntry]
     dropped: list[DroppedShape]
     enumerated: int
+    replay_limited: list[ReplayLimited] = Field(default_factory=list)  # left out before the KV check
 
 
 def role_settings(space: SearchSpace, role: str) -> KvSettings:
@@ -84,8 +87,10 @@ def build_backend_pool(
     max_seq_len: int,
     configs: list[ParallelConfig] | None = None,
 ) -> BackendPool:
-    """The KV-feasible subset of `configs` (default: every enumerated layout) for one backend."""
+    """The replayable, KV-feasible subset of `configs` (default: every enumerated layout) for one backend."""
     configs = enumerate_mode(space, mode, backend, model.is_moe) if configs is None else configs
+    enumerated = len(configs)
+    configs, replay_limited = split_replayable(configs, backend)
     settings = {role: role_settings(space, role) for role in ROLES[mode]}
     verdicts: dict[tuple[str, ParallelShape], int | str] = {}
     dropped: list[DroppedShape] = []
@@ -116,7 +121,8 @@ def build_backend_pool(
         backend_version=estimator.version(backend),
         entries=entries,
         dropped=dropped,
-        enumerated=len(configs),
+        enumerated=enumerated,
+        replay_limited=replay_limited,
     )
 
 

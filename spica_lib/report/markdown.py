@@ -19,10 +19,10 @@ UNITS = {
     "throughput": "output tokens/s",
     "throughput_per_gpu": "output tokens/s per GPU",
     "throughput_per_user": "output tokens/s per user",
-    "e2e_latency": "−mean end-to-end latency (ms)",
+    "e2e_latency": "mean end-to-end latency (ms), lower is better",
     "goodput": "goodput tokens/s",
     "goodput_per_gpu": "goodput tokens/s per GPU",
-    "cost_per_million_output_tokens": "−US$ per million output tokens",
+    "cost_per_million_output_tokens": "US$ per million output tokens, lower is better",
 }
 TABLE_ROWS = 10
 
@@ -32,6 +32,12 @@ def score_label(view: RunView) -> str:
     if goal.is_pareto:
         return f"{goal.resolved_pareto_objectives[0].value} ({UNITS[goal.resolved_pareto_objectives[0].value]})"
     return f"{goal.target.value} ({UNITS[goal.target.value]})"
+
+
+def shown(view: RunView, score: float) -> str:
+    """A score in the target's own quantity: a minimised target's (stored negated, so higher is better) positive."""
+    goal = view.config.goal
+    return f"{score if goal.is_pareto or goal.target.maximize else -score:.4g}"
 
 
 def render(view: RunView, plots: list[str]) -> str:
@@ -66,6 +72,7 @@ def _space(view: RunView) -> str:
     lines = ["## Search space and coverage", "", "| branch | layouts | knob settings | deployments | replayed |",
              "|---|---:|---:|---:|---:|"]  # fmt: skip
     replayed = {h.deployment_mode: len({o.key for o in h.observations if o.key}) for h in view.histories}
+    limited: list[str] = []
     for history in view.histories:
         mode = history.deployment_mode
         spec = read_model(view.files.branch_json(mode), BranchSpec)
@@ -74,6 +81,9 @@ def _space(view: RunView) -> str:
         size = spec.pool_size and sum(spec.pool_size_by_backend.values()) * knobs
         continuous = " (× continuous kv_load_ratio)" if spec.float_ranges else ""
         lines.append(f"| {mode} | {spec.pool_size} | {knobs}{continuous} | {size} | {replayed[mode]} |")
+        limited += [f"- {entry.line(mode)}." for entry in spec.replay_limited]
+    if limited:
+        lines += ["", "Layouts the replay cannot run are not in the pools:", "", *limited]
     return "\n".join(lines)
 
 
@@ -112,9 +122,10 @@ def _top(view: RunView) -> str:
         name = describe(record.spec) + (f" (= #{tie})" if tie else "")
         if row.binding_workload is not None:
             name += f" · binds: {row.binding_workload}"
-        score = f"{row.candidate.score:.4g}"
+        score = shown(view, row.candidate.score)
         if row.finish is not None and row.finish.replays > 1:
-            score = f"{row.finish.mean:.4g} (mean of {row.finish.replays}: {row.finish.low:.4g}–{row.finish.high:.4g})"
+            low, high = sorted((shown(view, row.finish.low), shown(view, row.finish.high)), key=float)
+            score = f"{shown(view, row.finish.mean)} (mean of {row.finish.replays}: {low}–{high})"
         lines.append(
             f"| {position} | {name} | {score} | {row.candidate.used_gpus} | "
             f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
@@ -132,7 +143,7 @@ def _baselines(view: RunView) -> str:
     lines = ["## Baselines", "", f"Score: {score_label(view)}, each replayed on the search's workload and SLA.", "",
              "| baseline | deployment | score | winner's ratio | note |", "|---|---|---:|---:|---|"]  # fmt: skip
     for item in summary.baselines:
-        score = f"{item.score:.4g}" if item.score is not None else "—"
+        score = shown(view, item.score) if item.score is not None else "—"
         ratio = f"{item.ratio:.2f}×" if item.ratio is not None else "—"
         lines.append(f"| {item.label} | {item.deployment or '—'} | {score} | {ratio} | {item.note or ''} |")
     return "\n".join(lines)
@@ -156,7 +167,7 @@ def _noise_note(rows: list[CandidateRow]) -> list[str]:
     return lines
 
 
-def _per_workload(result: TrialResult) -> list[str]:
+def _per_workload(view: RunView, result: TrialResult) -> list[str]:
     """The winner on each of several workloads (the headline metrics are the binding one's)."""
     if not result.workloads:
         return []
@@ -165,7 +176,7 @@ def _per_workload(result: TrialResult) -> list[str]:
     for name, part in result.workloads.items():
         m = part.metrics
         mark = " (binds)" if name == result.binding_workload else ""
-        score = "—" if part.score is None else f"{part.score:.4g}"
+        score = "—" if part.score is None else shown(view, part.score)
         lines.append(
             f"| {name}{mark} | {score} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
             f"{m.get('completed_requests', 0):.0f} |"
@@ -182,7 +193,7 @@ def _per_branch_backend(view: RunView) -> str:
     if not best:
         return ""
     lines = ["## Best per branch and backend", "", "| branch | backend | score | deployment |", "|---|---|---:|---|"]
-    lines += [f"| {b} | {k} | {s:.4g} | {d} |" for (b, k), (s, d) in sorted(best.items())]
+    lines += [f"| {b} | {k} | {shown(view, s)} | {d} |" for (b, k), (s, d) in sorted(best.items())]
     return "\n".join(lines)
 
 
@@ -194,7 +205,7 @@ def _winner(view: RunView) -> str:
     lines = ["## The winner", "", f"`{describe(record.spec)}` — trial `{row.key[:12]}` (branch {row.branch}, "
              f"round {row.round}).", ""]  # fmt: skip
     lines += [f"- note: {note}" for note in record.spec.notes]
-    lines += _per_workload(record.result)
+    lines += _per_workload(view, record.result)
     events = record.result.scaling_events
     if events:
         lines += ["", "Planner scaling events during the replay:", "", "| at (s) | component | from | to |",

@@ -15,6 +15,7 @@ from spica_lib.base.artifacts import read_model
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import RoundSuggestions
+from spica_lib.trial.score import score_text
 from spica_lib.trial.store import read_trial
 
 
@@ -80,9 +81,10 @@ def _branch_status(files: RunFiles, mode: str, max_rounds: int) -> BranchStatus:
 
 
 def status_text(run_dir: str | Path, statuses: list[BranchStatus]) -> str:
+    target = read_model(RunFiles(dir=str(run_dir)).config_json, ValidatedConfig).config.goal.target
     lines = [f"{run_dir}:"]
     for s in statuses:
-        best = f"best {s.best_score:.4g} ({s.best_key[:12]})" if s.best_key else "no feasible trial yet"
+        best = f"best {score_text(s.best_score, target)} ({s.best_key[:12]})" if s.best_key else "no feasible trial yet"
         state = ", stalled" if s.stalled else ""
         lines.append(
             f"  {s.branch:<7} rounds {s.rounds_told}/{s.rounds_total}{state}; trials finished {s.trials_finished}, "

@@ -25,7 +25,7 @@ from spica_lib.replay.request import WALL_CLOCK_METRICS
 from spica_lib.results.finish import FinishedDeployment, FinishResult, overlapping
 from spica_lib.results.ranking import pareto_front, rank
 from spica_lib.search.history import BranchHistory
-from spica_lib.trial.score import Candidate
+from spica_lib.trial.score import Candidate, score_text
 from spica_lib.trial.spec import TrialRecord
 
 SCHEMA_VERSION = 1
@@ -304,7 +304,7 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
     elif summary.front_size is not None:
         line += f"; pareto front: {summary.front_size} non-dominated candidate(s)"
     else:
-        line += f"; best {config.goal.target.value}={summary.best_score:.4g}"
+        line += f"; best {score_text(summary.best_score, config.goal.target)}"
         repeated = [f for f in summary.finish if f.replays > 1]
         if repeated and repeated[0].rank == 1:
             top = repeated[0]

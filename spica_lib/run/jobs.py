@@ -18,6 +18,7 @@ from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, re
 from spica_lib.base.logs import stage_log
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
+from spica_lib.trial.score import score_text
 from spica_lib.config.trace import scan_trace
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.facts.kv_capacity import KvEstimator
@@ -205,7 +206,7 @@ def tell(job: JobArgs) -> None:
         updated = tell_round(config.goal, passes, {k: r.result for k, r in records.items()}, history)
         write_model(job.output["history"], updated)
         tally = updated.tallies[-1]
-        best = "none feasible yet" if tally.best_score is None else f"{tally.best_score:.4g}"
+        best = "none feasible yet" if tally.best_score is None else score_text(tally.best_score, config.goal.target)
         # One progress line per round, on the console as well as in the log.
         progress = (
             f"spica {updated.deployment_mode} round {suggestions.round}: {tally.new_trials} new trial(s)"

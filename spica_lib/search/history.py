@@ -84,6 +84,8 @@ class Observation(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)  # what Vizier sees (objective(s))
     trial_round: int | None = None  # where its trial file is: rounds/<branch>/<trial_round>/trials/<trial_batch>/
     trial_batch: int | None = None
+    layout: str | None = None  # the projected layout and backend: a replay that refused them is not asked again
+    backend: str | None = None
 
 
 class RoundTally(BaseModel):
@@ -128,6 +130,8 @@ def observe(
         "key": item.key,
         "trial_round": item.trial_round,
         "trial_batch": item.trial_batch,
+        "layout": item.layout,
+        "backend": (item.selection or {}).get("backend"),
     }
     if result is None:
         return Observation(**base, status=item.outcome, reason=item.reason)

@@ -10,7 +10,9 @@ go to replay jobs. `tell_round` reads the trial files and appends the round to t
 round with fewer new trials than its target stalls the branch, whose later rounds are then empty.
 A new trial whose replay fails or times out says nothing of the candidate: `refill_round` asks for
 a replacement in the same round (a refill pass, told the failure), within the same 11x cap, and
-only replays that did not fail count toward the round's target.
+only replays that did not fail count toward the round's target. A failure that is a property of the
+layout (the replay refused it, facts/replay_limits.py) is remembered for the branch: the same layout
+and backend are answered `unsupported` under any other knobs, without a replay.
 With `sweep.warm_start`, round 0 first replays the seeds the static estimate picks
 (search/warm_start.py) and asks the designer only for what they leave to fill.
 """
@@ -25,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from spica_lib.config import OptimizationGoal, SmartSearchConfig
 from spica_lib.config.presets import CompositeEntry
 from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.facts.replay_limits import is_layout_refusal
 from spica_lib.pools.branches import BranchSpec, PoolRecord
 from spica_lib.search.designers import (
     WORST,
@@ -161,6 +164,7 @@ def _ask(
     )
     _tell(designer, [_completed(o, objectives, sweep.algorithm) for o in past])
     known_keys = {o.key: o for o in past if o.key}
+    refused = refused_layouts(past)
     optimizer = time.perf_counter() - clock
     specs: list[TrialSpec] = []
     next_id = len(past) + 1
@@ -175,7 +179,9 @@ def _ask(
         round_file.attempts += len(batch)
         answered = []
         for params in batch:
-            item, new_spec = _triage(context, space, round_index, next_id, params, known_keys, known_results, specs)
+            item, new_spec = _triage(
+                context, space, round_index, next_id, params, known_keys, known_results, specs, refused
+            )
             item.warm_start = bool(seeded)
             next_id += 1
             round_file.suggested.append(item)
@@ -197,6 +203,15 @@ def _ask(
     return round_file, specs
 
 
+def refused_layouts(observations: list[Observation]) -> dict[tuple[str, str], str]:
+    """(layout, backend) pairs whose replay failed for a reason the layout itself causes, with that reason."""
+    return {
+        (o.layout, o.backend): o.reason
+        for o in observations
+        if o.status == "failed" and o.layout and o.backend and is_layout_refusal(o.reason)
+    }
+
+
 def _triage(
     context: SearchContext,
     space: BranchSpace,
@@ -206,6 +221,7 @@ def _triage(
     known_keys: dict[str, Observation],
     known_results: dict[str, TrialResult],
     pending: list[TrialSpec],
+    refused: dict[tuple[str, str], str],
 ) -> tuple[Suggested, TrialSpec | None]:
     selection = space.decode(params)
     layout = selection.parallel_config
@@ -223,6 +239,9 @@ def _triage(
         return Suggested(
             **base, outcome="unsupported", reason=f"backend '{backend}' does not support this parallel config"
         ), None
+    if (base["layout"], backend) in refused:
+        why = refused[(base["layout"], backend)]
+        return Suggested(**base, outcome="unsupported", reason=f"the replay refused this layout earlier: {why}"), None
     over = over_budget(layout.total_gpus, space.spec.gpu_budget)
     if over:
         return Suggested(**base, outcome="infeasible", reason=over), None

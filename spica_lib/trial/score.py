@@ -81,6 +81,27 @@ def objective_value(report: dict[str, float], target: OptimizationTarget) -> flo
     return float(values[target]())
 
 
+UNITS = {
+    OptimizationTarget.THROUGHPUT: "tok/s",
+    OptimizationTarget.THROUGHPUT_PER_GPU: "tok/s/GPU",
+    OptimizationTarget.THROUGHPUT_PER_USER: "tok/s/user",
+    OptimizationTarget.E2E_LATENCY: "ms",
+    OptimizationTarget.GOODPUT: "tok/s",
+    OptimizationTarget.GOODPUT_PER_GPU: "tok/s/GPU",
+    OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS: "US$/1M tok",
+}
+
+
+def score_text(score: float, target: OptimizationTarget, name: bool = True) -> str:
+    """A score as people read it: the target's own quantity, positive, with its unit (`e2e_latency 2373 ms`).
+    Scores are signed so that higher is better; a minimised target's is its negated value."""
+    if target is OptimizationTarget.PARETO:
+        return f"{score:.4g}"
+    value = score if target.maximize else -score
+    text = f"{value:.4g} {UNITS[target]}"
+    return f"{target.value} {text}" if name else text
+
+
 def signed_score(report: dict[str, float], target: OptimizationTarget) -> float:
     """Higher is better: the value for maximised targets, its negation for latency."""
     value = objective_value(report, target)

@@ -1,0 +1,60 @@
+"""Every shipped config suggests only candidates the replay can run (real Vizier, real replays).
+
+Each config of `config/examples/` and `config/default.yaml` is searched for 2 rounds x 3 candidates
+per branch by the random designer (it roams the whole pool, where a guided one would stay near its
+seeds), through the sweep's own round logic, and no replay may fail. A config that cannot avoid a
+failure changes, not this check.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from spica_lib.config import SmartSearchConfig
+from spica_lib.config.root import read_yaml_mapping
+from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.pools.branches import enumerate_branches
+from spica_lib.search.in_process import run_round
+from spica_lib.search.rounds import SearchContext
+from spica_lib.trial.evaluate import evaluate_trials
+
+pytestmark = pytest.mark.slow
+
+CONFIGS = [REPO / "config" / "default.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]
+ROUNDS, PER_ROUND = 2, 3
+
+
+def small_search(path: Path) -> SmartSearchConfig:
+    data = read_yaml_mapping(path)
+    budget = {"max_rounds": ROUNDS, "candidates_per_round": PER_ROUND, "algorithm": "random", "seed": 5}
+    data["sweep"] = {**(data.get("sweep") or {}), **budget}
+    return SmartSearchConfig.from_mapping(data, base_dir=path.resolve().parent)
+
+
+def replayed(config: SmartSearchConfig):
+    def replay(spec):
+        return next(r for _, r in evaluate_trials({spec.key(): spec}, max_eval_seconds=config.sweep.max_eval_seconds))
+
+    return replay
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_a_small_search_of_each_shipped_config_has_no_failed_replay(path):
+    os.environ.setdefault("DYN_LOG", "error")
+    config = small_search(path)
+    space = config.search_space
+    outcomes = {}
+    for branch in enumerate_branches(config):
+        context = SearchContext(
+            config=config, estimator=KvEstimator(space.model_name, space.hardware_sku, branch.spec.backend_versions)
+        )
+        history, store = None, {}
+        for k in range(ROUNDS):
+            history, _ = run_round(context, branch.spec, branch.pool, k, history, store, replayed(config))
+        outcomes.update({key: record.result for key, record in store.items()})
+        told = [o for o in history.observations if o.status == "failed"]
+        assert not told, [o.reason for o in told]
+    failed = {key: r.reason for key, r in outcomes.items() if r.status == "failed"}
+    assert outcomes and not failed
