@@ -34,3 +34,17 @@ def test_two_writers_of_one_file_never_share_a_temporary(tmp_path):
         first.write_text("1")
         second.write_text("2")
     assert target.read_text() == "1"  # the outer block finishes last and wins, whole
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_an_artifact_is_as_readable_as_the_umask_allows(tmp_path, umask, mode):
+    # Collaborators on a shared cluster read a run's results: mkstemp's 0600 must not stay.
+    import os
+
+    previous = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "ranked.csv", "rank\n1\n")
+        atomic_write_parquet(tmp_path / "candidates.parquet", pd.DataFrame({"rank": [1]}))
+    finally:
+        os.umask(previous)
+    assert {(tmp_path / name).stat().st_mode & 0o777 for name in ("ranked.csv", "candidates.parquet")} == {mode}

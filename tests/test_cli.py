@@ -131,3 +131,27 @@ def test_only_one_spica_run_at_a_time_checks_and_clears_the_stale_lock(tmp_path,
         assert launcher.run_sweep("c.yaml") == 1 and unlocked == []
         assert "another spica run is checking the lock" in capsys.readouterr().err
     assert launcher.run_sweep("c.yaml") == 0 and len(unlocked) == 1  # released: the stale lock is cleared
+
+
+def test_validate_warns_when_a_percentile_sla_has_too_few_requests_and_says_the_finish(tmp_path, capsys):
+    sla = {"ttft_ms": 1500, "itl_ms": 150, "percentile": 99}
+    path = write_yaml(tmp_path, config_data(goal={"target": "throughput", "sla": sla}))  # 40 requests per replay
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warning    goal.sla.percentile 99 on 40 requests per replay" in out and "at least 1000 requests" in out
+    assert "finish     the top 4 replayed on 6 fresh arrival samples each, ranked by their mean" in out
+    assert "arrival sample 42" in out
+    assert main(["validate", str(REPO / "config" / "examples" / "p99_sla.yaml")]) == 0
+    assert "warning" not in capsys.readouterr().out  # the shipped example replays 1000 requests
+
+
+def test_spica_run_dry_run_plans_the_sweep_and_runs_nothing(tmp_path):
+    # `make dry-run` is `spica run CONFIG --cores 2 -n`.
+    shutil.copy(REPO / "config" / "default.yaml", tmp_path / "default.yaml")
+    done = subprocess.run(
+        [sys.executable, "-m", "spica_lib.cli", "run", "default.yaml", "--cores", "2", "-n"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "This was a dry-run" in done.stdout + done.stderr and "finish" in done.stdout + done.stderr
+    assert not (tmp_path / "results").exists()

@@ -172,8 +172,8 @@ def test_a_percentile_sla_reads_that_statistic_and_refuses_what_it_cannot_mean()
     assert goal.sla.bounds() == [("p99_ttft_ms", 500.0), ("p99_itl_ms", 40.0)] and goal.sla.is_constraint
     median = build(config_data(goal={"target": "throughput", "sla": {"e2e_ms": 9000, "percentile": 50}})).goal
     assert median.sla.bounds() == [("median_e2e_latency_ms", 9000.0)]
-    mean = build(config_data(goal={"target": "throughput", "sla": {"ttft_ms": 500}})).goal
-    assert mean.sla.bounds() == [("mean_ttft_ms", 500.0)] and not mean.sla.is_constraint
+    mean = build(config_data(goal={"target": "goodput", "sla": {"e2e_ms": 500}})).goal
+    assert mean.sla.bounds() == [("mean_e2e_latency_ms", 500.0)] and not mean.sla.is_constraint
     for bad in (98, 100, "p99", 99.5):
         rejected(config_data(goal={"sla": {"ttft_ms": 500, "percentile": bad}}), "goal.sla.percentile", "50")
     rejected(config_data(goal={"sla": {"percentile": 99}}), "goal.sla", "needs at least one bound")
@@ -193,3 +193,30 @@ def test_gpu_hour_prices_are_checked_and_the_cost_target_needs_one():
     rejected(config_data(goal={"gpu_hour_usd": {"b200_sxm": 5}}), "", "not search_space.hardware_sku 'h200_sxm'")
     pareto = {"target": "pareto", "pareto_objectives": ["cost_per_million_output_tokens", "throughput_per_user"]}
     assert build(config_data(goal={**pareto, "gpu_hour_usd": 3})).goal.is_pareto
+
+
+def test_a_percentile_sla_on_too_few_requests_is_warned_with_the_number_needed():
+    from spica_lib.config.goal import requests_for_percentile
+
+    assert [requests_for_percentile(p) for p in (50, 75, 90, 95, 99)] == [20, 40, 100, 200, 1000]
+    sla = {"ttft_ms": 500, "itl_ms": 40, "percentile": 99}
+    small = build(config_data(goal={"target": "throughput", "sla": sla}))  # 4 req/s x 10 = 40 requests
+    (warning,) = small.sample_size_warnings()
+    assert "percentile 99 on 40 requests" in warning and "at least 1000 requests" in warning
+    enough = config_data(goal={"target": "throughput", "sla": sla}, workload={"num_request_ratio": 250})
+    assert build(enough).sample_size_warnings() == []
+    assert build(config_data(goal={"target": "throughput", "sla": {**sla, "percentile": 90}}, workload={"num_request_ratio": 25})).sample_size_warnings() == []
+    assert build(config_data()).sample_size_warnings() == []  # means: no tail to fill
+
+
+def test_an_sla_means_one_thing_mean_bounds_shape_goodput_and_are_refused_where_nothing_counts_goodput():
+    # Mean bounds decide which requests count as goodput; for any other target they would only screen.
+    for target in ("throughput", "throughput_per_gpu", "e2e_latency"):
+        rejected(config_data(goal={"target": target, "sla": {"ttft_ms": 500, "itl_ms": 40}}), "goal", "counts no goodput", "percentile")
+    priced = {"target": "cost_per_million_output_tokens", "gpu_hour_usd": 3.0, "sla": {"e2e_ms": 9000}}
+    rejected(config_data(goal=priced), "goal", "counts no goodput")
+    # As a constraint (a percentile) the bounds mean the same for every target: candidates over it are infeasible.
+    latency = build(config_data(goal={"target": "e2e_latency", "sla": {"ttft_ms": 500, "percentile": 90}}))
+    assert latency.goal.sla.is_constraint and latency.sweep.screen_fraction is not None
+    pareto = {"target": "pareto", "pareto_objectives": ["goodput_per_gpu", "e2e_latency"], "sla": {"ttft_ms": 500, "itl_ms": 40}}
+    assert build(config_data(goal=pareto)).goal.sla is not None  # a goodput objective counts the bounds

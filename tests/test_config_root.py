@@ -149,3 +149,14 @@ def test_native_feature_study_loads():
     )
     config = build(data)
     assert config.search_space.router_mode == ["kv_router"] and config.sweep.per_round == 1
+
+
+def test_a_nan_or_null_number_is_one_problem_with_one_message():
+    # A number field is int | float: both members fail on NaN, and "valid integer" would be the misleading half.
+    data = config_data(workload={"num_request_ratio": float("nan")})
+    data["search_space"]["gpu_budget"] = float("nan")
+    with pytest.raises(ConfigError) as caught:
+        build(data)
+    paths = [path for path, _ in caught.value.problems]
+    assert paths.count("workload.num_request_ratio") == 1 and "valid integer" not in dict(caught.value.problems)["workload.num_request_ratio"]
+    assert paths.count("search_space.gpu_budget") == 1  # an int field: its own message stands

@@ -196,13 +196,23 @@ def test_offload_off_is_accepted_and_bad_values_still_name_their_field():
         {"no_admission_control": True},
     ],
 )
-def test_admission_pins_rejected_under_kv_router_and_inert_under_round_robin(pin):
+def test_admission_pins_rejected_under_kv_router_and_as_settings_that_do_nothing_under_round_robin(pin):
     rejected(
         config_data(search_space={"router_mode": ["kv_router"], **pin}),
         "search_space",
         "not supported by the Dynamo replay",
     )
-    build(config_data(search_space={"router_mode": ["round_robin"], **pin}))
+    rejected(config_data(search_space={"router_mode": ["round_robin"], **pin}), "search_space", "would change nothing")
+
+
+def test_min_endpoint_needs_a_policy_that_scales():
+    rejected(
+        config_data(search_space={"planner_scaling_policy": ["disabled"], "min_endpoint": 2}),
+        "search_space",
+        "never scales, so it would change nothing",
+    )
+    space = build(config_data(search_space={"planner_scaling_policy": ["disabled", "load_180_5"], "min_endpoint": 2}))
+    assert space.search_space.min_endpoint == 2
 
 
 def test_parallel_pins_need_exactly_one_mode():

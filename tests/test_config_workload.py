@@ -188,3 +188,15 @@ def test_nan_and_infinity_are_refused_with_their_field():
     data = config_data()
     data["goal"] = {"target": "goodput", "sla": {"ttft_ms": float("inf"), "itl_ms": 50}}
     rejected(data, "goal.sla.ttft_ms", "finite")
+
+
+def test_settings_a_workload_shape_cannot_use_are_refused():
+    # Synthetic prefix sharing and sessions mean nothing to a trace, which carries its own; the trace's speed-up
+    # means nothing to synthetic traffic, whose load is its request rate or concurrency.
+    for field, value in (("shared_prefix_ratio", 0.5), ("num_prefix_groups", 4), ("turns_per_session", 3),
+                         ("inter_turn_delay_ms", 100.0)):  # fmt: skip
+        rejected(config_data(workload={**trace_workload(TRACE), field: value}), "workload", field, "would change nothing")
+    rejected(config_data(workload={"arrival_speedup_ratio": 2.0}), "workload", "arrival_speedup_ratio", "would change nothing")
+    # Their defaults are what a dumped config holds: it reads back.
+    config = build(config_data(workload=trace_workload(TRACE)))
+    assert build(config.model_dump(mode="json")) == config

@@ -1,4 +1,4 @@
-"""The noise-aware finish: the top KV-router deployments replayed again and ranked by their mean."""
+"""The finish: the search's top deployments on fresh traffic samples, ranked with intervals, ties and P(best)."""
 
 import json
 import subprocess
@@ -10,11 +10,21 @@ import yaml
 from conftest import REPO, build, config_data, rejected, write_yaml
 
 from spica_lib.base.artifacts import read_model
-from spica_lib.results.finish import FinishedDeployment, FinishResult, overlapping
-from spica_lib.results.merge import CandidateRow, apply_finish
+from spica_lib.results.confidence import judge
+from spica_lib.results.finish import FinishedDeployment, FinishResult, SampleOutcome
+from spica_lib.results.merge import CandidateRow, SweepSummary, apply_finish
 from spica_lib.trial.score import Candidate
 
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
+
+
+def deployment(key, scores, gpus=4, statuses=None):
+    statuses = statuses or ["feasible"] * len(scores)
+    samples = [
+        SampleOutcome(index=i, status=status, score=score if status == "feasible" else None, reason=None)
+        for i, (score, status) in enumerate(zip(scores, statuses, strict=True))
+    ]
+    return FinishedDeployment(key=key, search_score=max(scores), used_gpus=gpus, samples=samples)
 
 
 def row(key, score, gpus=4):
@@ -22,63 +32,210 @@ def row(key, score, gpus=4):
     return CandidateRow(key=key, branch="agg", round=0, candidate=candidate, average_gpus=gpus)
 
 
-def test_the_finished_top_is_ranked_by_its_mean_and_the_rest_keeps_its_order():
-    best = [row("a", 10.0), row("b", 9.9), row("c", 9.0), row("d", 8.0)]
+# Control flow of our own statistics, on hand-made samples (the real replays are in the sweep tests below).
+
+
+def test_the_finished_top_is_ranked_by_its_fresh_mean_not_by_its_search_score():
     finish = FinishResult(
-        repeats=3,
+        kind="arrival",
+        samples=4,
         deployments=[
-            FinishedDeployment(key="a", scores=[10.0, 9.0, 9.1]),  # a lucky first replay
-            FinishedDeployment(key="b", scores=[9.9, 9.8, 10.0]),
-            FinishedDeployment(key="c", scores=[9.0]),  # round robin: replayed once
+            deployment("lucky", [90.0, 91.0, 89.0, 92.0]),  # first in the search, behind on fresh samples
+            deployment("steady", [100.0, 101.0, 99.0, 102.0]),
         ],
     )
-    ranked = apply_finish(best, finish)
-    assert [r.key for r in ranked] == ["b", "a", "c", "d"]
-    assert ranked[0].finish.mean == pytest.approx(9.9) and ranked[3].finish is None
-    assert overlapping(finish.deployments) == {"a": ["b", "c"], "b": ["a"], "c": ["a"]}
+    ranked = apply_finish([row("lucky", 120.0), row("steady", 110.0), row("rest", 80.0)], finish)
+    assert [r.key for r in ranked] == ["steady", "lucky", "rest"]
+    assert ranked[0].finish.recommended and ranked[0].finish.leader and ranked[2].finish is None
+    assert ranked[1].finish.behind == pytest.approx(10.0) and not ranked[1].finish.tied
+    assert 0 < ranked[1].finish.behind_low <= 10.0 <= ranked[1].finish.behind_high
+    assert ranked[0].finish.p_best == 1.0
 
 
-def test_finish_repeats_must_be_at_least_one_and_does_nothing_for_a_pareto_goal():
-    rejected(config_data(sweep={"finish_repeats": 0}), "sweep.finish_repeats", "greater than or equal to 1")
-    data = config_data(goal={"target": "pareto"}, sweep={"finish_repeats": 3})
-    data["workload"] = {"isl": 1024, "osl": 128, "kv_load_ratio": 0.5, "num_request_ratio": 10}
-    rejected(data, "", "a 'pareto' goal has a front")
-    assert build(config_data(sweep={"finish_repeats": 1})).sweep.finish_repeats == 1  # 1: no finish
+def test_among_a_tie_set_the_fewest_gpus_are_recommended_and_the_sentence_says_why():
+    # Paired differences of +2, -1, +3, -2: the interval of their mean holds 0.
+    leader = deployment("four", [102.0, 99.0, 103.0, 98.0], gpus=4)
+    smaller = deployment("three", [100.0, 100.0, 100.0, 100.0], gpus=3)
+    behind = deployment("far", [50.0, 51.0, 49.0, 50.0], gpus=2)
+    verdict = judge(FinishResult(kind="arrival", samples=4, deployments=[leader, smaller, behind]))
+    assert [r.key for r in verdict.ranks] == ["three", "four", "far"]
+    first, second, third = verdict.ranks
+    assert first.recommended and not first.leader and first.tied and second.leader and not third.tied
+    assert first.behind_low < 0 < first.behind_high
+    assert verdict.sentence == (
+        "#1 and #2 cannot be told apart on 4 fresh samples; #1 is recommended: it uses 1 GPU fewer than #2, "
+        "the best on these samples."
+    )
+    assert sum(r.p_best for r in verdict.ranks) == pytest.approx(1.0) and third.p_best == 0.0
 
 
-def test_finish_repeats_without_a_kv_router_in_the_space_does_nothing_and_is_refused():
-    exact = {"router_mode": ["round_robin"]}
-    rejected(config_data(search_space=exact, sweep={"finish_repeats": 3}), "", "has no kv_router")
-    config = build(config_data(search_space=exact))
-    assert config.sweep.finish_repeats is None  # left out: nothing to repeat
+def test_a_deployment_that_misses_on_a_fresh_sample_ranks_after_those_that_held():
+    missing = deployment("bursty", [200.0, 0.0, 210.0], statuses=["feasible", "infeasible", "feasible"])
+    verdict = judge(FinishResult(kind="arrival", samples=3, deployments=[missing, deployment("safe", [100.0] * 3)]))
+    assert [r.key for r in verdict.ranks] == ["safe", "bursty"]
+    assert not verdict.ranks[1].held and verdict.ranks[1].scored == 2 and verdict.ranks[1].failed_samples
+
+
+def test_robustness_ranks_by_the_worst_sample():
+    spiky = deployment("spiky", [150.0, 150.0, 40.0, 150.0])
+    even = deployment("even", [100.0, 101.0, 99.0, 100.0])
+    by_mean = judge(FinishResult(kind="arrival", samples=4, deployments=[spiky, even]))
+    by_worst = judge(FinishResult(kind="arrival", samples=4, robustness="worst", deployments=[spiky, even]))
+    assert next(r for r in by_mean.ranks if r.leader).key == "spiky"
+    assert next(r for r in by_worst.ranks if r.leader).key == "even"
+    assert by_worst.ranks[0].statistic == 99.0
+
+
+# Config rules: a finish that could not change anything is refused.
+
+
+def test_finish_settings_are_resolved_and_refused_where_they_do_nothing():
+    config = build(config_data())
+    assert (config.sweep.finish_top, config.sweep.finish_samples, config.goal.robustness) == (4, 6, "mean")
+    assert config.workload.arrival_seed == 42  # the search's sample, recorded in config.json and every trial
     assert build(config.model_dump(mode="json")) == config  # the normalised config reads back
+    rejected(config_data(sweep={"finish_samples": -1}), "sweep.finish_samples", "greater than or equal to 0")
+    pareto = config_data(goal={"target": "pareto"}, sweep={"finish_samples": 3})
+    pareto["workload"] = {"isl": 1024, "osl": 128, "kv_load_ratio": 0.5, "num_request_ratio": 10}
+    rejected(pareto, "", "a 'pareto' goal has a front")
+    closed = {"isl": 1024, "osl": 128, "concurrency": 8, "num_request_ratio": 10}
+    exact = config_data(search_space={"router_mode": ["round_robin"]}, sweep={"finish_top": 3})
+    exact["workload"] = closed
+    rejected(exact, "", "every replay here is exact")
+    off = config_data(sweep={"finish_samples": 0}, goal={"target": "throughput", "robustness": "worst"})
+    rejected(off, "", "finish_samples is 0")
+    rejected(config_data(goal={"target": "throughput", "robustness": "p10"}, sweep={"finish_samples": 1}), "", "at least 2")
 
 
-@pytest.mark.slow
-def test_a_sweep_replays_its_top_kv_router_deployments_again_and_ranks_them_by_their_mean(tmp_path):
-    data = yaml.safe_load((REPO / "config" / "examples" / "pinned_parallel.yaml").read_text())
-    data["search_space"]["parallel_configs"] = [{"tp": 2, "replicas": 2}, {"tp": 1, "replicas": 4}]
-    data["search_space"]["router_mode"] = ["kv_router"]  # two or more workers: the router really chooses
-    data["workload"]["num_request_ratio"] = 20
-    data["sweep"].update(max_rounds=1, candidates_per_round=3, top_k=2, finish_repeats=3)
+def test_arrival_seed_is_refused_where_there_is_no_arrival_draw():
+    closed = config_data()
+    closed["workload"] = {"isl": 1024, "osl": 128, "concurrency": 8, "num_request_ratio": 10, "arrival_seed": 3}
+    rejected(closed, "workload", "has no arrival draw")
+    trace = config_data()
+    trace["workload"] = {"trace_path": str(REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"), "arrival_seed": 3}
+    rejected(trace, "workload", "arrival_seed")
+
+
+# Real sweeps (real Vizier and Dynamo replays).
+
+
+def run_sweep(tmp_path, data):
     path = write_yaml(tmp_path, data)
     done = subprocess.run([*SPICA, str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    run = next((tmp_path / "results").iterdir())
+    return next((tmp_path / "results").iterdir()), done.stdout
+
+
+@pytest.mark.slow
+def test_a_sweep_finishes_on_fresh_samples_disjoint_from_its_own_and_recommends_the_fewest_gpus_among_ties(tmp_path):
+    data = yaml.safe_load((REPO / "config" / "examples" / "pinned_parallel.yaml").read_text())
+    # Light traffic: 3 and 4 single-GPU replicas serve it alike, so on goodput they tie and 3 GPUs should win.
+    data["search_space"]["parallel_configs"] = [{"tp": 1, "replicas": 4}, {"tp": 1, "replicas": 3}]
+    data["workload"] = {"isl": 1024, "osl": 128, "request_rate": 2.0, "num_request_ratio": 20, "arrival_seed": 7}
+    data["goal"] = {"target": "goodput", "sla": {"ttft_ms": 2000, "itl_ms": 50}}
+    data["sweep"].update(max_rounds=1, candidates_per_round=2, finish_top=2, finish_samples=4, baselines=False)
+    run, stdout = run_sweep(tmp_path, data)
+    trials = [json.loads(p.read_text()) for p in run.glob("rounds/*/*/trials/*/*.json")]
+    assert len(trials) == 2
+    assert {t["spec"]["replay"]["workload"]["arrival_seed"] for t in trials} == {7}  # one sample for the search
     finish = read_model(run / "finish.json", FinishResult)
-    assert len(finish.deployments) == 2 and all(d.replays == 3 for d in finish.deployments)
-    trials = {
-        json.loads(p.read_text())["key"]: json.loads(p.read_text()) for p in run.glob("rounds/*/*/trials/*/*.json")
-    }
-    for deployment in finish.deployments:  # the search's own replay comes first
-        assert deployment.scores[0] == trials[deployment.key]["result"]["score"]
+    seeds = [[s.arrival_seeds[""] for s in d.samples] for d in finish.deployments]
+    assert seeds[0] == seeds[1] and len(set(seeds[0])) == 4 and 7 not in seeds[0]  # paired, fresh
+    assert all(s.replayed for d in finish.deployments for s in d.samples)
     ranked = pd.read_csv(run / "ranked.csv")
     top = ranked.head(2)
-    assert list(top["finish_replays"]) == [3, 3]
-    assert top["finish_mean"].is_monotonic_decreasing
-    assert set(top["key"]) == {d.key for d in finish.deployments}
-    assert ranked["finish_mean"].iloc[2:].isna().all()
-    assert (
-        "replayed 3 times (it breaks ties at random) and are ranked by their mean"
-        in (run / "report" / "report.md").read_text()
-    )
+    assert bool(top["recommended"].iloc[0]) and bool(top["tied_with_leader"].all())
+    assert list(top["config_replicas"]) == [3, 4]  # the tie goes to the fewer GPUs
+    summary = read_model(run / "summary.json", SweepSummary)
+    by_key = finish.by_key()
+    assert summary.best_score == pytest.approx(by_key[top["key"].iloc[0]].mean)  # the fresh mean, not the search's
+    assert summary.search_best_score == pytest.approx(ranked["score"].max())
+    assert "cannot be told apart on 4 fresh samples; #1 is recommended: it uses 1 GPU fewer" in summary.finish_note
+    assert "on the search's sample" in stdout and summary.finish_note in stdout
+    report = (run / "report" / "report.md").read_text()
+    assert "### On fresh traffic samples" in report and summary.finish_note in report
+
+
+@pytest.mark.slow
+def test_a_kv_router_deployment_on_a_closed_loop_is_repeated_and_round_robin_stands_without_a_replay(tmp_path):
+    data = yaml.safe_load((REPO / "config" / "examples" / "pinned_parallel.yaml").read_text())
+    data["search_space"]["parallel_configs"] = [{"tp": 2, "replicas": 2}]
+    data["search_space"]["router_mode"] = ["kv_router", "round_robin"]
+    data["workload"] = {"isl": 1024, "osl": 128, "concurrency": 8, "num_request_ratio": 6}
+    data["goal"] = {"target": "throughput_per_gpu"}
+    data["sweep"].update(max_rounds=1, candidates_per_round=2, finish_top=2, finish_samples=3, baselines=False)
+    run, _ = run_sweep(tmp_path, data)
+    finish = read_model(run / "finish.json", FinishResult)
+    assert finish.kind == "repeat" and len(finish.deployments) == 2
+    records = {json.loads(p.read_text())["key"]: json.loads(p.read_text()) for p in run.glob("rounds/*/*/trials/*/*.json")}
+    for d in finish.deployments:
+        router = records[d.key]["spec"]["replay"]["plan"]["router_mode"]
+        assert all(s.replayed == (router == "kv_router") for s in d.samples)
+        if router == "round_robin":
+            assert d.scores == [d.search_score] * 3  # an exact replay on unchanging traffic: its score stands
+
+
+@pytest.mark.slow
+def test_a_minimised_target_tells_every_miss_worse_than_every_feasible_trial_and_prints_the_latency_positive(tmp_path):
+    from spica_lib.search.history import BranchHistory
+
+    data = yaml.safe_load((REPO / "config" / "examples" / "pinned_parallel.yaml").read_text())
+    # One TP1 worker drowns at 12 req/s and misses the p90 TTFT bound; the wider layouts meet it.
+    data["search_space"]["parallel_configs"] = [{"tp": 1, "replicas": 1}, {"tp": 2, "replicas": 2}, {"tp": 4, "replicas": 2}]
+    data["workload"] = {"isl": 2048, "osl": 128, "request_rate": 12.0, "num_request_ratio": 10}
+    data["goal"] = {"target": "e2e_latency", "sla": {"ttft_ms": 1500, "percentile": 90}}
+    data["sweep"].update(max_rounds=1, candidates_per_round=3, finish_top=2, finish_samples=2, baselines=False)
+    run, stdout = run_sweep(tmp_path, data)
+    history = read_model(next(run.glob("rounds/agg/0/observations.json")), BranchHistory)
+    feasible = [o.metrics["objective"] for o in history.observations if o.status == "feasible"]
+    missed = [o.metrics["objective"] for o in history.observations if o.status != "feasible" and o.metrics]
+    assert feasible and missed, [(o.status, o.reason) for o in history.observations]
+    assert max(missed) < min(feasible)  # the designer sees every miss below every feasible latency
+    trials = {json.loads(p.read_text())["key"]: json.loads(p.read_text())["result"] for p in run.glob("rounds/*/*/trials/*/*.json")}
+    by_latency = sorted((r["metrics"]["mean_e2e_latency_ms"], o.metrics["objective"]) for o in history.observations
+                        if o.status == "feasible" for k, r in trials.items() if k == o.key)  # fmt: skip
+    assert [objective for _, objective in by_latency] == sorted((objective for _, objective in by_latency), reverse=True)
+    summary = read_model(run / "summary.json", SweepSummary)
+    latency = -summary.best_score
+    assert latency > 0 and f"best e2e_latency {latency:.4g} ms" in stdout
+
+
+@pytest.mark.slow
+def test_a_trace_with_a_holdout_is_searched_without_it_and_the_finish_checks_the_answer_on_it(tmp_path, monkeypatch):
+    from spica_lib.config.trace import scan_trace
+
+    monkeypatch.setenv("SPICA_TRACE_SPLITS", str(tmp_path / "splits"))
+    data = yaml.safe_load((REPO / "config" / "examples" / "trace.yaml").read_text())
+    data["workload"] = {"trace_path": str(REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"), "holdout": 0.25}
+    data["search_space"].update(
+        deployment_mode=["agg"], router_mode=["round_robin"], planner_scaling_policy=["disabled"], gpu_budget=16,
+        parallel_configs=[{"tp": 2, "replicas": 4}, {"tp": 4, "replicas": 2}, {"tp": 2, "replicas": 8}],
+    )  # fmt: skip
+    data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 10000, "itl_ms": 100}}
+    data["sweep"] = {"max_rounds": 1, "candidates_per_round": 3, "parallel_evals": 2, "finish_top": 3, "baselines": False}
+    run, stdout = run_sweep(tmp_path, data)
+    splits = {p.name: scan_trace(p) for p in (tmp_path / "splits").glob("*/*.jsonl")}
+    search, held = splits["search.jsonl"], splits["holdout.jsonl"]
+    assert search.records + held.records == scan_trace(data["workload"]["trace_path"]).records
+    trials = [json.loads(p.read_text()) for p in run.glob("rounds/*/*/trials/*/*.json")]
+    assert len(trials) == 3
+    for trial in trials:  # the search replays only the part before the cut
+        assert trial["spec"]["trace_sha256"] == search.sha256
+        assert trial["result"]["metrics"]["completed_requests"] <= search.records
+    finish = read_model(run / "finish.json", FinishResult)
+    assert finish.kind == "holdout" and finish.samples == 1 and len(finish.deployments) == 3  # round robin: one replay
+    summary = read_model(run / "summary.json", SweepSummary)
+    assert summary.finish_kendall_tau is not None and summary.finish_meets_sla is not None
+    assert "held-out check: Kendall's tau" in stdout
+    assert "Held-out check: Kendall's tau" in (run / "report" / "report.md").read_text()
+
+
+def test_two_exact_replays_differ_by_a_fact_not_an_estimate():
+    # Round robin on a trace's held-out part: one replay each, no noise, so no interval can hold 0 but a tie.
+    one = deployment("one", [100.0], gpus=8).model_copy(update={"exact": True})
+    other = deployment("other", [99.0], gpus=4).model_copy(update={"exact": True})
+    same = deployment("same", [100.0], gpus=16).model_copy(update={"exact": True})
+    verdict = judge(FinishResult(kind="holdout", samples=1, deployments=[other, one, same]))
+    assert [r.key for r in verdict.ranks] == ["one", "same", "other"]
+    assert verdict.ranks[0].recommended and verdict.ranks[1].tied and not verdict.ranks[2].tied
+    assert (verdict.ranks[2].behind_low, verdict.ranks[2].behind_high) == (1.0, 1.0)

@@ -97,9 +97,7 @@ def test_load_only_policy_gets_no_predictor():
 
 
 def test_router_fields_follow_the_mode():
-    rr = unroll_sample(
-        space(router_mode=["round_robin"], no_admission_control=True), selection(overlap_score_credit=0.5), TEP4x2
-    )
+    rr = unroll_sample(space(router_mode=["round_robin"]), selection(overlap_score_credit=0.5), TEP4x2)
     assert rr["router_mode"] == "round_robin" and "overlap_score_credit" not in rr and "no_admission_control" not in rr
     kv_sel = selection(
         router_mode="kv_router", overlap_score_credit=0.5, prefill_load_scale=2.0, router_temperature=0.0

@@ -21,7 +21,8 @@ SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
 
 def default_config(**sweep):
     data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
-    data["sweep"].update(max_rounds=2, candidates_per_round=2, **sweep)
+    # A small finish: these tests are about the rounds (tests/test_finish.py is about the finish).
+    data["sweep"].update(max_rounds=2, candidates_per_round=2, finish_top=2, finish_samples=2, **sweep)
     return data
 
 

@@ -85,7 +85,8 @@ def sweep_config() -> dict:
     """The default sweep, shrunk: 2 rounds of 2 candidates per branch, round robin (the KV router is noisy)."""
     data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
     data["search_space"]["router_mode"] = ["round_robin"]
-    data["sweep"].update(max_rounds=2, candidates_per_round=2, parallel_evals=4, seed=5)
+    # The finish runs on SLURM too; two samples of the top two are enough to show it.
+    data["sweep"].update(max_rounds=2, candidates_per_round=2, parallel_evals=4, seed=5, finish_top=2, finish_samples=2)
     return data
 
 

@@ -393,7 +393,8 @@ def test_a_p99_sla_rejects_a_candidate_whose_mean_meets_it_and_says_which_bound(
     mean, p99 = probe.metrics["mean_ttft_ms"], probe.metrics["p99_ttft_ms"]
     assert probe.status == "feasible" and mean < p99  # a tail to tell apart
     between = (mean + p99) / 2
-    on_mean = evaluate_trial(spec_for(config(goal={"target": "throughput", "sla": {"ttft_ms": between}}), agg(1, 1)))
+    on_mean_sla = {"ttft_ms": between, "itl_ms": 10_000}  # mean bounds: they shape goodput only
+    on_mean = evaluate_trial(spec_for(config(goal={"target": "goodput", "sla": on_mean_sla}), agg(1, 1)))
     assert on_mean.status == "feasible" and on_mean.sla_miss < 1
     sla = {"ttft_ms": between, "percentile": 99}
     on_p99 = evaluate_trial(spec_for(config(goal={"target": "throughput", "sla": sla}), agg(1, 1)))
@@ -415,7 +416,7 @@ def test_cost_comes_from_the_replays_own_gpu_hours_and_output_tokens():
 
 def busy(**goal_extra):
     """400 requests at 40 req/s against a 1 s mean TTFT bound: one TP1 worker drowns, four TP2 keep up."""
-    goal = {"target": "throughput", "sla": {"ttft_ms": 1000, "itl_ms": 60}, **goal_extra}
+    goal = {"target": "goodput", "sla": {"ttft_ms": 1000, "itl_ms": 60}, **goal_extra}
     return config(goal=goal, request_rate=40.0, num_request_ratio=10)
 
 
@@ -442,7 +443,7 @@ def test_a_candidate_that_keeps_up_is_replayed_in_full_after_its_screen():
 def test_no_sla_or_no_fraction_means_no_screen_and_asking_for_one_without_an_sla_is_an_error():
     assert spec_for(config(goal={"target": "throughput"}), agg(1, 1)).replay.screen is None
     unscreened = config_data(workload={"request_rate": 40.0})
-    unscreened.update(goal={"target": "throughput", "sla": SLA}, sweep={"screen_fraction": None})  # None: off
+    unscreened.update(goal={"target": "goodput", "sla": SLA}, sweep={"screen_fraction": None})  # None: off
     assert spec_for(build(unscreened), agg(1, 1)).replay.screen is None
     from conftest import rejected
 
@@ -453,7 +454,7 @@ def test_no_sla_or_no_fraction_means_no_screen_and_asking_for_one_without_an_sla
 def test_an_open_loop_trace_is_screened_on_the_first_part_of_its_simulated_time():
     data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
                                  "trace_path": str(TRACE), "arrival_speedup_ratio": 8.0})  # fmt: skip
-    data["goal"] = {"target": "throughput", "sla": SLA}
+    data["goal"] = {"target": "goodput", "sla": SLA}
     spec = spec_for(build(data), agg(1, 1))  # one TP1 worker under the trace sped up 8x
     assert spec.replay.screen.sim_time_ms == pytest.approx(0.2 * 1_022_025 / 8.0)  # 20 % of the span, sped up
     result = evaluate_trial(spec, max_eval_seconds=120)
@@ -497,3 +498,31 @@ def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefi
     assert result.status == "timed_out" and result.reason.startswith("stalled: the full replay ran past"), result.reason
     assert result.wall_seconds < 60 and not result.screen.screened
     assert "its prefix (first " in result.reason and result.sla_miss == result.screen.ratio
+
+
+def test_a_replay_watched_for_its_progress_scores_exactly_as_one_without(monkeypatch):
+    from conftest import WALL_CLOCK_METRICS
+
+    cfg = config(goal={"target": "throughput_per_gpu"})
+    watched = evaluate_trial(spec_for(cfg, agg(1, 2)), max_eval_seconds=120)  # a limit: the replay paces itself
+    plain = evaluate_trial(spec_for(cfg, agg(1, 2)))  # no limit, no watch
+    assert watched.status == plain.status == "feasible" and watched.score == plain.score
+    same = {k: v for k, v in watched.metrics.items() if k not in WALL_CLOCK_METRICS}
+    assert same == {k: v for k, v in plain.metrics.items() if k not in WALL_CLOCK_METRICS}
+
+
+def test_a_replay_without_an_sla_that_cannot_finish_in_time_is_stopped_by_its_own_progress(monkeypatch):
+    # No SLA, so no screen and no prefix to pace it by: the replay's progress (requests finished
+    # against its CPU time, from inside the replay) shows it cannot finish within its limit.
+    import spica_lib.replay.worker as worker_module
+
+    monkeypatch.setattr(worker_module, "STALL_FLOOR_SECONDS", 2.0)
+    # 20,000 requests at 200 req/s on one TP1 worker: warm, it needs about 140 CPU s (10 s for its first 1,400).
+    cfg = config(goal={"target": "throughput"}, isl=8192, osl=512, request_rate=200.0, num_request_ratio=100)
+    assert cfg.sweep.screen_fraction is not None and cfg.goal.sla is None
+    spec = spec_for(cfg, agg(1, 1))
+    assert spec.replay.screen is None
+    result = evaluate_trial(spec, max_eval_seconds=60)
+    assert result.status == "timed_out" and result.reason.startswith("stalled: "), result.reason
+    assert "of 20000 requests finished after" in result.reason and "over max_eval_seconds=60" in result.reason
+    assert result.wall_seconds < 30  # stopped on its pace, well before its limit

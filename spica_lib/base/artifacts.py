@@ -38,6 +38,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; an artifact is as readable as any file the user writes
     os.close(handle)
     try:
         yield Path(temp)
@@ -50,6 +51,18 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would set it, racing other threads)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

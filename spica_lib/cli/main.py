@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--cores", type=int, default=None, help="local cores (default: 2, or the profile's)")
     run.add_argument("--profile", help="a Snakemake profile folder, e.g. profiles/slurm")
     run.add_argument("--run", dest="run_name", help="name the run folder instead of using the config hash")
+    run.add_argument(
+        "-n", "--dry-run", action="store_true", help="print the planned stages and rounds; run nothing (Snakemake's -n)"
+    )
     run.epilog = "Anything after a lone `--` goes to Snakemake unchanged, e.g. `spica run c.yaml -- --dry-run`."
     status = commands.add_parser("status", help="per branch: rounds told, trials finished/running/failed, best")
     status.add_argument("run", help="a run folder (results/<run>) or a run name")
@@ -78,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         from spica_lib.run.launcher import run_sweep
 
         cores = args.cores if args.cores is not None else (None if args.profile else 2)
+        extra = ["--dry-run", *extra] if args.dry_run else extra
         return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
     if args.command == "evaluate":
         return _evaluate(args.config, args.candidate, args.json, args.per_request)

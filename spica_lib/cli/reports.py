@@ -81,13 +81,27 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
             else "none"
         )
     )
+    lines.append(f"  finish     {_finish_line(config)}")
     calibration = config.calibration
     if calibration is not None:
         scales = ", ".join(
             f"{b} prefill x{s.prefill:.3g}, decode x{s.decode:.3g}" for b, s in calibration.scales.items()
         )
         lines.append(f"  calibrated {scales} (step times; {calibration.file})")
+    lines += [f"  warning    {warning}" for warning in config.sample_size_warnings()]
     return "\n".join(lines)
+
+
+def _finish_line(config: SmartSearchConfig) -> str:
+    sweep, goal = config.sweep, config.goal
+    if not sweep.finish_samples:
+        return "none (a Pareto goal, switched off, or every replay here is exact)"
+    draws = any(w.draws_arrivals for w in config.workloads or [config.workload])
+    samples = "fresh arrival samples" if draws else "repeated replays of the KV-router deployments"
+    return (
+        f"the top {sweep.finish_top} replayed on {sweep.finish_samples} {samples} each, ranked by their "
+        f"{goal.robustness}, with intervals and ties"
+    )
 
 
 def _limit_line(config: SmartSearchConfig) -> str:
@@ -121,7 +135,9 @@ def _traffic(w: Workload) -> str:
         loop = f"closed loop at {w.replay_concurrency} in flight" if w.replay_concurrency else "open loop"
         return f"trace {w.trace_path} ({loop}, speed-up x{w.arrival_speedup_ratio})"
     if w.request_rate is not None:
-        load = f"{w.request_rate} req/s open loop, {w.resolved_request_count()} requests"
+        load = (
+            f"{w.request_rate} req/s open loop, {w.resolved_request_count()} requests, arrival sample {w.arrival_seed}"
+        )
     elif w.concurrency is not None:
         load = f"{w.concurrency} in flight, {w.resolved_request_count()} requests"
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from typing import Literal
 
@@ -56,15 +57,26 @@ _PLANNER_TARGET = {
 DEFAULT_PARETO_OBJECTIVES = [OptimizationTarget.THROUGHPUT_PER_GPU, OptimizationTarget.THROUGHPUT_PER_USER]
 
 
+# A percentile is only as good as the requests in its tail: at least this many lie beyond it in a replay,
+# or the statistic is that of one or two requests (a p99 over 160 requests is its second-worst request).
+TAIL_REQUESTS = 10
+
+
+def requests_for_percentile(percentile: int) -> int:
+    """Requests a replay needs for TAIL_REQUESTS of them to lie beyond `percentile` (p99: 1000, p95: 200)."""
+    return math.ceil(TAIL_REQUESTS / (1 - percentile / 100) - 1e-9)
+
+
 SLA_STATISTIC_METRICS = {"ttft_ms": "ttft_ms", "itl_ms": "itl_ms", "e2e_ms": "e2e_latency_ms"}  # bound -> replay metric
 
 
 class SLATarget(StrictModel):
     """Service-level bounds, in milliseconds. A request meeting them counts as goodput (Dynamo's meaning).
 
-    Without `percentile` the bounds are read against mean latencies (as the reference does) and only
-    shape goodput. With it, they are a hard constraint on that percentile over requests: a candidate
-    whose p-th percentile TTFT, ITL or E2E is over its bound is infeasible, whatever its score.
+    Without `percentile` the bounds only shape goodput, so they need a goodput target (refused
+    otherwise: they would do nothing). With it, they are a hard constraint on that percentile over
+    requests, for any target: a candidate whose p-th percentile TTFT, ITL or E2E is over its bound
+    is infeasible, whatever its score. Prefix screening follows the same statistic either way.
     """
 
     ttft_ms: Number | None = Field(default=None, gt=0)
@@ -121,6 +133,9 @@ class OptimizationGoal(StrictModel):
     gpu_hour_usd: Number | dict[str, Number] | None = None
     # With several workloads: a candidate's score is its worst workload's (default) or their weighted mean.
     workload_score: Literal["worst", "weighted_mean"] | None = None
+    # Which statistic of the finish's fresh-sample scores ranks the finished top: their mean (default), their
+    # 10th percentile or the worst sample, for a deployment that must hold in a bursty hour. Needs a finish.
+    robustness: Literal["mean", "p10", "worst"] | None = None
 
     @field_validator("gpu_hour_usd", mode="after")
     @classmethod
@@ -165,6 +180,14 @@ class OptimizationGoal(StrictModel):
         if needing_sla and (self.sla is None or not self.sla.defines_goodput):
             raise ValueError(
                 f"{needing_sla} count only requests that meet an SLA: set goal.sla with ttft_ms and itl_ms, or e2e_ms"
+            )
+        if self.sla is not None and not self.sla.is_constraint and not needing_sla:
+            targets = ", ".join(t.value for t in self.objectives)
+            raise ValueError(
+                f"goal.sla without a percentile only decides which requests count as goodput, and {targets} "
+                "counts no goodput: the bounds would change nothing but which candidates are screened out. "
+                "Make them a constraint with goal.sla.percentile (50 for the median, 90/95/99 for a tail), "
+                "or use a goodput target (goodput, goodput_per_gpu)"
             )
         needing_price = sorted(t.value for t in self.objectives if t.needs_price)
         if needing_price and self.gpu_hour_usd is None:

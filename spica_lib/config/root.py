@@ -9,7 +9,7 @@ import yaml
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from spica_lib.config.calibration import Calibration, resolve_calibration
-from spica_lib.config.goal import OptimizationGoal, OptimizationTarget
+from spica_lib.config.goal import TAIL_REQUESTS, OptimizationGoal, OptimizationTarget, requests_for_percentile
 from spica_lib.config.search_space import SearchSpace
 from spica_lib.config.strict import ConfigError, StrictModel, problems_from
 from spica_lib.config.sweep import (
@@ -22,7 +22,9 @@ from spica_lib.config.sweep import (
 from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
-DEFAULT_FINISH_REPEATS = 3
+# The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks.md, "Answers on fresh traffic").
+DEFAULT_FINISH_TOP = 4
+DEFAULT_FINISH_SAMPLES = 6
 
 
 class SmartSearchConfig(StrictModel):
@@ -77,6 +79,11 @@ class SmartSearchConfig(StrictModel):
         # Compared with the defaults, not with what was written, so that a dumped config reads back.
         defaults = SweepConfig.model_fields
         screening = [n for n in ("screen_fraction", "screen_margin") if getattr(self.sweep, n) != defaults[n].default]
+        if "screen_margin" in screening and self.sweep.screen_fraction is None:
+            raise ValueError(
+                f"sweep.screen_margin {self.sweep.screen_margin} is how far over a bound a screened prefix must be; "
+                "sweep.screen_fraction is null (no screen), so it would change nothing: remove one of them"
+            )
         if screening and self.sweep.screen_fraction is not None and self.goal.sla is None:
             raise ValueError(
                 f"sweep.{sorted(screening)[0]} screens a candidate against goal.sla on a prefix of the workload; "
@@ -124,20 +131,69 @@ class SmartSearchConfig(StrictModel):
         return schema
 
     def _resolve_finish(self) -> None:
-        """The finish replays KV-router deployments of a ranking: without either, finish_repeats does nothing."""
-        if self.goal.is_pareto and self.sweep.finish_repeats is not None:
+        """The finish replays the top of a ranking on fresh samples: refused where it would change nothing."""
+        sweep, goal = self.sweep, self.goal
+        why_not = self._why_no_finish()
+        if why_not is not None:
+            asked = [f"sweep.{name}" for name in ("finish_top", "finish_samples") if getattr(sweep, name) is not None]
+            asked += ["goal.robustness"] if goal.robustness is not None else []
+            asked += self._holdouts()
+            if asked:
+                raise ValueError(f"{' and '.join(asked)}: {why_not}")
+            return  # left at None: no finish
+        if sweep.finish_samples == 0:
+            if sweep.finish_top is not None or goal.robustness is not None or self._holdouts():
+                raise ValueError(
+                    "sweep.finish_samples is 0 (no finish), so sweep.finish_top, goal.robustness and a "
+                    "workload holdout have nothing to rank or check: remove them, or give finish_samples"
+                )
+            return
+        if self._one_held_out_replay_is_all():
+            if sweep.finish_samples not in (None, 1):
+                raise ValueError(
+                    f"sweep.finish_samples {sweep.finish_samples}: the held-out trace does not change and round "
+                    "robin replays it exactly, so every sample after the first repeats it: give 1, or leave it out"
+                )
+            sweep.finish_samples = 1
+        if sweep.finish_samples is None:
+            sweep.finish_samples = DEFAULT_FINISH_SAMPLES
+        if sweep.finish_top is None:
+            sweep.finish_top = DEFAULT_FINISH_TOP
+        if goal.robustness is None:
+            goal.robustness = "mean"
+        elif goal.robustness != "mean" and sweep.finish_samples < 2:
             raise ValueError(
-                "sweep.finish_repeats ranks the top deployments by their mean score; a 'pareto' goal has a front, "
-                "not a ranking: remove it"
+                f"goal.robustness {goal.robustness!r} is a statistic of several fresh samples, but "
+                f"sweep.finish_samples is {sweep.finish_samples}: give at least 2"
             )
-        if "kv_router" not in self.search_space.router_mode and self.sweep.finish_repeats is not None:
-            raise ValueError(
-                "sweep.finish_repeats replays the top KV-router deployments again (the router breaks ties at "
-                "random); search_space.router_mode has no kv_router, and round robin replays exactly: remove it"
+
+    def _holdouts(self) -> list[str]:
+        """The workloads with a held-out part, by their field path."""
+        if self.workloads:
+            return [f"workload[{i}].holdout" for i, w in enumerate(self.workloads) if w.holdout is not None]
+        return ["workload.holdout"] if self.workload.holdout is not None else []
+
+    def _one_held_out_replay_is_all(self) -> bool:
+        """Held-out traffic that does not change, replayed by exact round robin: one sample says everything."""
+        workloads = self.workloads or [self.workload]
+        return (
+            bool(self._holdouts())
+            and not any(w.draws_arrivals for w in workloads)
+            and "kv_router" not in self.search_space.router_mode
+        )
+
+    def _why_no_finish(self) -> str | None:
+        """Why a finish could not change a ranking here, or None when it can."""
+        if self.goal.is_pareto:
+            return "the finish ranks the top deployments by fresh scores; a 'pareto' goal has a front, not a ranking"
+        workloads = self.workloads or [self.workload]
+        draws = any(w.draws_arrivals for w in workloads)
+        if not draws and not self._holdouts() and "kv_router" not in self.search_space.router_mode:
+            return (
+                "every replay here is exact (the workload has no arrival draw: a closed loop or a trace, and "
+                "round robin breaks no ties), so a fresh sample repeats the search's score: remove it"
             )
-        if not self.goal.is_pareto and "kv_router" in self.search_space.router_mode:
-            if self.sweep.finish_repeats is None:
-                self.sweep.finish_repeats = DEFAULT_FINISH_REPEATS
+        return None
 
     def _resolve_warm_start(self) -> None:
         per_candidate = [w for w in (self.workloads or [self.workload]) if w.kv_load_ratio is not None]
@@ -165,6 +221,25 @@ class SmartSearchConfig(StrictModel):
             )
         if self.sweep.baselines is None:
             self.sweep.baselines = why_not is None
+
+    def sample_size_warnings(self) -> list[str]:
+        """Workloads too small for the SLA's percentile to be more than a request or two (config/goal.py)."""
+        sla = self.goal.sla
+        if sla is None or sla.percentile is None:
+            return []
+        needed = requests_for_percentile(sla.percentile)
+        warnings = []
+        for workload in self.workloads or [self.workload]:
+            requests = workload.expected_requests()
+            if requests is not None and requests < needed:
+                name = f"workload {workload.name!r}" if isinstance(workload, NamedWorkload) else "the workload"
+                tail = requests * (1 - sla.percentile / 100)
+                warnings.append(
+                    f"goal.sla.percentile {sla.percentile} on {requests} requests per replay: about {tail:.1f} "
+                    f"request(s) lie beyond it in {name}, so it is decided by one or two requests; at least "
+                    f"{needed} requests put {TAIL_REQUESTS} in its tail (raise num_request_ratio, or use a lower percentile)"
+                )
+        return warnings
 
     def _most_expected_requests(self) -> int | None:
         counts = [w.expected_requests() for w in (self.workloads or [self.workload])]

@@ -24,7 +24,7 @@ from spica_lib.config.fields import (
     PARALLEL_KEYS,
     ROLES,
 )
-from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry
+from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry, scaling_policy
 from spica_lib.config.strict import StrictModel, first_error
 
 Number = StrictInt | StrictFloat
@@ -290,6 +290,7 @@ class SearchSpace(StrictModel):
             )
         self._check_offload_unused()
         self._check_admission_pins()
+        self._check_min_endpoint()
         self._check_parallel_pins_mode()
         return self
 
@@ -305,13 +306,27 @@ class SearchSpace(StrictModel):
             )
 
     def _check_admission_pins(self) -> None:
-        if "kv_router" not in self.router_mode:
-            return  # round robin ignores admission control, so the pins are inert
         used = [name for name in ADMISSION_FIELDS if getattr(self, name) not in (None, False)]
-        if used:
+        if not used:
+            return
+        if "kv_router" not in self.router_mode:
             raise ValueError(
-                f"router admission-control knobs {used} are not supported by the Dynamo replay API "
-                "with router_mode kv_router; remove them so the replay matches the deployment files"
+                f"router admission-control knobs {used} belong to the KV router, and router_mode "
+                f"{self.router_mode} has none (round robin admits every request): they would change nothing; remove them"
+            )
+        raise ValueError(
+            f"router admission-control knobs {used} are not supported by the Dynamo replay API "
+            "with router_mode kv_router; remove them so the replay matches the deployment files"
+        )
+
+    def _check_min_endpoint(self) -> None:
+        if self.min_endpoint is None:
+            return
+        if not any(scaling_policy(entry).scales for entry in self.planner_scaling_policy):
+            raise ValueError(
+                f"min_endpoint {self.min_endpoint} is the fewest workers an autoscaling planner may scale down to; "
+                f"planner_scaling_policy {self.planner_scaling_policy} never scales, so it would change nothing: "
+                "remove it, or list a scaling policy"
             )
 
     def _check_parallel_pins_mode(self) -> None:

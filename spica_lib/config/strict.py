@@ -70,12 +70,20 @@ def _message(error: dict[str, Any], allowed_keys: list[str] | None) -> str:
 
 def problems_from(exc: ValidationError, root: type[BaseModel] | None = None) -> list[tuple[str, str]]:
     """Turn pydantic's errors into `(field path, message)` pairs in the user's vocabulary."""
-    problems = []
+    found = []
     for error in exc.errors(include_url=False):
         loc = tuple(part for part in error["loc"] if not _is_union_tag(part))
         allowed = _allowed_keys(root, loc[:-1]) if root is not None and error["type"] == "extra_forbidden" else None
-        problems.append((_path(loc), _message(error, allowed)))
-    return problems
+        member = next((part for part in error["loc"] if _is_union_tag(part)), None)
+        found.append((_path(loc), _message(error, allowed), member))
+    # A number field is a union of int and float: a NaN or a null fails both members, and the int member's
+    # "valid integer" is the misleading half. One message per problem: the other member's.
+    union_paths = [path for path, _, member in found if member is not None]
+    return [
+        (path, message)
+        for path, message, member in found
+        if not (member == "int" and union_paths.count(path) > 1)
+    ]
 
 
 def first_error(exc: ValidationError) -> str:

@@ -46,10 +46,14 @@ class SweepConfig(StrictModel):
     seed: StrictInt = Field(default=0, ge=0)
     algorithm: Algorithm | None = None  # None: chosen from the goal when the config is validated
     top_k: StrictInt = Field(default=3, ge=1)
-    # Noise-aware finish: the top_k deployments whose replay is not deterministic (KV router: it breaks
-    # ties at random) are replayed until each has this many replays, and ranked by their mean.
-    # Left out: 3 for a scalar goal, none for a Pareto goal (set when the config is read).
-    finish_repeats: StrictInt | None = Field(default=None, ge=1)
+    # The finish (results/finish.py): after the last round, the search's top `finish_top` deployments are
+    # replayed on `finish_samples` fresh traffic samples each (new Poisson arrival draws, which also re-roll
+    # the KV router's tie-breaks; on traffic with no arrival draw, repeats of the KV-router deployments),
+    # the same samples for all of them, and ranked by their fresh scores with intervals and ties.
+    # Left out: DEFAULT_FINISH_TOP and DEFAULT_FINISH_SAMPLES where a replay can differ from the search's,
+    # none for a Pareto goal or where every replay is exact (set when the config is read). 0 samples: off.
+    finish_top: StrictInt | None = Field(default=None, ge=1)
+    finish_samples: StrictInt | None = Field(default=None, ge=0)
     # Prefix screening (needs goal.sla): replay the first fraction of the workload first; a candidate whose
     # SLA statistic there is already `screen_margin` times its bound is infeasible without the full replay.
     screen_fraction: StrictFloat | None = Field(default=0.2, gt=0, lt=1)

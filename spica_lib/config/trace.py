@@ -9,10 +9,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
+
+from spica_lib.base.artifacts import atomic_write_text
 
 
 class TraceFormatError(ValueError):
@@ -86,3 +89,85 @@ def parse_record(line: str, number: int) -> MooncakeRecord:
         error = exc.errors(include_url=False)[0]
         field = ".".join(str(p) for p in error["loc"])
         raise TraceFormatError(f"line {number}: {field}: {error['msg']}") from None
+
+
+# Derived traces (a held-out split) live next to the runs, on the file system every job of a sweep sees
+# (a SLURM job included); keyed by the trace's content and the split, so any process can rebuild them.
+SPLIT_ROOT_ENV = "SPICA_TRACE_SPLITS"
+DEFAULT_SPLIT_ROOT = "results/.trace-splits"
+SPLIT_FORMAT = 1  # bumped when the split's rule changes, so an older split is never reused
+MIN_PART_RECORDS = 10
+
+
+class TraceSplit(NamedTuple):
+    search: str  # the records before the cut, as they were
+    holdout: str  # the records from the cut on, their arrival times shifted to start at the first of them
+
+
+def split_trace(path: str | Path, holdout_fraction: float) -> TraceSplit:
+    """Cut a trace by time: the last `holdout_fraction` of its span is held out from the search.
+
+    Written once per (content, fraction) under SPICA_TRACE_SPLITS (default results/.trace-splits),
+    each file atomically, and read back as it is afterwards. Raises TraceFormatError when a part
+    would hold fewer than MIN_PART_RECORDS requests.
+    """
+    scan = scan_trace(path)
+    check_split(path, holdout_fraction)
+    root = Path(os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
+    folder = root / f"{scan.sha256[:24]}-holdout{holdout_fraction:g}-v{SPLIT_FORMAT}"
+    split = TraceSplit(search=str(folder / "search.jsonl"), holdout=str(folder / "holdout.jsonl"))
+    if Path(split.search).is_file() and Path(split.holdout).is_file():
+        return split
+    records = [
+        (float(parse_record(line, n).timestamp), line)
+        for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1)
+        if line.strip()
+    ]
+    cut = _cut(path, holdout_fraction)
+    search = [line for stamp, line in records if stamp < cut]
+    held = [(stamp, line) for stamp, line in records if stamp >= cut]
+    start = min(stamp for stamp, _ in held)
+    shifted = [_shifted(line, stamp - start) for stamp, line in held]
+    folder.mkdir(parents=True, exist_ok=True)
+    # Atomic: another process may be writing the same split; either copy is the same bytes.
+    atomic_write_text(split.search, "\n".join(search) + "\n")
+    atomic_write_text(split.holdout, "\n".join(shifted) + "\n")
+    return split
+
+
+def check_split(path: str | Path, holdout_fraction: float) -> tuple[int, int]:
+    """Requests before and after the cut (nothing is written); TraceFormatError when a part is too small."""
+    counts = _split_counts(str(Path(path).resolve()), scan_trace(path).sha256, holdout_fraction)
+    if min(counts) < MIN_PART_RECORDS:
+        raise TraceFormatError(
+            f"a holdout of {holdout_fraction:g} of its span leaves {counts[0]} request(s) to search and "
+            f"{counts[1]} to hold out; each part needs at least {MIN_PART_RECORDS}"
+        )
+    return counts
+
+
+def _cut(path: str | Path, holdout_fraction: float) -> float:
+    """The arrival time from which requests are held out."""
+    first = _first_arrival(str(Path(path).resolve()), scan_trace(path).sha256)
+    return first + (1 - holdout_fraction) * scan_trace(path).duration_ms
+
+
+@functools.cache
+def _first_arrival(path: str, sha256: str) -> float:  # sha256: a changed file is read again
+    with open(path, encoding="utf-8") as handle:
+        return min(float(parse_record(line, n).timestamp) for n, line in enumerate(handle, start=1) if line.strip())
+
+
+@functools.cache
+def _split_counts(path: str, sha256: str, holdout_fraction: float) -> tuple[int, int]:
+    cut = _cut(path, holdout_fraction)
+    with open(path, encoding="utf-8") as handle:
+        stamps = [float(parse_record(line, n).timestamp) for n, line in enumerate(handle, start=1) if line.strip()]
+    before = sum(stamp < cut for stamp in stamps)
+    return before, len(stamps) - before
+
+
+def _shifted(line: str, timestamp: float) -> str:
+    data = json.loads(line)
+    data["timestamp"] = int(timestamp) if float(timestamp).is_integer() else timestamp
+    return json.dumps(data, separators=(",", ":"))

@@ -78,6 +78,11 @@ def config_sha256(config: SmartSearchConfig) -> str:
     for item in data.get("workloads") or []:
         if item.get("trace_path") is not None:
             item["trace_path"] = f"sha256:{scan_trace(item['trace_path']).sha256}"
+    for workload in [data["workload"], *(data.get("workloads") or [])]:
+        if isinstance(workload.get("holdout"), str):  # a held-out trace file, named by its content
+            workload["holdout"] = f"sha256:{scan_trace(workload['holdout']).sha256}"
+        elif workload.get("holdout") is None:
+            workload.pop("holdout", None)  # a config without one keeps the run id it had before holdouts
     if data.get("calibration") is not None:
         data["calibration"].pop("file")  # its scales and source say what it is, wherever the file lies
     return sha256_of(data)

@@ -15,11 +15,20 @@ from typing import Any, Literal
 from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_validator
 
 from spica_lib.config.strict import StrictModel
-from spica_lib.config.trace import TraceFormatError, scan_trace
+from spica_lib.config.trace import TraceFormatError, check_split, scan_trace, split_trace
 
 Number = StrictInt | StrictFloat
-SYNTHETIC_ONLY = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio")
+SYNTHETIC_ONLY = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio", "arrival_seed")
+# The Poisson arrival sample an open-loop synthetic workload is searched on when none is named. It is not
+# the sweep seed: changing the search's seed must not change the traffic it is scored on.
+DEFAULT_ARRIVAL_SEED = 42
+SPLIT_MARK = "split:"  # a search part's `holdout` naming the held-out file of its split (not a user's value)
+FRESH_SEED_STRIDE = 7919  # fresh sample i of a search on seed s is drawn with s + stride * (i + 1)
 LOAD_DRIVERS = ("request_rate", "concurrency", "kv_load_ratio")
+# Shapes of synthetic traffic only (a trace's prompts, sessions and timing are its own), and the trace's own
+# speed-up: each is refused where it would change nothing. Compared with the defaults, so a dump reads back.
+SYNTHETIC_SHAPE = ("shared_prefix_ratio", "num_prefix_groups", "turns_per_session", "inter_turn_delay_ms")
+TRACE_ONLY = ("arrival_speedup_ratio",)
 
 
 class Workload(StrictModel):
@@ -39,6 +48,13 @@ class Workload(StrictModel):
     trace_format: Literal["mooncake"] = "mooncake"
     arrival_speedup_ratio: Number = Field(default=1.0, gt=0)
     replay_concurrency: StrictInt | None = None
+    # Open-loop synthetic workloads (request_rate): which Poisson arrival sample every candidate of the
+    # search is replayed on (one sample for all: their differences carry less noise than their levels).
+    # Filled in with DEFAULT_ARRIVAL_SEED when left out; a closed loop or a trace has no arrival draw.
+    arrival_seed: StrictInt | None = Field(default=None, ge=0)
+    # Trace workloads: traffic the search never replays, for the finish to check the answer on. A fraction
+    # (0 < f < 1) holds out the last f of the trace's time span; a path names a second trace file.
+    holdout: Number | str | None = None
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -67,6 +83,17 @@ class Workload(StrictModel):
             raise ValueError(f"{resolved} is not a Mooncake JSONL trace: {exc}") from None
         return str(resolved)
 
+    @field_validator("holdout", mode="after")
+    @classmethod
+    def _holdout_is_a_share_or_a_trace(cls, value: float | str | None, info: ValidationInfo) -> float | str | None:
+        if value is None or isinstance(value, str) and value.startswith(SPLIT_MARK):
+            return value
+        if not isinstance(value, str):
+            if not 0 < value < 1:
+                raise ValueError(f"a holdout fraction is the share of the trace's time span held out, in (0, 1); got {value}")
+            return value
+        return cls._trace_exists_and_parses(value, info)
+
     @property
     def is_trace_based(self) -> bool:
         return self.trace_path is not None
@@ -93,6 +120,8 @@ class Workload(StrictModel):
     def expected_requests(self) -> int | None:
         """Requests per replay, when the workload alone decides it (not for a kv_load_ratio workload)."""
         if self.is_trace_based:
+            if isinstance(self.holdout, int | float):  # counted, not written: validation writes nothing
+                return check_split(self.trace_path, float(self.holdout))[0]
             return scan_trace(self.trace_path).records
         if self.kv_load_ratio is not None:
             return None
@@ -106,6 +135,37 @@ class Workload(StrictModel):
         return max(1, round((self.num_request_ratio or 0.0) * load))
 
     @property
+    def draws_arrivals(self) -> bool:
+        """Whether the replay draws this workload's arrival times at random (open-loop synthetic traffic)."""
+        return self.is_synthetic and self.request_rate is not None
+
+    def search_part(self) -> Workload:
+        """The traffic the search replays: the trace without its held-out part (the workload itself without one).
+
+        A fractional holdout is cut off the trace into two files (config/trace.py: split_trace); the
+        search part then names the held-out file in `holdout`, marked as a split, for the finish.
+        """
+        if not isinstance(self.holdout, int | float) or isinstance(self.holdout, bool):
+            return self
+        split = split_trace(self.trace_path, float(self.holdout))
+        return self.model_copy(update={"trace_path": split.search, "holdout": SPLIT_MARK + split.holdout})
+
+    def holdout_part(self) -> Workload | None:
+        """The held-out traffic as a workload of its own, or None without a holdout."""
+        if self.holdout is None:
+            return None
+        if not isinstance(self.holdout, str):
+            return self.search_part().holdout_part()
+        return self.model_copy(update={"trace_path": self.holdout.removeprefix(SPLIT_MARK), "holdout": None})
+
+    def fresh_sample(self, index: int) -> Workload:
+        """The same traffic on its `index`-th fresh Poisson arrival sample: a seed the search never replays
+        (every fresh seed is above the search's), the same for every deployment."""
+        if not self.draws_arrivals:
+            return self
+        return self.model_copy(update={"arrival_seed": self.arrival_seed + FRESH_SEED_STRIDE * (index + 1)})
+
+    @property
     def synthetic_arrival_interval_ms(self) -> float:
         return 1000.0 / self.request_rate if self.request_rate else 1.0
 
@@ -117,16 +177,37 @@ class Workload(StrictModel):
             self._check_synthetic_shape()
         return self
 
+    def _check_synthetic_holdout(self) -> None:
+        if self.holdout is not None:
+            raise ValueError(
+                "holdout keeps part of a trace from the search; a synthetic workload's finish already replays "
+                "fresh arrival samples the search never saw (sweep.finish_samples): remove it"
+            )
+
     def _check_trace_shape(self) -> None:
         stray = [name for name in SYNTHETIC_ONLY if getattr(self, name) is not None]
+        stray += [name for name in SYNTHETIC_SHAPE if getattr(self, name) != Workload.model_fields[name].default]
         if stray:
             raise ValueError(
-                f"a trace workload (trace_path set) takes its lengths and timing from the trace; remove {stray}"
+                f"a trace workload (trace_path set) takes its lengths, prefixes, sessions and timing from the "
+                f"trace; {stray} would change nothing: remove them"
             )
         if self.replay_concurrency is not None and self.replay_concurrency <= 0:
             raise ValueError(f"replay_concurrency must be a positive integer, got {self.replay_concurrency}")
+        if isinstance(self.holdout, int | float):
+            try:
+                check_split(self.trace_path, float(self.holdout))
+            except TraceFormatError as exc:
+                raise ValueError(f"holdout {self.holdout}: {exc}") from None
 
     def _check_synthetic_shape(self) -> None:
+        self._check_synthetic_holdout()
+        stray = [name for name in TRACE_ONLY if getattr(self, name) != Workload.model_fields[name].default]
+        if stray:
+            raise ValueError(
+                f"{stray} speeds up a trace's own arrival times; a synthetic workload's load is its request_rate "
+                "or concurrency, so it would change nothing: remove it (raise request_rate instead)"
+            )
         drivers = [name for name in LOAD_DRIVERS if getattr(self, name) is not None]
         if len(drivers) != 1:
             raise ValueError(
@@ -146,6 +227,13 @@ class Workload(StrictModel):
                 raise ValueError(f"{name} must be positive, got {value}")
         if self.kv_load_ratio is not None:
             _check_kv_load_ratio(self.kv_load_ratio)
+        if not self.draws_arrivals and self.arrival_seed is not None:
+            raise ValueError(
+                "arrival_seed picks a Poisson arrival sample of a request_rate workload; a closed loop "
+                f"({drivers[0]}) sends the next request when one finishes, so it has no arrival draw: remove it"
+            )
+        if self.draws_arrivals and self.arrival_seed is None:
+            self.arrival_seed = DEFAULT_ARRIVAL_SEED
 
 
 def _check_kv_load_ratio(ratio: float | list[float]) -> None:

@@ -16,7 +16,6 @@ the replay worker answers by killing its replays, then SIGKILL. The socket is an
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import selectors
@@ -28,10 +27,10 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from spica_lib.base.lifetime import die_with_parent
 from spica_lib.host.client import HEADER, STARTED
 from spica_lib.run.job import JobArgs
 
-PR_SET_PDEATHSIG = 1
 POLL_SECONDS = 0.02
 REQUEST_TIMEOUT = 30.0
 STOP_GRACE_SECONDS = 5.0
@@ -49,7 +48,7 @@ class _Stop(Exception):
 
 
 def serve(name: str, owner: int) -> None:
-    _die_with(owner, signal.SIGTERM)
+    die_with_parent(owner, signal.SIGTERM)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is Snakemake's to answer: it ends the jobs
     signal.signal(signal.SIGTERM, _raise_stop)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -147,7 +146,7 @@ def _job_child(
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)  # its own group: stopping the job reaches its replays too
         host = os.getppid()
-        _die_with(host, signal.SIGKILL)
+        die_with_parent(host, signal.SIGKILL)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         connection.close()
@@ -208,14 +207,6 @@ def _kill_all(jobs: dict[int, _Job]) -> None:
 def _signal_job(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)
-
-
-def _die_with(parent: int, signum: int) -> None:
-    """Ask the kernel for `signum` when the parent dies; exit now if it already has."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signum)
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def _raise_stop(signum: int, frame: Any) -> None:

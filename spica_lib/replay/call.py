@@ -2,7 +2,8 @@
 
 `ReplayCall` JSON: {"function": "trace" | "synthetic", "args": [...], "kwargs": {...}, "load": {the
 traffic's kwargs}, "engines": {kwarg: MockEngineArgs kwargs}, "router_config": KvRouterConfig kwargs | null,
-"screen": {"args" | "kwargs": the prefix's changes, "bounds": [[metric, bound]], "margin", "prefix"} | null}.
+"screen": {"args" | "kwargs": the prefix's changes, "bounds": [[metric, bound]], "margin", "prefix"} | null,
+"pace": {"requests", and from the worker "limit_seconds", "floor_seconds"} | null (replay/progress.py)}.
 Kept free of heavy imports so the child process that runs it starts fast (it runs once per trial).
 
 With a screen, the prefix is replayed first; when its worst SLA ratio reaches the margin, the full
@@ -38,6 +39,7 @@ def execute_call(
         "args": screen.get("args", call["args"]),
         "kwargs": {**call["kwargs"], **screen.get("kwargs", {})},
         "screen": None,
+        "pace": None,  # the prefix has its share of the limit (replay/stall.py); the watch paces the full replay
     }
     cpu = time.process_time()
     prefix = _replay(prefix_call, None)
@@ -87,9 +89,16 @@ def _replay(call: dict[str, Any], per_request_path: str | None) -> dict[str, Any
     router = call.get("router_config")
     kwargs["router_config"] = KvRouterConfig(**router) if router is not None else None
     kwargs["capture_per_request"] = per_request_path is not None
-    function = run_trace_replay if call["function"] == "trace" else run_synthetic_trace_replay
     started = time.perf_counter()
-    report = function(*call["args"], **kwargs)
+    pace = call.get("pace") or {}
+    if pace.get("limit_seconds") and kwargs.get("planner_config") is None:  # a planner takes the policy slot
+        from spica_lib.replay.progress import ProgressWatch, watched_replay
+
+        watch = ProgressWatch(pace["requests"], pace["limit_seconds"], pace["floor_seconds"])
+        report = watched_replay(call["function"], call["args"], kwargs, watch)
+    else:
+        function = run_trace_replay if call["function"] == "trace" else run_synthetic_trace_replay
+        report = function(*call["args"], **kwargs)
     seconds = time.perf_counter() - started
     if per_request_path is not None:
         _write_per_request(report, per_request_path)

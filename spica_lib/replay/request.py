@@ -12,6 +12,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SLATarget, Workload
+from spica_lib.config.trace import scan_trace
+from spica_lib.config.workload import DEFAULT_ARRIVAL_SEED
 from spica_lib.replay.plan import DeploymentPlan
 
 TRACE_BLOCK_SIZE = 512  # tokens per Mooncake hash id
@@ -56,8 +58,6 @@ class ReplayRequest(BaseModel):
     workload: Workload
     concurrency: int | None = None  # per-candidate closed-loop cap (kv_load_ratio workloads)
     sla: SLATarget | None = None
-    # Fixed, not the sweep seed: changing the search seed must not change the traffic it is scored on.
-    arrival_seed: int = 42
     trace_block_size: int = TRACE_BLOCK_SIZE
     benchmark_granularity: int = 8
     screen: ScreenPlan | None = None
@@ -111,8 +111,10 @@ def _load(request: ReplayRequest) -> tuple[str, list[Any], dict[str, Any]]:
         "shared_prefix_ratio": w.shared_prefix_ratio,
         "num_prefix_groups": w.num_prefix_groups,
         "inter_turn_delay_ms": w.inter_turn_delay_ms,
-        "arrival_seed": request.arrival_seed,
     }
+    # Open loop: the Poisson sample (workload.arrival_seed). A closed loop draws no arrivals; it is passed the
+    # default all the same, so that nothing in the call is left to Dynamo's own choice.
+    kwargs["arrival_seed"] = DEFAULT_ARRIVAL_SEED if w.arrival_seed is None else w.arrival_seed
     cap = w.effective_in_flight_cap(request.concurrency)
     if cap is not None:
         kwargs["replay_concurrency"] = cap
@@ -136,7 +138,15 @@ def replay_call(request: ReplayRequest) -> dict[str, Any]:
         "engines": engines,
         "router_config": request.plan.router_config,
         "screen": _screen(request.screen, function, args),
+        "pace": {"requests": _requests(request, args)},  # the worker adds the limit (replay/progress.py)
     }
+
+
+def _requests(request: ReplayRequest, args: list[Any]) -> int:
+    """Requests the full replay serves: a synthetic call's count, or the trace's records."""
+    if request.workload.is_trace_based:
+        return scan_trace(request.workload.trace_path).records
+    return int(args[2])
 
 
 def _screen(plan: ScreenPlan | None, function: str, args: list[Any]) -> dict[str, Any] | None:

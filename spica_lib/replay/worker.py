@@ -14,7 +14,6 @@ written to disk that a kill could leave behind.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import selectors
@@ -27,14 +26,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from spica_lib.base.lifetime import die_with_parent
 from spica_lib.replay.call import execute_call
-from spica_lib.replay.stall import Stall, child_cpu_seconds, limit_reason, pace_stall, prefix_stall
+from spica_lib.replay.progress import ReplayStalled
+from spica_lib.replay.stall import (
+    STALL_FLOOR_SECONDS,
+    Stall,
+    child_cpu_seconds,
+    limit_reason,
+    pace_stall,
+    prefix_stall,
+)
 
-PR_SET_PDEATHSIG = 1
 STDERR_TAIL = 2000
 POLL_SECONDS = 0.05
 # A replay of a handful of requests: enough to load the perf DB behind a (system, backend, version).
-WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}, "screen": None}
+WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}, "screen": None, "pace": None}
 
 
 @dataclass
@@ -168,6 +175,8 @@ class ReplayWorker:
         parent = os.getpid()
         sys.stdout.flush()
         sys.stderr.flush()
+        if self.timeout and call.get("pace"):  # the replay paces itself against its limit (replay/progress.py)
+            call = {**call, "pace": {**call["pace"], "limit_seconds": self.timeout, "floor_seconds": STALL_FLOOR_SECONDS}}
         pid = os.fork()
         if pid == 0:  # the child never returns from here
             os.close(out_read)
@@ -250,6 +259,8 @@ class ReplayWorker:
         except StopIteration:
             tail = running.err.decode("utf-8", errors="replace")[-STDERR_TAIL:].strip()
             return ChildOutcome(status="failed", reason=f"{_death(status)}: {tail}", report=None, **base)
+        if report.get("stalled"):  # the replay stopped itself: its pace could not make its limit
+            return ChildOutcome(status="timed_out", reason=report["stalled"], report=None, **base)
         if not report["ok"]:
             return ChildOutcome(status="failed", reason=f"replay failed: {report['error']}", report=report, **base)
         return ChildOutcome(status="ok", reason=None, report=report, **base)
@@ -272,10 +283,7 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
     """Body of a forked child: replay, report over the pipe, exit without running the parent's cleanup."""
     code = 1
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the worker died before the request above took effect
-            os._exit(1)
+        die_with_parent(parent, signal.SIGKILL)
         # A stop signal meant for the whole job (scancel, Ctrl-C reach every process of it) must not
         # end a replay as if it had failed: the worker answers it and SIGKILLs its children, and
         # nothing is recorded for them. Our time limit and a parent's death are SIGKILLs.
@@ -290,6 +298,8 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
 
         try:
             report = {"ok": True, "outcome": execute_call(call, per_request, lambda v: send({"screen": v}))}
+        except ReplayStalled as stall:  # stopped by its own pace: timed out, not failed
+            report = {"ok": False, "stalled": stall.reason}
         except Exception as exc:  # a replay error is a result: the trial is recorded as failed
             traceback.print_exc()
             report = {"ok": False, "error": f"{type(exc).__name__}: {exc}".strip()}

@@ -9,8 +9,7 @@ from spica_lib.base.artifacts import read_model
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
 from spica_lib.report.view import RunView
-from spica_lib.results.finish import overlapping
-from spica_lib.results.merge import CandidateRow, same_result_as
+from spica_lib.results.merge import CandidateRow, held_out_text, same_result_as
 from spica_lib.trial.describe import describe
 from spica_lib.trial.score import sla_miss
 from spica_lib.trial.spec import TrialResult
@@ -123,15 +122,14 @@ def _top(view: RunView) -> str:
         if row.binding_workload is not None:
             name += f" · binds: {row.binding_workload}"
         score = shown(view, row.candidate.score)
-        if row.finish is not None and row.finish.replays > 1:
-            low, high = sorted((shown(view, row.finish.low), shown(view, row.finish.high)), key=float)
-            score = f"{shown(view, row.finish.mean)} (mean of {row.finish.replays}: {low}–{high})"
+        if row.finish is not None and row.finish.statistic is not None:
+            score = f"{shown(view, row.finish.statistic)} (search: {score})"
         lines.append(
             f"| {position} | {name} | {score} | {row.candidate.used_gpus} | "
             f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
             f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
-    lines += _noise_note(rows)
+    lines += _noise_note(view, rows)
     return "\n".join(lines)
 
 
@@ -149,21 +147,38 @@ def _baselines(view: RunView) -> str:
     return "\n".join(lines)
 
 
-def _noise_note(rows: list[CandidateRow]) -> list[str]:
-    """Which finished top deployments are apart by less than the KV router's run-to-run noise."""
-    repeated = [row.finish for row in rows if row.finish is not None and row.finish.replays > 1]
-    if not repeated:
+def _noise_note(view: RunView, rows: list[CandidateRow]) -> list[str]:
+    """The finished top on fresh samples: how far behind the leader each is, with its interval, and the ties."""
+    finished = [row.finish for row in rows if row.finish is not None]
+    summary = view.summary
+    if not finished or summary is None or not summary.finish_samples:
         return []
-    rank = {row.key: position for position, row in enumerate(rows, start=1)}
-    pairs = sorted(
-        {tuple(sorted((rank[key], rank[other]))) for key, others in overlapping(repeated).items() for other in others}
-    )
-    lines = ["", f"The top deployments with a KV router were replayed {repeated[0].replays} times (it breaks ties "
-             "at random) and are ranked by their mean."]  # fmt: skip
-    if pairs:
+    statistic = {"mean": "mean", "p10": "10th percentile", "worst": "worst sample"}[summary.robustness or "mean"]
+    kind = {
+        "arrival": "fresh traffic samples (new arrival draws)",
+        "holdout": "the held-out traffic (never replayed by the search)",
+    }.get(summary.finish_kind or "", "repeated replays")
+    lines = ["", f"### On {kind}", "",
+             f"The top {len(finished)} were replayed on the same {summary.finish_samples} {kind}, none of them the "
+             f"search's own; the score above is their {statistic} (the search's in brackets). \"Behind\" is the "
+             "leader's score minus this one's, in the goal's unit, with its 95 % interval from the paired samples; "
+             "P(best) is how often it leads when the samples are redrawn.", "",
+             "| # | behind the leader | 95 % interval | tied | P(best) | feasible samples | sd |",
+             "|---:|---:|---|---|---:|---:|---:|"]  # fmt: skip
+    for position, rank in enumerate(finished, start=1):
+        interval = "—" if rank.behind_low is None or rank.leader else f"{rank.behind_low:+.4g} to {rank.behind_high:+.4g}"
+        behind = "leader" if rank.leader else ("—" if rank.behind is None else f"{rank.behind:.4g}")
+        sd = "—" if rank.sd is None else f"{rank.sd:.3g}"
         lines.append(
-            "Within that noise neither of these clearly wins: " + ", ".join(f"#{a} and #{b}" for a, b in pairs) + "."
+            f"| {position} | {behind} | {interval} | {'yes' if rank.tied else 'no'} | {rank.p_best:.0%} | "
+            f"{rank.scored}/{rank.samples} | {sd} |"
         )
+    lines += ["", summary.finish_note or ""]
+    if summary.finish_kind == "holdout":
+        lines += ["", "Held-out check: " + held_out_text(summary)]
+    elif summary.finish_kendall_tau is not None:
+        lines += ["", f"Kendall's tau between the search's order of these and their order here: "
+                      f"{summary.finish_kendall_tau:.2f} (1: the same order)."]  # fmt: skip
     return lines
 
 

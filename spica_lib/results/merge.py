@@ -5,7 +5,10 @@ objectives, headline metrics and its flat config as replayed, with how many sele
 it, the trial's notes and, for a row whose metrics equal a better-ranked one's, that row's rank),
 `ranked.csv` (scalar goals: best first, ties to
 fewer GPUs) or `pareto.csv` (non-dominated candidates along the last objective), and
-`summary.json` (tallies, failure reasons with counts, best value, replay time).
+`summary.json` (tallies, failure reasons with counts, best value, replay time). With a finish
+(results/finish.py), the finished top comes first in the order results/confidence.py gives it (the
+recommendation first) and the best value is the recommendation's fresh-sample statistic; the best
+score on the search's own sample is kept beside it, named as such.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from spica_lib.baselines.compare import BaselineRatio, compare, ratio_text
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
 from spica_lib.replay.request import WALL_CLOCK_METRICS
-from spica_lib.results.finish import FinishedDeployment, FinishResult, overlapping
+from spica_lib.results.confidence import FinishedRank, judge
+from spica_lib.results.finish import FinishResult
 from spica_lib.results.ranking import pareto_front, rank
 from spica_lib.search.history import BranchHistory
 from spica_lib.trial.score import Candidate, score_text
@@ -47,19 +51,6 @@ NOT_AN_OUTCOME = WALL_CLOCK_METRICS | {"planner_total_ticks"}
 TALLY_KEYS = ("feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit")
 
 
-class FinishedSummary(BaseModel):
-    """A top deployment after the finish: its rank, how many replays scored it, their mean and range."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    rank: int
-    key: str
-    replays: int
-    mean: float
-    low: float
-    high: float
-
-
 class SweepSummary(BaseModel):
     """Artifact `summary.json`."""
 
@@ -70,16 +61,23 @@ class SweepSummary(BaseModel):
     tallies: dict[str, int]
     unique_trials: int
     failure_reasons: dict[str, int]
-    best_score: float | None
+    best_score: float | None  # the recommendation's fresh-sample statistic with a finish, else the search's best
+    search_best_score: float | None = None  # the best score on the search's own traffic sample (biased upward)
     front_size: int | None
     replay_cpu_seconds: float
     replay_wall_seconds: float
     optimizer_seconds: float
     branches: dict[str, dict[str, Any]]
     line: str
-    # The noise-aware finish: the top deployments in ranked order, each with its replays' mean and range.
-    finish: list[FinishedSummary] = Field(default_factory=list)
-    # The winner's score (its finish mean when it has one) over each baseline's (baselines/).
+    # The finish: the finished top in its final order (the recommendation first), and why that order.
+    finish: list[FinishedRank] = Field(default_factory=list)
+    finish_samples: int = 0
+    finish_kind: str | None = None  # "arrival": fresh Poisson draws; "repeat": the same traffic replayed again
+    robustness: str | None = None
+    finish_note: str | None = None
+    finish_kendall_tau: float | None = None  # the search's order of the finished top against their fresh order
+    finish_meets_sla: bool | None = None  # the recommendation met the SLA on every fresh sample (None: no SLA)
+    # The winner's score over each baseline's, both on the search's traffic sample (baselines/).
     baselines: list[BaselineRatio] = Field(default_factory=list)
 
 
@@ -98,7 +96,7 @@ class CandidateRow(BaseModel):
     # Several workloads: the one that set the score, and each workload's score.
     binding_workload: str | None = None
     workload_scores: dict[str, float] = {}
-    finish: FinishedDeployment | None = None  # a top deployment's repeated replays (results.finish)
+    finish: FinishedRank | None = None  # a finished top deployment's fresh-sample standing (results.confidence)
 
 
 def collect_candidates(histories: list[BranchHistory], records: dict[str, TrialRecord]) -> list[CandidateRow]:
@@ -152,18 +150,20 @@ def ordered(config: SmartSearchConfig, rows: list[CandidateRow]) -> list[Candida
 
 
 def apply_finish(best: list[CandidateRow], finish: FinishResult) -> list[CandidateRow]:
-    """The ranking with the finished top deployments first, ordered by their mean score (then fewer GPUs)."""
-    finished = finish.by_key()
-    top = [row.model_copy(update={"finish": finished[row.key]}) for row in best if row.key in finished]
-    top.sort(key=lambda row: (-row.finish.mean, row.candidate.used_gpus))
+    """The ranking with the finished top first, in the order its fresh samples give (the recommendation
+    first), then the rest in the search's order."""
+    if not finish.deployments:
+        return best
+    by_key = {row.key: row for row in best}
+    ranks = [rank for rank in judge(finish).ranks if rank.key in by_key]
+    top = [by_key[rank.key].model_copy(update={"finish": rank}) for rank in ranks]
+    finished = {rank.key for rank in ranks}
     return top + [row for row in best if row.key not in finished]
 
 
 def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     records = []
     ties = same_result_as(rows)
-    ranks = {row.key: position for position, row in enumerate(rows, start=1)}
-    overlaps = overlapping([row.finish for row in rows if row.finish is not None])
     for position, row in enumerate(rows, start=1):
         c = row.candidate
         out: dict[str, Any] = {"rank": position, "same_result_as": ties[position - 1]} if with_rank else {}
@@ -178,14 +178,21 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
             notes="; ".join(row.notes) or None,
         )
         if row.finish is not None:
+            f = row.finish
             out.update(
-                finish_mean=row.finish.mean,
-                finish_low=row.finish.low,
-                finish_high=row.finish.high,
-                finish_replays=row.finish.replays,
+                fresh_statistic=f.statistic,
+                fresh_mean=f.mean,
+                fresh_sd=f.sd,
+                fresh_worst=f.worst,
+                fresh_samples=f.samples,
+                fresh_feasible=f.scored,
+                behind_leader=f.behind,
+                behind_low=f.behind_low,
+                behind_high=f.behind_high,
+                tied_with_leader=f.tied,
+                p_best=f.p_best,
+                recommended=f.recommended,
             )
-            if with_rank:
-                out["overlaps"] = " ".join(f"#{ranks[key]}" for key in overlaps[row.key]) or None
         if row.binding_workload is not None:
             out["binding_workload"] = row.binding_workload
             out.update({f"score_{name}": value for name, value in row.workload_scores.items()})
@@ -196,8 +203,12 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     table = pd.DataFrame(records)
     if with_rank and len(table):
         table["same_result_as"] = table["same_result_as"].astype("Int64")  # a rank, or empty
-    if "finish_replays" in table:
-        table["finish_replays"] = table["finish_replays"].astype("Int64")  # a count, or empty below the top
+    for column in ("fresh_samples", "fresh_feasible"):  # a count, or empty below the finished top
+        if column in table:
+            table[column] = table[column].astype("Int64")
+    for column in ("tied_with_leader", "recommended"):
+        if column in table:
+            table[column] = table[column].astype("boolean")
     return table
 
 
@@ -230,7 +241,9 @@ def summarise(
     records: dict[str, TrialRecord],
     best: list[CandidateRow],
     baselines: BaselinesResult | None = None,
+    finish: FinishResult | None = None,
 ) -> SweepSummary:
+    """`best` is the ranking after the finish (apply_finish), `finish` what the finish replayed."""
     tallies = Counter({key: 0 for key in TALLY_KEYS})
     reasons: Counter[str] = Counter()
     branches = {}
@@ -247,35 +260,35 @@ def summarise(
         }
     results = [r.result for r in records.values()]
     is_pareto = config.goal.is_pareto
+    finished = [row.finish for row in best if row.finish is not None]
+    search_best = max((r.candidate.score for r in best), default=None)
+    recommended = finished[0] if finished and finished[0].statistic is not None else None
     summary = SweepSummary(
         goal=config.goal.target.value,
         tallies=dict(tallies),
         unique_trials=len(records),
         failure_reasons=dict(reasons.most_common()),
-        best_score=max((r.candidate.score for r in best), default=None),
+        best_score=recommended.statistic if recommended is not None else search_best,
+        search_best_score=search_best,
         front_size=len(best) if is_pareto else None,
         replay_cpu_seconds=sum(r.cpu_seconds for r in results),
         replay_wall_seconds=sum(r.wall_seconds for r in results),
         optimizer_seconds=sum(t.optimizer_seconds for h in histories for t in h.tallies),
         branches=branches,
         line="",
-        finish=[
-            FinishedSummary(
-                rank=rank,
-                key=row.key,
-                replays=row.finish.replays,
-                mean=row.finish.mean,
-                low=row.finish.low,
-                high=row.finish.high,
-            )
-            for rank, row in enumerate(best, start=1)
-            if row.finish is not None
-        ],
+        finish=finished,
+        finish_samples=finish.samples if finish is not None and finished else 0,
+        finish_kind=finish.kind if finish is not None and finished else None,
+        robustness=finish.robustness if finish is not None and finished else None,
     )
+    if finish is not None and finished:
+        verdict = judge(finish)
+        summary.finish_note = verdict.sentence
+        summary.finish_kendall_tau = verdict.kendall_tau
+        summary.finish_meets_sla = verdict.recommended_meets_sla
     if baselines is not None and best:
-        winner = best[0]
-        score = winner.finish.mean if winner.finish is not None else winner.candidate.score
-        summary.baselines = compare(config.goal, score, baselines.baselines)
+        # The baselines are replayed on the search's traffic sample: the winner is compared on that sample too.
+        summary.baselines = compare(config.goal, best[0].candidate.score, baselines.baselines)
     summary.line = summary_line(config, summary)
     return summary
 
@@ -303,14 +316,18 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
         line += " — NO feasible candidate (check backends / SLA / gpu_budget / replay errors)"
     elif summary.front_size is not None:
         line += f"; pareto front: {summary.front_size} non-dominated candidate(s)"
+    elif summary.finish and summary.finish[0].statistic is not None:
+        target = config.goal.target
+        line += (
+            f"; best {score_text(summary.best_score, target)} ({summary.robustness} of {summary.finish_samples} "
+            f"{SAMPLE_WORDS[summary.finish_kind]}; "
+            f"{score_text(summary.finish[0].search_score, target, name=False)} on the search's sample)"
+        )
+        line += f"\nfinish: {summary.finish_note}"
+        if summary.finish_kind == "holdout":
+            line += "\nheld-out check: " + held_out_text(summary)
     else:
         line += f"; best {score_text(summary.best_score, config.goal.target)}"
-        repeated = [f for f in summary.finish if f.replays > 1]
-        if repeated and repeated[0].rank == 1:
-            top = repeated[0]
-            line += (
-                f"; #1 after the finish: mean {top.mean:.4g} over {top.replays} replays ({top.low:.4g}-{top.high:.4g})"
-            )
     if summary.baselines:
         line += "\nbaselines: the winner is " + ", ".join(ratio_text(b) for b in summary.baselines)
     if summary.failure_reasons:
@@ -320,3 +337,26 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
             "\nfailure reason(s): " + " | ".join(shown) + (f" | +{more} more distinct reason(s)" if more > 0 else "")
         )
     return line
+
+
+SAMPLE_WORDS = {
+    "arrival": "fresh samples",
+    "holdout": "replays of the held-out traffic",
+    "repeat": "repeated replays",
+    None: "samples",
+}
+
+
+def held_out_text(summary: SweepSummary) -> str:
+    """What the held-out part of a trace says of the answer, in one sentence."""
+    tau = summary.finish_kendall_tau
+    order = (
+        "the finished top cannot be ordered (ties)" if tau is None
+        else f"Kendall's tau {tau:.2f} between the search's order of the finished top and their held-out order"
+    )  # fmt: skip
+    meets = {
+        True: "the recommendation meets the SLA on the held-out traffic",
+        False: "the recommendation MISSES the SLA on the held-out traffic",
+        None: "no SLA to check",
+    }[summary.finish_meets_sla]
+    return f"{order}; {meets}."

@@ -25,7 +25,7 @@ from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.table import read_pool
 from spica_lib.predictor.plan import LoadPredictorResult
-from spica_lib.results.finish import REPEAT_SEPARATOR, FinishedDeployment, FinishResult, repeat_specs
+from spica_lib.results.finish import FinishResult, finished, sample_kind, sample_specs
 from spica_lib.results.merge import CandidateRow, apply_finish, collect_candidates, frame, ordered, summarise
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
@@ -241,10 +241,11 @@ def ranked_run(job: JobArgs) -> RankedRun:
 
 
 def _finish_replays(run: RankedRun) -> tuple[dict[str, TrialSpec], dict[str, TrialSpec]]:
-    """The top deployments the finish looks at (key -> spec, in ranking order) and the extra replays it needs."""
-    repeats = run.config.sweep.finish_repeats or 1  # none for a Pareto goal
-    top = {row.key: run.records[row.key].spec for row in run.best[: run.config.sweep.top_k]} if repeats > 1 else {}
-    return top, repeat_specs(top, repeats)
+    """The top deployments the finish looks at (key -> spec, in ranking order) and its replays ("<key>#<i>")."""
+    sweep = run.config.sweep
+    kind = sample_kind(run.config)
+    top = {row.key: run.records[row.key].spec for row in run.best[: sweep.finish_top]} if kind else {}
+    return top, sample_specs(top, kind, sweep.finish_samples or 0)
 
 
 def warm_up_for_finish(job: JobArgs) -> None:
@@ -253,40 +254,42 @@ def warm_up_for_finish(job: JobArgs) -> None:
 
 
 def finish(job: JobArgs) -> None:
-    """Rule `finish`: the top deployments replayed again where the replay is not exact -> finish.json."""
+    """Rule `finish`: the top deployments on fresh traffic samples -> finish.json."""
     with stage_log(job.log[0]) as log:
         run = ranked_run(job)
-        top, extra = _finish_replays(run)
-        log.info("%d top deployment(s), %d extra replay(s) %s", len(top), len(extra), HOST.where())
-        repeated: dict[str, list[TrialResult]] = {key: [] for key in top}
-        for repeat, result in evaluate_trials(
-            extra, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True
-        ):
-            repeated[repeat.split(REPEAT_SEPARATOR)[0]].append(result)
-        deployments = []
-        for key, results in repeated.items():
-            scores = [run.records[key].result.score] + [r.score for r in results if r.status == "feasible"]
-            failed = [f"{r.status}: {r.reason}" for r in results if r.status != "feasible"]
-            finished = FinishedDeployment(key=key, scores=scores, failed_repeats=failed)
-            deployments.append(finished)
+        top, replays = _finish_replays(run)
+        log.info(
+            "%d top deployment(s), %d replay(s) on %s samples %s",
+            len(top),
+            len(replays),
+            sample_kind(run.config),
+            HOST.where(),
+        )
+        results = evaluate_trials(replays, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
+        result = finished(
+            run.config,
+            {key: (spec, run.records[key].result) for key, spec in top.items()},
+            {name: (replays[name], outcome) for name, outcome in results},
+        )
+        for deployment in result.deployments:
             log.info(
-                "%s: %d replay(s), mean %.4g in [%.4g, %.4g]%s",
-                key[:12],
-                finished.replays,
-                finished.mean,
-                finished.low,
-                finished.high,
-                f"; {len(failed)} did not score" if failed else "",
+                "%s: search %.4g; fresh mean %.4g over %d feasible of %d sample(s)%s",
+                deployment.key[:12],
+                deployment.search_score,
+                deployment.mean,
+                len(deployment.scores),
+                len(deployment.samples),
+                f"; {'; '.join(deployment.failed_samples)}" if not deployment.held else "",
             )
-        repeats = run.config.sweep.finish_repeats or 1
-        write_model(job.output["finish"], FinishResult(repeats=repeats, deployments=deployments))
+        write_model(job.output["finish"], result)
 
 
 def merge(job: JobArgs) -> None:
     """Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json."""
     with stage_log(job.log[0]) as log:
         run = ranked_run(job)
-        best = apply_finish(run.best, read_model(job.input["finish"], FinishResult))
+        finished = read_model(job.input["finish"], FinishResult)
+        best = apply_finish(run.best, finished)
         atomic_write_parquet(job.output["candidates"], frame(run.rows))
         atomic_write_text(job.output["table"], frame(best, with_rank=True).to_csv(index=False))
         baselines = job.inputs("baselines")
@@ -296,6 +299,7 @@ def merge(job: JobArgs) -> None:
             run.records,
             best,
             read_model(baselines[0], BaselinesResult) if baselines else None,
+            finished,
         )
         write_model(job.output["summary"], summary)
         log.info("%s", summary.line)

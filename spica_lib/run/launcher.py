@@ -8,8 +8,8 @@ directory, so that is checked first: a live one means the lock is real and is le
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
+import functools
 import os
 import signal
 import subprocess
@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+
+from spica_lib.base.lifetime import die_with_parent
 
 SNAKEFILE = Path(__file__).resolve().parents[2] / "workflow" / "Snakefile"
 
@@ -122,10 +124,7 @@ def unlock_guard(directory: Path, wait_seconds: float | None = None) -> Iterator
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-PR_SET_PDEATHSIG = 1
-
-
-def _stop_with_parent() -> None:
+def _stop_with_parent(parent: int) -> None:
     """In the Snakemake child, before it runs: ask for SIGTERM when `spica run` dies, even by SIGKILL.
 
     Snakemake then stops as if told to (its jobs, the warm host and their replays with it). A
@@ -133,7 +132,7 @@ def _stop_with_parent() -> None:
     Snakemake running on its own. The kernel ties the request to the forking thread, here the main
     thread, which lives as long as `spica run`.
     """
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with_parent(parent, signal.SIGTERM)
 
 
 def run_forwarding_signals(command: list[str]) -> int:
@@ -142,7 +141,7 @@ def run_forwarding_signals(command: list[str]) -> int:
     Snakemake then stops its jobs, and each replay worker its children. (Ctrl-C reaches the whole
     foreground process group by itself.)
     """
-    child = subprocess.Popen(command, preexec_fn=_stop_with_parent)
+    child = subprocess.Popen(command, preexec_fn=functools.partial(_stop_with_parent, os.getpid()))
 
     def forward(signum: int, frame: object) -> None:
         child.send_signal(signum)

@@ -126,7 +126,7 @@ class RunFiles(BaseModel):
 
     @property
     def finish_json(self) -> str:
-        """The noise-aware finish: the top deployments' repeated replays (results.finish.FinishResult)."""
+        """The finish: the top deployments on fresh traffic samples (results.finish.FinishResult)."""
         return f"{self.dir}/finish.json"
 
     @property
@@ -180,7 +180,7 @@ class RunLayout(RunFiles):
     is_pareto: bool
     max_eval_seconds: float | None
     parallel_evals: int
-    finish_replays: int = 0  # the finish's extra replays at most: top_k x (finish_repeats - 1)
+    finish_replays: int = 0  # the finish's replays at most: finish_top x finish_samples
     baselines: bool = False  # sweep.baselines: replay the baselines next to the search
 
     @property
@@ -241,7 +241,10 @@ def prepare_run(
         is_pareto=config.goal.is_pareto,
         max_eval_seconds=config.sweep.max_eval_seconds,
         parallel_evals=config.sweep.parallel_evals,
-        finish_replays=config.sweep.top_k * ((config.sweep.finish_repeats or 1) - 1),
+        # Each workload of a trial is its own replay, with its own time limit.
+        finish_replays=(config.sweep.finish_top or 0)
+        * (config.sweep.finish_samples or 0)
+        * len(config.workloads or [config.workload]),
         baselines=bool(config.sweep.baselines),
     )
     existing = Path(layout.config_json)

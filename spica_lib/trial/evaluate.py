@@ -42,7 +42,7 @@ def prepare_trial(
     predictor_winners: dict[float, CompositeEntry] | None = None,
 ) -> TrialSpec:
     """Unroll, size the load and build the plan. Raises InfeasibleKVCapacity or a build error."""
-    workload, goal = config.workload, config.goal
+    workload, goal = config.workload.search_part(), config.goal  # a trace's held-out part is the finish's
     sample = unroll_sample(config.search_space, selection, parallel_config, predictor_winners)
     sample["backend_version"] = backend_version
     if config.calibration is not None:  # recorded in the sample, so every trial file says how it was timed
@@ -91,7 +91,7 @@ def prepare_trial(
             workload=workload,
             concurrency=concurrency,
             sla=sla,
-            screen=screen_plan(config, concurrency),
+            screen=screen_plan(config, concurrency, workload),
         ),
         goal=goal,
         gpu_budget=config.search_space.gpu_budget,
@@ -107,7 +107,7 @@ def _workload_replays(config: SmartSearchConfig, plan: Any) -> list[WorkloadRepl
         return None
     parts = []
     for named in mix:
-        traffic = named.traffic()
+        traffic = named.traffic().search_part()
         request = ReplayRequest(
             plan=plan,
             workload=traffic,

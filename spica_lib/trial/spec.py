@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.base.artifacts import sha256_of
 from spica_lib.config import OptimizationGoal
+from spica_lib.config.trace import scan_trace
+from spica_lib.config.workload import SPLIT_MARK
 from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
 from spica_lib.replay.request import ReplayRequest, ScalingEvent, ScreenOutcome
 
@@ -67,9 +69,32 @@ class TrialSpec(BaseModel):
         for item in data.get("workloads") or []:
             if item["trace_sha256"] is not None:
                 item["replay"]["workload"]["trace_path"] = f"sha256:{item['trace_sha256']}"
+        for workload in [data["replay"]["workload"], *(item["replay"]["workload"] for item in data.get("workloads") or [])]:
+            if isinstance(workload.get("holdout"), str):  # a file, named by its content wherever it lies
+                workload["holdout"] = f"sha256:{scan_trace(workload['holdout'].removeprefix(SPLIT_MARK)).sha256}"
+            elif workload.get("holdout") is None:
+                workload.pop("holdout", None)  # a trial without one keeps the key it had before holdouts
         if data.get("workloads") is None:
             data.pop("workloads", None)  # a one-workload trial keeps the key it had before workload lists
         return sha256_of(data)
+
+    def on_fresh_sample(self, index: int) -> TrialSpec:
+        """This trial on fresh traffic: the `index`-th fresh arrival sample of each workload that draws
+        arrivals, the held-out part of each trace that has one, the same traffic otherwise."""
+        replay, sha = _on_fresh_sample(self.replay, index, self.trace_sha256)
+        parts = []
+        for part in self.workloads or []:
+            fresh, part_sha = _on_fresh_sample(part.replay, index, part.trace_sha256)
+            parts.append(part.model_copy(update={"replay": fresh, "trace_sha256": part_sha}))
+        return self.model_copy(update={"replay": replay, "trace_sha256": sha, "workloads": parts or None})
+
+    def arrival_seeds(self) -> dict[str, int]:
+        """The arrival seed of each workload that draws arrivals (name -> seed; "" names a single workload)."""
+        if self.workloads:
+            seeds = {part.name: part.replay.workload.arrival_seed for part in self.workloads}
+        else:
+            seeds = {"": self.replay.workload.arrival_seed}
+        return {name: seed for name, seed in seeds.items() if seed is not None}
 
     def on_workload(self, part: WorkloadReplay) -> TrialSpec:
         """This trial as replayed on one of its workloads."""
@@ -120,3 +145,11 @@ class TrialRecord(BaseModel):
     key: str
     spec: TrialSpec
     result: TrialResult
+
+
+def _on_fresh_sample(request: ReplayRequest, index: int, sha: str | None) -> tuple[ReplayRequest, str | None]:
+    held_out = request.workload.holdout_part()
+    if held_out is None:
+        return request.model_copy(update={"workload": request.workload.fresh_sample(index)}), sha
+    # The screen was cut to the search part's span; the finish replays its few top deployments in full.
+    return request.model_copy(update={"workload": held_out, "screen": None}), scan_trace(held_out.trace_path).sha256

@@ -1,11 +1,11 @@
 import math
 
 
-# The noise-aware finish: the top `sweep.top_k` deployments whose replay is not exact (KV router) are
-# replayed until each has `sweep.finish_repeats` replays; merge ranks them by their mean.
+# The finish: the top `sweep.finish_top` deployments replayed on `sweep.finish_samples` fresh traffic
+# samples each (results/finish.py); merge ranks them by those samples (results/confidence.py).
 rule finish:
     message:
-        "Replaying the top deployments of run {params.run} again"
+        "Replaying the top deployments of run {params.run} on fresh traffic samples"
     input:
         config=rules.validate.output.config,
         histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
@@ -20,7 +20,7 @@ rule finish:
     threads: max(1, RUN.parallel_evals // len(RUN.modes))
     resources:
         mem_mb=lambda wildcards, threads: 4000 * threads,
-        # Minutes: at most top_k x (finish_repeats - 1) replays in waves of `threads`, each up to its limit.
+        # Minutes: at most finish_top x finish_samples x workloads replays in waves of `threads`, each up to its limit.
         runtime=lambda wildcards, threads: math.ceil(RUN.finish_replays / max(1, threads))
         * math.ceil((RUN.max_eval_seconds or 3600) / 60)
         + 5,

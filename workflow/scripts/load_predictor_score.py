@@ -19,7 +19,7 @@ with stage_log(smk.log[0]) as log:
     lean_imports(load_predictor(job.entry).load_predictor)  # this process scores one family only
     score = run_job(
         job,
-        config.workload.trace_path,
+        config.workload.search_part().trace_path,  # never the held-out part: it is the finish's check
         config.workload.arrival_speedup_ratio,
         config.search_space.load_predictor_candidates,
     )

@@ -1,0 +1,119 @@
+"""Progress from inside a replay, and a stop when its pace says it cannot finish within its limit.
+
+ai-dynamo 1.5.1's native replay calls a scaling policy back every tick of simulated time with a
+snapshot of the deployment (arrivals in the last window, requests held by each worker); raising
+from the callback stops the replay, and a policy that changes nothing leaves the result exactly
+as it is without one. `ProgressWatch` is such a policy: it counts requests finished (arrived, and
+no longer held by a worker) against the replay's own CPU time, and once that CPU time is past a
+floor, stops the replay when even its pace so far, kept up to the end, would overrun its limit.
+A queue that runs away makes the simulator slower with every request, so a linear forecast errs
+on the side of letting a replay go on: what it stops could not have finished in time.
+
+It applies to every replay without a planner (the planner's own scaling policy takes the same
+slot; those replays keep the CPU-time checks of replay/stall.py). Kept free of heavy imports: it
+runs in the replay child.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+FIRST_TICK_MS = 100.0  # simulated time to the first look; then the tick adapts to the replay's speed
+MIN_TICK_MS, MAX_TICK_MS = 10.0, 60_000.0
+CPU_PER_TICK = (0.05, 0.2)  # aim for a look every 0.05-0.2 CPU s: often enough to stop a crawl in time
+
+
+class ReplayStalled(Exception):
+    """Raised inside the replay's callback to stop it; `reason` says why."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ProgressWatch:
+    """A do-nothing scaling policy that watches a replay's pace (see the module docstring)."""
+
+    def __init__(self, requests: int, limit_seconds: float, floor_seconds: float):
+        self.requests = max(1, int(requests))
+        self.limit_seconds = float(limit_seconds)
+        self.floor_seconds = float(floor_seconds)
+        self.arrived = 0
+        self.finished = 0
+        self.ticks = 0
+        self.stopped: str | None = None
+        self._tick_ms = FIRST_TICK_MS
+        self._started: float | None = None  # the first tick: building the engines (a perf-DB load) is not pace
+        self._last_cpu = 0.0
+
+    def initial_tick_ms(self) -> float:
+        return FIRST_TICK_MS
+
+    def on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        self.ticks += 1
+        now_ms = float(snapshot["now_ms"])
+        self.arrived += int((snapshot.get("traffic") or {}).get("num_req", 0) or 0)
+        self.finished = max(self.finished, self.arrived - _held(snapshot))
+        cpu = time.process_time()
+        if self._started is None:
+            self._started = self._last_cpu = cpu
+        self._judge(cpu - self._started, now_ms)
+        self._adapt(cpu - self._last_cpu)
+        self._last_cpu = cpu
+        return {"target_prefill": None, "target_decode": None, "next_tick_ms": now_ms + self._tick_ms}
+
+    def _judge(self, cpu: float, now_ms: float) -> None:
+        if cpu < self.floor_seconds:
+            return
+        done = self.finished / self.requests
+        if done <= 0 and cpu < self.limit_seconds / 2:
+            return  # nothing finished yet, and half the limit left: too early to forecast
+        forecast = cpu / done if done > 0 else float("inf")
+        if forecast <= self.limit_seconds:
+            return
+        self.stopped = (
+            f"stalled: {self.finished} of {self.requests} requests finished after {cpu:.0f} CPU s "
+            f"({now_ms / 1000:.0f} s simulated); at that pace the replay needs about {forecast:.0f} CPU s, "
+            f"over max_eval_seconds={self.limit_seconds:g}, and a growing queue only slows it further"
+        )
+        raise ReplayStalled(self.stopped)
+
+    def _adapt(self, cpu_spent: float) -> None:
+        low, high = CPU_PER_TICK
+        if cpu_spent < low:
+            self._tick_ms = min(MAX_TICK_MS, self._tick_ms * 2)
+        elif cpu_spent > high:
+            self._tick_ms = max(MIN_TICK_MS, self._tick_ms / 2)
+
+
+def _held(snapshot: dict[str, Any]) -> int:
+    """Requests some worker holds (running or queued, prefill or decode)."""
+    fields = ("num_prefill_requests", "num_decode_requests", "num_queued_prefill", "num_queued_decode")
+    workers = [*(snapshot.get("prefill_fpm_snapshots") or []), *(snapshot.get("decode_fpm_snapshots") or [])]
+    return sum(int(worker.get(name, 0) or 0) for worker in workers for name in fields)
+
+
+def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch: ProgressWatch) -> Any:
+    """The replay Dynamo's `run_*_trace_replay` runs without a planner, with `watch` as its scaling policy.
+
+    The public entry points pass no policy without a planner; their native calls take one. Raises
+    ReplayStalled when the watch stopped the replay, and Dynamo's errors otherwise.
+    """
+    from dynamo._core import run_mocker_synthetic_trace_replay, run_mocker_trace_replay
+    from dynamo.replay.api import _materialize_offline_report
+
+    # What the public wrappers keep for themselves (the planner's settings) is not the native call's.
+    native_kwargs = {
+        k: v for k, v in kwargs.items() if k not in ("planner_config", "performance_model_metadata", "benchmark_granularity")
+    }
+    native = run_mocker_trace_replay if function == "trace" else run_mocker_synthetic_trace_replay
+    if function == "trace":
+        args = [list(args[0]) if isinstance(args[0], list | tuple) else [args[0]], *args[1:]]
+    try:
+        result = native(*args, **native_kwargs, scaling_policy=watch)
+    except Exception as exc:
+        if watch.stopped is not None:
+            raise ReplayStalled(watch.stopped) from exc
+        raise
+    return _materialize_offline_report(result, planner=None)
