@@ -158,11 +158,17 @@ def _noise_note(view: RunView, rows: list[CandidateRow]) -> list[str]:
         "arrival": "fresh traffic samples (new arrival draws)",
         "holdout": "the held-out traffic (never replayed by the search)",
     }.get(summary.finish_kind or "", "repeated replays")
+    samples = summary.finish_samples
+    replayed = {
+        "arrival": f"on the same {samples} fresh traffic samples, none of them the search's own",
+        "holdout": "on the held-out traffic, which the search never replayed"
+        + (f" ({samples} times each for a KV router, whose tie-breaks differ)" if samples > 1 else ""),
+    }.get(summary.finish_kind or "", f"{samples} more times on the search's traffic (a KV router's tie-breaks differ)")
     lines = ["", f"### On {kind}", "",
-             f"The top {len(finished)} were replayed on the same {summary.finish_samples} {kind}, none of them the "
-             f"search's own; the score above is their {statistic} (the search's in brackets). \"Behind\" is the "
-             "leader's score minus this one's, in the goal's unit, with its 95 % interval from the paired samples; "
-             "P(best) is how often it leads when the samples are redrawn.", "",
+             f"The top {len(finished)} were replayed {replayed}; the score above is their {statistic} (the "
+             "search's in brackets). \"Behind\" is the leader's score minus this one's, in the goal's unit, with "
+             "its 95 % interval from the paired samples; P(best) is how often it leads when the samples are "
+             "redrawn.", "",
              "| # | behind the leader | 95 % interval | tied | P(best) | feasible samples | sd |",
              "|---:|---:|---|---|---:|---:|---:|"]  # fmt: skip
     for position, rank in enumerate(finished, start=1):
