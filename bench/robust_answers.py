@@ -43,7 +43,7 @@ from spica_lib.config import SmartSearchConfig  # noqa: E402
 from spica_lib.facts.kv_capacity import KvEstimator  # noqa: E402
 from spica_lib.pools.branches import enumerate_branches  # noqa: E402
 from spica_lib.results.confidence import judge  # noqa: E402
-from spica_lib.results.finish import finished, sample_specs  # noqa: E402
+from spica_lib.results.finish import finished, sample_kind, sample_specs  # noqa: E402
 from spica_lib.results.merge import collect_candidates, ordered  # noqa: E402
 from spica_lib.search.in_process import run_round  # noqa: E402
 from spica_lib.search.rounds import SearchContext  # noqa: E402
@@ -134,15 +134,9 @@ def search(config: SmartSearchConfig, replays: Replays):
 
 def finish(config: SmartSearchConfig, records, best, replays: Replays):
     top = {row.key: (records[row.key].spec, records[row.key].result) for row in best[: config.sweep.finish_top]}
-    specs = sample_specs({k: spec for k, (spec, _) in top.items()}, *_kind_and_samples(config))
+    specs = sample_specs({k: spec for k, (spec, _) in top.items()}, sample_kind(config), config.sweep.finish_samples or 0)
     results = replays.many(specs)
     return judge(finished(config, top, {name: (specs[name], results[name]) for name in specs}))
-
-
-def _kind_and_samples(config: SmartSearchConfig):
-    from spica_lib.results.finish import sample_kind
-
-    return sample_kind(config), config.sweep.finish_samples or 0
 
 
 def evaluation(spec: TrialSpec, replays: Replays) -> list[float]:

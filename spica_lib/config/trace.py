@@ -37,6 +37,7 @@ class TraceScan(NamedTuple):
     sha256: str
     records: int
     duration_ms: float  # last arrival minus first (the trace's span before any speed-up)
+    first_ms: float = 0.0  # the first arrival's timestamp
     input_tokens: int = 0  # summed over the records (their means size the static estimate's traffic)
     output_tokens: int = 0
 
@@ -72,7 +73,12 @@ def _scan(path: str, size: int, mtime_ns: int) -> TraceScan:  # size and mtime: 
     if records == 0:
         raise TraceFormatError("the file holds no records")
     return TraceScan(
-        sha256=digest.hexdigest(), records=records, duration_ms=last - first, input_tokens=inputs, output_tokens=outputs
+        sha256=digest.hexdigest(),
+        records=records,
+        duration_ms=last - first,
+        first_ms=first,
+        input_tokens=inputs,
+        output_tokens=outputs,
     )
 
 
@@ -148,18 +154,12 @@ def check_split(path: str | Path, holdout_fraction: float) -> tuple[int, int]:
 
 def _cut(path: str | Path, holdout_fraction: float) -> float:
     """The arrival time from which requests are held out."""
-    first = _first_arrival(str(Path(path).resolve()), scan_trace(path).sha256)
-    return first + (1 - holdout_fraction) * scan_trace(path).duration_ms
+    scan = scan_trace(path)
+    return scan.first_ms + (1 - holdout_fraction) * scan.duration_ms
 
 
 @functools.cache
-def _first_arrival(path: str, sha256: str) -> float:  # sha256: a changed file is read again
-    with open(path, encoding="utf-8") as handle:
-        return min(float(parse_record(line, n).timestamp) for n, line in enumerate(handle, start=1) if line.strip())
-
-
-@functools.cache
-def _split_counts(path: str, sha256: str, holdout_fraction: float) -> tuple[int, int]:
+def _split_counts(path: str, sha256: str, holdout_fraction: float) -> tuple[int, int]:  # sha256: a changed file
     cut = _cut(path, holdout_fraction)
     with open(path, encoding="utf-8") as handle:
         stamps = [float(parse_record(line, n).timestamp) for n, line in enumerate(handle, start=1) if line.strip()]

@@ -1,7 +1,9 @@
 """When a running replay is stopped: at its time limit, or earlier when it has stalled.
 
-The replay exposes no progress while it runs, and its cost per simulated second explodes once a
-queue grows deep (bench/replay_cost.py: on the shipped trace at half speed, SGLang disagg 1 x TP4 +
+These checks judge a replay from outside, by its CPU time. Every replay without an autoscaling
+planner is also watched from inside (replay/progress.py); a planner takes the callback that watch
+uses, so for a planner replay these are the only checks. A replay's cost per simulated second
+explodes once a queue grows deep (bench/replay_cost.py: on the shipped trace at half speed, SGLang disagg 1 x TP4 +
 1 x TP4 replays its first 20 % of simulated time in well under a second and then crawls for
 minutes). A screened trial gives two checkpoints to judge its pace by:
 

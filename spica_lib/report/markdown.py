@@ -129,7 +129,7 @@ def _top(view: RunView) -> str:
             f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
             f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
-    lines += _noise_note(view, rows)
+    lines += _finish_section(view, rows)
     return "\n".join(lines)
 
 
@@ -147,7 +147,7 @@ def _baselines(view: RunView) -> str:
     return "\n".join(lines)
 
 
-def _noise_note(view: RunView, rows: list[CandidateRow]) -> list[str]:
+def _finish_section(view: RunView, rows: list[CandidateRow]) -> list[str]:
     """The finished top on fresh samples: how far behind the leader each is, with its interval, and the ties."""
     finished = [row.finish for row in rows if row.finish is not None]
     summary = view.summary
