@@ -1,7 +1,9 @@
 """The sweep's warm host: who may use it, what reaches the rule script, and that it never outlives its owner."""
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,7 +18,7 @@ from spica_lib.base.artifacts import write_model
 from spica_lib.config import trace
 from spica_lib.config.validate import build_validated_config
 from spica_lib.host import launch
-from spica_lib.host.client import ADDRESS_VARIABLE, delegate, host_address
+from spica_lib.host.client import ADDRESS_VARIABLE, delegate, host_address, job_environment
 from spica_lib.host.registry import JOBS
 from spica_lib.run.job import JobArgs
 
@@ -116,3 +118,143 @@ def test_the_host_scans_the_runs_trace_before_it_forks_a_suggest(tmp_path):
 
 def trace_config():
     return {"search_space": {"model_name": "Qwen/Qwen3-32B", "hardware_sku": "h200_sxm"}}
+
+
+# -- who may use the host, and what one caller can do to the others (a host serving fake jobs) --
+
+FAKE_HOST = Path(__file__).parent / "fake_host.py"
+
+
+@pytest.fixture
+def fake_host(monkeypatch, tmp_path):
+    """A real host process serving the fake jobs of tests/fake_host.py; yields (process, socket name)."""
+    name = f"spica-host-test-{os.getpid()}-{tmp_path.name}"
+    monkeypatch.setenv(ADDRESS_VARIABLE, f"{name}@")
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    with open(tmp_path / "host.err", "w") as stderr:  # what the host says of its callers
+        process = subprocess.Popen([sys.executable, str(FAKE_HOST), str(os.getpid())], stdin=subprocess.DEVNULL, stderr=stderr)
+    deadline = time.time() + 30
+    while time.time() < deadline and f"@{name}" not in Path("/proc/net/unix").read_text():
+        time.sleep(0.05)
+    yield psutil.Process(process.pid), name
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def fake_job(rule, tmp_path, **params):
+    return JobArgs(
+        rule=rule,
+        input={},
+        output={"out": str(tmp_path / f"{rule}.out")},
+        params=params,
+        wildcards={},
+        log=[],
+        threads=1,
+        resources={},
+    ).model_dump(mode="json")
+
+
+# Run as another user with the system Python (no access to the venv needed): connect to the host,
+# send a whole request for a job, and say whether the host closed the connection at once.
+INTRUDER = textwrap.dedent(
+    """
+    import json, socket, struct, sys
+    name, out = sys.argv[1], sys.argv[2]
+    body = json.dumps({"job": "report_env", "cwd": "/", "env": {"PATH": "/intruder"},
+                       "args": {"rule": "report_env", "input": {}, "output": {"out": out}, "params": {},
+                                "wildcards": {}, "log": [], "threads": 1, "resources": {}}}).encode()
+    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    connection.connect("\\0" + name)
+    connection.settimeout(10)
+    try:
+        socket.send_fds(connection, [struct.pack("!Q", len(body))], [1, 2])
+        connection.sendall(body)
+        reply = connection.recv(4096)
+    except OSError as exc:
+        reply = b""
+    print("closed" if reply == b"" else "answered: " + reply.decode())
+    """
+)
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not Path("/usr/sbin/runuser").exists(), reason="needs root to act as a second uid (CI runs as root)")
+def test_another_user_is_refused_at_once_and_no_job_runs_while_the_owners_jobs_still_run(fake_host, tmp_path):
+    host, name = fake_host
+    out = Path("/tmp") / f"spica-intruder-{os.getpid()}.out"
+    out.unlink(missing_ok=True)
+    intruder = subprocess.run(
+        ["/usr/sbin/runuser", "-u", "nobody", "--", "/usr/bin/python3", "-c", INTRUDER, name, str(out)],
+        capture_output=True, text=True, timeout=60, cwd="/",
+    )
+    assert intruder.stdout.strip() == "closed", intruder.stdout + intruder.stderr
+    assert not out.exists() and host.children() == []
+    assert "refused a connection from uid 65534" in (tmp_path / "host.err").read_text()
+    assert delegate("report_env", fake_job("report_env", tmp_path)) == 0  # the owner's job runs
+    assert (tmp_path / "report_env.out").exists()
+
+
+def test_a_job_takes_from_its_caller_only_the_variables_a_job_reads(fake_host, tmp_path, monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "/caller/evil.so")
+    monkeypatch.setenv("PATH", "/caller/bin:" + os.environ["PATH"])
+    monkeypatch.setenv("SPICA_TRACE_SPLITS", str(tmp_path / "splits"))
+    monkeypatch.chdir(tmp_path)
+    assert delegate("report_env", fake_job("report_env", tmp_path)) == 0
+    seen = json.loads((tmp_path / "report_env.out").read_text())
+    assert seen["cwd"] == str(tmp_path)
+    assert seen["env"]["SPICA_TRACE_SPLITS"] == str(tmp_path / "splits")
+    assert "LD_PRELOAD" not in seen["env"] and "/caller/bin" not in seen["env"]["PATH"]
+
+
+def test_a_caller_that_sends_nothing_does_not_hold_up_the_next_one(fake_host, tmp_path):
+    _, name = fake_host
+    idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    idle.connect("\0" + name)  # and sends nothing
+    idle.setblocking(False)
+    try:
+        assert delegate("report_env", fake_job("report_env", tmp_path)) == 0
+        with pytest.raises(BlockingIOError):
+            idle.recv(1)  # still open, still waiting: the job above ran while it was connected
+    finally:
+        idle.close()
+
+
+def test_a_panicking_warm_up_fails_only_itself_and_the_job_still_runs(fake_host, tmp_path):
+    host, _ = fake_host
+    assert delegate("panicking_warm_up", fake_job("panicking_warm_up", tmp_path)) == 0
+    assert (tmp_path / "panicking_warm_up.out").exists()
+    assert host.is_running()
+    assert delegate("report_env", fake_job("report_env", tmp_path)) == 0  # and the host serves on
+
+
+def test_a_hanging_warm_up_retires_the_host_without_losing_a_job_in_flight(fake_host, tmp_path):
+    host, _ = fake_host
+    running = subprocess.Popen(
+        [sys.executable, "-c", DELEGATE_SLEEP, json.dumps(fake_job("sleep", tmp_path, seconds=3))],
+        stdout=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 30
+    while time.time() < deadline and not host.children():
+        time.sleep(0.05)  # the sleep job is running in the host
+    # The hung warm-up's job is handed back (None: its rule script runs it itself) ...
+    assert delegate("hanging_warm_up", fake_job("hanging_warm_up", tmp_path)) is None
+    assert not (tmp_path / "hanging_warm_up.out").exists()
+    # ... the job in flight finishes in the host, and later jobs run in their own processes.
+    assert running.communicate(timeout=60)[0].strip() == "0"
+    assert (tmp_path / "sleep.out").read_text() == "slept"
+    assert delegate("report_env", fake_job("report_env", tmp_path)) is None
+    assert host.is_running()  # retired, not dead: it still kills what it started if its owner dies
+
+
+DELEGATE_SLEEP = textwrap.dedent(
+    """
+    import json, sys
+    from spica_lib.host.client import delegate
+    print(delegate("sleep", json.loads(sys.argv[1])))
+    """
+)
+
+
+def test_a_job_environment_keeps_only_what_jobs_read():
+    kept = job_environment({"SPICA_X": "1", "SLURM_JOB_ID": "7", "DYN_LOG": "error", "JAX_PLATFORMS": "cpu",
+                            "TMPDIR": "/t", "PATH": "/p", "LD_PRELOAD": "x.so", "PYTHONPATH": "/q"})
+    assert kept == {"SPICA_X": "1", "SLURM_JOB_ID": "7", "DYN_LOG": "error", "JAX_PLATFORMS": "cpu", "TMPDIR": "/t"}

@@ -6,6 +6,7 @@ round trip over a Unix socket.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -14,10 +15,16 @@ import sys
 from typing import Any
 
 # Set by the Snakemake process that started the host (see launch.py): "<abstract socket name>@<SLURM job id or empty>".
+# The host reads its own name from it too, so the name is in no command line.
 ADDRESS_VARIABLE = "SPICA_WARM_HOST"
 OFF = "off"  # SPICA_WARM_HOST=off: every job runs in its own process (how a sweep ran before the host)
 HEADER = struct.Struct("!Q")  # the request's length, sent with the job's stdout and stderr descriptors
 STARTED = b"started\n"
+# What a job reads from its environment, the only variables a job's child takes from the caller
+# (it keeps the host's, its owner's, for the rest: no caller's PATH or LD_PRELOAD reaches it).
+JOB_VARIABLE_PREFIXES = ("SPICA_", "SLURM_", "DYN_", "JAX_")
+JOB_VARIABLES = ("TMPDIR",)
+_PEER_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 def run_job(name: str, smk: Any) -> None:
@@ -59,13 +66,19 @@ def delegate(name: str, job: dict[str, Any]) -> int | None:
         connection.close()
         return None  # the host is gone (it died with an error, or the sweep is ending)
     with connection:
-        request = {"job": name, "args": job, "cwd": os.getcwd(), "env": dict(os.environ)}
+        if peer_uid(connection) != os.getuid():
+            print(f"spica: {address} is not this user's warm host; running the {name} job here", file=sys.stderr)
+            return None
+        request = {"job": name, "args": job, "cwd": os.getcwd(), "env": job_environment(dict(os.environ))}
         body = json.dumps(request).encode("utf-8")
         sys.stdout.flush()
         sys.stderr.flush()
         # The job's child writes to this process's stdout and stderr, wherever Snakemake sent them.
-        socket.send_fds(connection, [HEADER.pack(len(body))], [1, 2])
-        connection.sendall(body)
+        try:
+            socket.send_fds(connection, [HEADER.pack(len(body))], [1, 2])
+            connection.sendall(body)
+        except OSError:
+            return None  # the host closed the connection before it forked the job (it is retiring)
         reply = _read_all(connection)
     if not reply.startswith(STARTED):
         return None  # the host ended before it forked the job: run it here
@@ -76,8 +89,24 @@ def delegate(name: str, job: dict[str, Any]) -> int | None:
     return int(json.loads(answer)["exit"])
 
 
+def peer_uid(connection: socket.socket) -> int:
+    """The uid of the process at the other end of a connected Unix socket, as the kernel saw it connect."""
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEER_CREDENTIALS.size)
+    return _PEER_CREDENTIALS.unpack(credentials)[1]
+
+
+def job_environment(environment: dict[str, str]) -> dict[str, str]:
+    """The variables of `environment` a job reads (see JOB_VARIABLES)."""
+    return {
+        name: value
+        for name, value in environment.items()
+        if name.startswith(JOB_VARIABLE_PREFIXES) or name in JOB_VARIABLES
+    }
+
+
 def _read_all(connection: socket.socket) -> bytes:
     chunks = []
-    while chunk := connection.recv(4096):
-        chunks.append(chunk)
+    with contextlib.suppress(ConnectionResetError):  # the host died: what it sent before says how far it got
+        while chunk := connection.recv(4096):
+            chunks.append(chunk)
     return b"".join(chunks)

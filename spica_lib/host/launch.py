@@ -22,10 +22,10 @@ def start_host() -> None:
     global _host
     if os.environ.get(ADDRESS_VARIABLE) == OFF or _host is not None:
         return
-    name = f"spica-host-{os.getpid()}-{secrets.token_hex(8)}"
-    command = [sys.executable, "-m", "spica_lib.host.server", name, str(os.getpid())]
+    address = f"spica-host-{os.getpid()}-{secrets.token_hex(8)}@{os.environ.get('SLURM_JOB_ID', '')}"
+    os.environ[ADDRESS_VARIABLE] = address  # the host's name reaches it here, not on its (public) command line
+    command = [sys.executable, "-m", "spica_lib.host.server", str(os.getpid())]
     _host = subprocess.Popen(command, stdin=subprocess.DEVNULL)
-    os.environ[ADDRESS_VARIABLE] = f"{name}@{os.environ.get('SLURM_JOB_ID', '')}"
 
 
 def stop_host() -> None:

@@ -1,16 +1,27 @@
-"""The warm host process: `python -m spica_lib.host.server <socket name> <owner pid>`.
+"""The warm host process: `python -m spica_lib.host.server <owner pid>`, its socket name in `SPICA_WARM_HOST`.
 
 It imports Vizier's designers and Dynamo's replay once, and loads the perf DBs a replay job needs
 the first time one asks (then never again). Each job that connects runs in a child forked from
-it, with the job's own stdout, stderr, working folder and environment; the job's exit code goes
-back to the rule script, which exits with it.
+it, with the job's own stdout, stderr and working folder; the job's exit code goes back to the
+rule script, which exits with it.
+
+Only its owner may use it. The socket is an abstract one (no file is left on disk whatever ends
+the host), so any local user can find and reach it: every connection's peer uid (`SO_PEERCRED`)
+must be the host's own, else it is closed at once and nothing of it is read. The name stays out of
+the command line. A job's child keeps the host's environment and takes from the caller only the
+variables a job reads (`JOB_VARIABLES`), so no caller's `PATH` or `LD_PRELOAD` reaches it.
+
+One caller never holds up another: requests are read as they arrive (a caller that sends nothing
+is dropped after `REQUEST_SECONDS`), and a job's warm-up runs on a thread while the host goes on
+accepting and reaping. A warm-up's own failure (even a Rust panic) is never the host's; one that
+hangs (spica_lib.replay.warm_up) retires the host: it stops listening, so later jobs run in their
+own processes, and it finishes the jobs it has.
 
 No process outlives its owner: the host asks the kernel for SIGTERM when the Snakemake process that
 started it dies, and kills every job child on its way out; each child asks for SIGKILL when the
 host dies (and its replay children for SIGKILL when it dies). A rule script that dies (Snakemake
 cancelled the job) closes its connection, and the host then stops that job's child: SIGTERM, which
-the replay worker answers by killing its replays, then SIGKILL. The socket is an abstract one
-(no file): nothing is left on disk whatever ends the host.
+the replay worker answers by killing its replays, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -22,18 +33,21 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 from spica_lib.base.lifetime import die_with_parent
-from spica_lib.host.client import HEADER, STARTED
+from spica_lib.host.client import ADDRESS_VARIABLE, HEADER, STARTED, job_environment, peer_uid
 from spica_lib.run.job import JobArgs
 
 POLL_SECONDS = 0.02
-REQUEST_TIMEOUT = 30.0
+REQUEST_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
+MAX_REQUEST_BYTES = 64 << 20
 
 
 @dataclass
@@ -43,8 +57,213 @@ class _Job:
     stop_deadline: float | None = None  # set once the rule script has gone
 
 
-class _Stop(Exception):
-    """SIGTERM: the owner is ending (or died)."""
+@dataclass
+class _Caller:
+    """A connection whose request is still arriving."""
+
+    connection: socket.socket
+    deadline: float
+    descriptors: list[int] = field(default_factory=list)
+    length: int | None = None
+    body: bytearray = field(default_factory=bytearray)
+
+
+@dataclass
+class _Request:
+    """A whole request, waiting for its warm-up and its fork."""
+
+    name: str
+    job: JobArgs
+    cwd: str
+    env: dict[str, str]
+    descriptors: list[int]
+    connection: socket.socket
+    prepare_seconds: float = 0.0
+
+
+class _Stop(BaseException):
+    """SIGTERM: the owner is ending (or died). A BaseException, so no job code's `except Exception` swallows it."""
+
+
+class _Host:
+    def __init__(self, listener: socket.socket):
+        self.listener: socket.socket | None = listener
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(listener, selectors.EVENT_READ, None)
+        self.jobs: dict[int, _Job] = {}
+        self.callers: dict[socket.socket, _Caller] = {}
+        self.waiting: deque[_Request] = deque()
+        self.preparing: tuple[_Request, threading.Thread] | None = None
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.selector.select(timeout=POLL_SECONDS):
+                if key.data is None:
+                    self._accept()
+                elif isinstance(key.data, _Caller):
+                    self._read(key.data)
+                else:  # the rule script closed its side (it was killed): stop its job
+                    self._stop_job(key.data)
+            self._drop_late_callers()
+            self._advance()
+            self._reap()
+
+    # -- callers ---------------------------------------------------------------------------------
+
+    def _accept(self) -> None:
+        assert self.listener is not None
+        try:
+            connection, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        uid = peer_uid(connection)
+        if uid != os.getuid():
+            print(f"spica host: refused a connection from uid {uid} (only uid {os.getuid()} may use it)", file=sys.stderr)
+            connection.close()
+            return
+        connection.setblocking(False)
+        caller = _Caller(connection=connection, deadline=time.monotonic() + REQUEST_SECONDS)
+        self.callers[connection] = caller
+        self.selector.register(connection, selectors.EVENT_READ, caller)
+
+    def _read(self, caller: _Caller) -> None:
+        try:
+            complete = _read_some(caller)
+        except (OSError, ValueError) as exc:
+            print(f"spica host: dropped a request: {exc}", file=sys.stderr)
+            self._drop(caller)
+            return
+        if complete:
+            self._forget(caller)
+            try:
+                request = _parse(caller)
+            except ValueError as exc:
+                print(f"spica host: dropped a request: {exc}", file=sys.stderr)
+                _close(caller.connection, caller.descriptors)
+                return
+            self.waiting.append(request)
+
+    def _drop_late_callers(self) -> None:
+        now = time.monotonic()
+        for caller in [c for c in self.callers.values() if now > c.deadline]:
+            print(f"spica host: dropped a caller that sent no whole request in {REQUEST_SECONDS:g} s", file=sys.stderr)
+            self._drop(caller)
+
+    def _forget(self, caller: _Caller) -> None:
+        self.selector.unregister(caller.connection)
+        del self.callers[caller.connection]
+
+    def _drop(self, caller: _Caller) -> None:
+        self._forget(caller)
+        _close(caller.connection, caller.descriptors)
+
+    # -- warm-up and fork ------------------------------------------------------------------------
+
+    def _advance(self) -> None:
+        """Finish the warm-up in progress, then start the next request's (forks wait for it: see module note)."""
+        if self.preparing is not None:
+            request, thread = self.preparing
+            if thread.is_alive():
+                return
+            self.preparing = None
+            from spica_lib.replay.warm_up import hung
+
+            if hung():
+                self._retire()
+                _close(request.connection, request.descriptors)  # no "started": its rule script runs it itself
+                return
+            self._fork(request)
+        while self.waiting and self.preparing is None:
+            request = self.waiting.popleft()
+            from spica_lib.host.registry import JOBS
+
+            prepare = JOBS[request.name][1]
+            if prepare is None:
+                self._fork(request)
+            else:
+                thread = threading.Thread(target=_prepare, args=(prepare, request), name="spica-prepare", daemon=True)
+                thread.start()
+                self.preparing = (request, thread)
+
+    def _fork(self, request: _Request) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self._close_in_child(request)
+            _job_child(request)
+        with contextlib.suppress(OSError):  # also here, so a stop sent before the child ran reaches its group
+            os.setpgid(pid, pid)
+        for descriptor in request.descriptors:
+            os.close(descriptor)
+        try:
+            request.connection.setblocking(True)
+            request.connection.sendall(STARTED)
+        except OSError:
+            pass  # the rule script is gone already: the reap below (or its closed socket) stops the job
+        job = _Job(pid=pid, connection=request.connection)
+        self.jobs[pid] = job
+        self.selector.register(job.connection, selectors.EVENT_READ, job)
+
+    def _retire(self) -> None:
+        """Stop taking jobs (a warm-up hung in this process): every later job runs in its own process."""
+        print("spica host: a warm-up hung; jobs from now on run in their own processes", file=sys.stderr)
+        if self.listener is not None:
+            self.selector.unregister(self.listener)
+            self.listener.close()
+            self.listener = None
+        for caller in list(self.callers.values()):
+            self._drop(caller)
+        while self.waiting:
+            request = self.waiting.popleft()
+            _close(request.connection, request.descriptors)
+
+    def _close_in_child(self, request: _Request) -> None:
+        """In a job's child: keep only the request's own descriptors (no listener, no other caller)."""
+        self.selector.close()
+        if self.listener is not None:
+            self.listener.close()
+        for caller in self.callers.values():
+            _close(caller.connection, caller.descriptors)
+        for other in self.waiting:
+            _close(other.connection, other.descriptors)
+        for job in self.jobs.values():
+            job.connection.close()
+        request.connection.close()
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def _stop_job(self, job: _Job) -> None:
+        self.selector.unregister(job.connection)
+        job.stop_deadline = time.monotonic() + STOP_GRACE_SECONDS
+        _signal_job(job.pid, signal.SIGTERM)
+
+    def _reap(self) -> None:
+        now = time.monotonic()
+        for pid, job in list(self.jobs.items()):
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended == 0:
+                if job.stop_deadline is not None and now > job.stop_deadline:
+                    _signal_job(pid, signal.SIGKILL)
+                continue
+            del self.jobs[pid]
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(job.connection)
+            with contextlib.suppress(OSError):
+                code = os.waitstatus_to_exitcode(status)
+                job.connection.sendall(json.dumps({"exit": code if code >= 0 else 128 - code}).encode() + b"\n")
+            job.connection.close()
+
+    def kill_all(self) -> None:
+        for pid in self.jobs:
+            _signal_job(pid, signal.SIGKILL)
+        for pid, job in self.jobs.items():
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            job.connection.close()
+        self.jobs.clear()
+        if self.listener is not None:
+            self.listener.close()
 
 
 def serve(name: str, owner: int) -> None:
@@ -54,117 +273,98 @@ def serve(name: str, owner: int) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)  # bound before the imports: an early job waits in the backlog, not refused
     listener.listen(64)
-    jobs: dict[int, _Job] = {}
+    listener.setblocking(False)
+    host = _Host(listener)
     try:
         from spica_lib.host.registry import preload
 
         preload()
-        _loop(listener, jobs)
+        host.serve()
     except _Stop:
         pass
     finally:
-        _kill_all(jobs)
-        listener.close()
+        host.kill_all()
 
 
-def _loop(listener: socket.socket, jobs: dict[int, _Job]) -> None:
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, None)
-    while True:
-        for key, _ in selector.select(timeout=POLL_SECONDS):
-            if key.data is None:
-                job = _accept(listener, jobs)
-                if job is not None:
-                    jobs[job.pid] = job
-                    selector.register(job.connection, selectors.EVENT_READ, job)
-            else:  # the rule script closed its side (it was killed): stop its job
-                selector.unregister(key.fileobj)
-                job = key.data
-                job.stop_deadline = time.monotonic() + STOP_GRACE_SECONDS
-                _signal_job(job.pid, signal.SIGTERM)
-        _reap(jobs, selector)
-
-
-def _accept(listener: socket.socket, jobs: dict[int, _Job]) -> _Job | None:
-    connection, _ = listener.accept()
-    descriptors: list[int] = []
-    try:
-        connection.settimeout(REQUEST_TIMEOUT)
-        name, job, request, descriptors = _read_request(connection)
-        from spica_lib.host.registry import JOBS
-
-        prepare, started = JOBS[name][1], time.perf_counter()
-        if prepare is not None:
-            prepare(job)  # loaded here once, so every later job forks warm
-        request["prepare_seconds"] = time.perf_counter() - started
-    except Exception:
-        traceback.print_exc()  # a bad request or a failed warm-up: the rule script runs the job itself
-        for descriptor in descriptors:
-            os.close(descriptor)
-        connection.close()
-        return None
-    connection.settimeout(None)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        _job_child(name, job, request, descriptors, connection, jobs)
-    with contextlib.suppress(OSError):  # also here, so a stop sent before the child ran reaches its group
-        os.setpgid(pid, pid)
-    for descriptor in descriptors:
-        os.close(descriptor)
-    connection.sendall(STARTED)
-    return _Job(pid=pid, connection=connection)
-
-
-def _read_request(connection: socket.socket) -> tuple[str, JobArgs, dict[str, Any], list[int]]:
-    header, descriptors, _, _ = socket.recv_fds(connection, HEADER.size, 2)
-    if len(header) != HEADER.size or len(descriptors) != 2:
-        raise ValueError("malformed request header")
-    (length,) = HEADER.unpack(header)
-    body = bytearray()
-    while len(body) < length:
-        chunk = connection.recv(min(1 << 16, length - len(body)))
+def _read_some(caller: _Caller) -> bool:
+    """Read what has arrived of the caller's request; True once it is whole. Raises on a bad one."""
+    if caller.length is None:
+        header, descriptors, _, _ = socket.recv_fds(caller.connection, HEADER.size, 2)
+        caller.descriptors.extend(descriptors)
+        if len(header) != HEADER.size or len(descriptors) != 2:
+            raise ValueError("malformed request header")
+        (caller.length,) = HEADER.unpack(header)
+        if caller.length > MAX_REQUEST_BYTES:
+            raise ValueError(f"a request of {caller.length} bytes")
+    while len(caller.body) < caller.length:
+        try:
+            chunk = caller.connection.recv(min(1 << 16, caller.length - len(caller.body)))
+        except BlockingIOError:
+            return False
         if not chunk:
             raise ValueError("the request ended early")
-        body.extend(chunk)
-    request = json.loads(body)
-    return request["job"], JobArgs.model_validate(request["args"]), request, descriptors
+        caller.body.extend(chunk)
+    return True
 
 
-def _job_child(
-    name: str,
-    job: JobArgs,
-    request: dict[str, Any],
-    descriptors: list[int],
-    connection: socket.socket,
-    jobs: dict[int, _Job],
-) -> None:
+def _parse(caller: _Caller) -> _Request:
+    try:
+        request = json.loads(caller.body)
+        from spica_lib.host.registry import JOBS
+
+        if request["job"] not in JOBS:
+            raise ValueError(f"no job named {request['job']!r}")
+        return _Request(
+            name=request["job"],
+            job=JobArgs.model_validate(request["args"]),
+            cwd=str(request["cwd"]),
+            env=job_environment(request["env"]),
+            descriptors=caller.descriptors,
+            connection=caller.connection,
+        )
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"malformed request: {exc}") from exc
+    except Exception as exc:  # pydantic's ValidationError
+        raise ValueError(str(exc)) from exc
+
+
+def _prepare(prepare: Any, request: _Request) -> None:
+    """On the warm-up thread: load what the job needs, so it (and every later job of its kind) forks warm.
+
+    A failure here is the job's, not the host's: it is printed and the job forks anyway, where it
+    meets the same problem and reports it in its own log.
+    """
+    started = time.perf_counter()
+    try:
+        prepare(request.job)
+    except BaseException:  # noqa: BLE001 - a Rust panic is a BaseException
+        traceback.print_exc()
+    request.prepare_seconds = time.perf_counter() - started
+
+
+def _job_child(request: _Request) -> None:
     """Body of a forked job: become the rule script's stand-in, run the job, exit with its code."""
     code = 1
     try:
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)  # its own group: stopping the job reaches its replays too
-        host = os.getppid()
-        die_with_parent(host, signal.SIGKILL)
+        die_with_parent(os.getppid(), signal.SIGKILL)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
-        connection.close()
-        for other in jobs.values():
-            other.connection.close()
-        os.dup2(descriptors[0], 1)
-        os.dup2(descriptors[1], 2)
-        for descriptor in descriptors:
+        os.dup2(request.descriptors[0], 1)
+        os.dup2(request.descriptors[1], 2)
+        for descriptor in request.descriptors:
             os.close(descriptor)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
+        os.chdir(request.cwd)
+        for variable in job_environment(dict(os.environ)):
+            del os.environ[variable]
+        os.environ.update(request.env)
         from spica_lib.host.registry import run_job_here
         from spica_lib.run.job import HOST
 
-        HOST.hosted, HOST.prepare_seconds = True, request["prepare_seconds"]
+        HOST.hosted, HOST.prepare_seconds = True, request.prepare_seconds
         try:
-            run_job_here(name, job)
+            run_job_here(request.name, request.job)
             code = 0
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1
@@ -177,31 +377,12 @@ def _job_child(
         os._exit(code)
 
 
-def _reap(jobs: dict[int, _Job], selector: selectors.BaseSelector) -> None:
-    now = time.monotonic()
-    for pid, job in list(jobs.items()):
-        ended, status = os.waitpid(pid, os.WNOHANG)
-        if ended == 0:
-            if job.stop_deadline is not None and now > job.stop_deadline:
-                _signal_job(pid, signal.SIGKILL)
-            continue
-        del jobs[pid]
-        with contextlib.suppress(KeyError, ValueError):
-            selector.unregister(job.connection)
+def _close(connection: socket.socket, descriptors: list[int]) -> None:
+    for descriptor in descriptors:
         with contextlib.suppress(OSError):
-            code = os.waitstatus_to_exitcode(status)
-            job.connection.sendall(json.dumps({"exit": code if code >= 0 else 128 - code}).encode() + b"\n")
-        job.connection.close()
-
-
-def _kill_all(jobs: dict[int, _Job]) -> None:
-    for pid in jobs:
-        _signal_job(pid, signal.SIGKILL)
-    for pid, job in jobs.items():
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
-        job.connection.close()
-    jobs.clear()
+            os.close(descriptor)
+    descriptors.clear()
+    connection.close()
 
 
 def _signal_job(pid: int, signum: int) -> None:
@@ -214,4 +395,4 @@ def _raise_stop(signum: int, frame: Any) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], int(sys.argv[2]))
+    serve(os.environ[ADDRESS_VARIABLE].partition("@")[0], int(sys.argv[1]))

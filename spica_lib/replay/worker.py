@@ -37,11 +37,10 @@ from spica_lib.replay.stall import (
     pace_stall,
     prefix_stall,
 )
+from spica_lib.replay.warm_up import warm_up
 
 STDERR_TAIL = 2000
 POLL_SECONDS = 0.05
-# A replay of a handful of requests: enough to load the perf DB behind a (system, backend, version).
-WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}, "screen": None, "pace": None}
 
 
 @dataclass
@@ -70,44 +69,6 @@ class _Running:
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
     open_pipes: int = 2
-
-
-def warm_up_call(call: dict[str, Any]) -> dict[str, Any]:
-    """The same engines, router and planner as `call`, on a few tiny requests."""
-    return {**call, **WARM_UP_LOAD}
-
-
-def warm_up_groups(calls: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """One warm-up call per distinct set of engine timing sources (system, backend, version) and planner use."""
-    groups: dict[str, dict[str, Any]] = {}
-    for call in calls.values():
-        engines = sorted(
-            (args.get("aic_system"), args.get("aic_backend"), args.get("aic_backend_version"))
-            for args in call["engines"].values()
-        )
-        signature = json.dumps([engines, call["kwargs"].get("planner_config") is not None])
-        groups.setdefault(signature, warm_up_call(call))
-    return groups
-
-
-# The groups this process has already warmed. A process forked from it (a job forked by the
-# sweep's warm host, a replay child) inherits them warm, so it skips them.
-_WARMED: set[str] = set()
-
-
-def warm_up(calls: dict[str, dict[str, Any]]) -> float:
-    """Load Dynamo and the perf DBs these calls need, in this process, once; return the seconds spent.
-
-    A failing warm-up is not fatal: the children then pay the load themselves and report errors.
-    """
-    started = time.perf_counter()
-    for signature, call in warm_up_groups(calls).items():
-        if signature in _WARMED:
-            continue
-        with contextlib.suppress(Exception):
-            execute_call(call)
-            _WARMED.add(signature)
-    return time.perf_counter() - started
 
 
 class ReplayWorker:

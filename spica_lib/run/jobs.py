@@ -8,6 +8,7 @@ process that already holds Vizier, Dynamo and the perf DBs, so a round pays no s
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
@@ -31,6 +32,7 @@ from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, refill_round, suggest_round, tell_round
+from spica_lib.replay.warm_up import failures as warm_up_failures
 from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
@@ -127,6 +129,12 @@ def warm_up_for_replay(job: JobArgs) -> None:
     warm_up_trials(replay_specs(job))
 
 
+def _log_warm_up(log: logging.Logger, seconds: float) -> None:
+    log.info("Dynamo and perf DBs ready after %.2f s", seconds)
+    for signature, reason in warm_up_failures().items():
+        log.warning("the warm-up for %s failed (%s); its replays load what they need themselves", signature, reason)
+
+
 def replay(job: JobArgs) -> None:
     """Rule `replay`: one replay job of a round -> rounds/<branch>/<k>/trials/<job>/<key>.json, one file per trial.
 
@@ -167,7 +175,7 @@ def replay(job: JobArgs) -> None:
             max_eval_seconds=job.params["max_eval_seconds"],
             parallel=job.threads,
             # The host's warm-up for this job counts: it is what the job waited for before its first replay.
-            on_warm=lambda seconds: log.info("Dynamo and perf DBs ready after %.2f s", seconds + HOST.prepare_seconds),
+            on_warm=lambda seconds: _log_warm_up(log, seconds + HOST.prepare_seconds),
         )
         try:
             for record, source in records:

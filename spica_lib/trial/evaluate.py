@@ -21,7 +21,8 @@ from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.call import NO_REQUEST_DONE
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo
 from spica_lib.replay.request import ReplayOutcome, ReplayRequest, ScreenOutcome, replay_call
-from spica_lib.replay.worker import ChildOutcome, ReplayWorker, warm_up
+from spica_lib.replay.warm_up import warm_up
+from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
 from spica_lib.trial.screen import screen_plan
