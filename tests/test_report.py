@@ -110,7 +110,9 @@ def test_deployment_files_parse_and_name_the_replayed_shape_and_what_the_generat
 
 def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeypatch):
     run, _ = default_run
-    statuses = {s.branch: s for s in run_status(run)}
+    status = run_status(run)
+    assert status.state == "finished" and status.snakemake is None
+    statuses = {s.branch: s for s in status.branches}
     summary = json.loads((run / "summary.json").read_text())
     for branch, status in statuses.items():
         assert status.rounds_told == 2 and status.trials_running == 0
@@ -126,7 +128,7 @@ def test_status_of_a_run_stopped_after_one_round(tmp_path):
     data = default_config(rounds=3, per_round=2)
     data["search_space"]["deployment_mode"] = ["agg"]
     run, _ = sweep(tmp_path, data, "--run", "half", "--", "results/half/rounds/agg/0/observations.json")
-    (status,) = run_status(run)
+    (status,) = run_status(run).branches
     round_zero = json.loads((run / "rounds" / "agg" / "0" / "suggestions.json").read_text())
     assert status.rounds_told == 1 and status.rounds_total == 3
     assert status.trials_finished == len(round_zero["new_keys"]) and status.trials_running == 0

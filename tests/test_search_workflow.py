@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import REPO, WALL_CLOCK_METRICS, write_yaml
 
-from spica_lib.report.status import run_status
+from spica_lib.report.status import run_status, status_text
 
 pytestmark = pytest.mark.slow
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
@@ -97,7 +97,7 @@ def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
     assert history["tallies"][0]["refills"] == len(passes) - 1
     trials = list(round_zero.glob("trials/*/*.json"))
     assert len(trials) == sum(len(p["new_keys"]) for p in passes)
-    (status,) = run_status(run_dir(tmp_path))  # `spica status` counts the refills' trials too
+    (status,) = run_status(run_dir(tmp_path)).branches  # `spica status` counts the refills' trials too
     assert status.trials_finished == status.trials_failed == len(trials) and status.stalled
 
 
@@ -119,14 +119,24 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     deadline = time.time() + 300
     while time.time() < deadline and len(list(trials.glob("*/rounds/*/*/trials/*/*.json"))) < 2:
         time.sleep(0.5)
+    assert run_status(run_dir(killed)).state == "running"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     assert not list(trials.glob("*/summary.json")), "the sweep finished before it was killed"
     finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trials.glob("*/rounds/*/*/trials/*/*.json")}
     assert len(finished) >= 2
+    status = run_status(run_dir(killed))
+    assert status.state == "stopped" and all(b.trials_running == 0 for b in status.branches)
+    assert "stopped: its Snakemake is gone" in status_text(run_dir(killed), status)
+    # What a write killed half-way leaves: a temporary beside its artifact.
+    torn = run_dir(killed) / "rounds" / ".observations.json.k1ll3d.tmp"
+    torn.write_text("{")
+    os.utime(torn, (time.time() - 5, time.time() - 5))
 
     resumed = run(killed, path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not torn.exists()  # the resumed run cleared its predecessor's temporary
+    assert run_status(run_dir(killed)).state == "finished"
     assert all((p.stat().st_mtime_ns, p.read_bytes()) == before for p, before in finished.items())  # nothing recomputed
     assert keys_by_round(run_dir(killed)) == keys_by_round(run_dir(straight))  # same trials, same order
     ranked = [pd.read_csv(run_dir(folder) / "ranked.csv") for folder in (straight, killed)]

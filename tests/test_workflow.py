@@ -131,3 +131,17 @@ def test_load_predictor_stage_scores_each_candidate_as_its_own_job_and_resumes(t
         p.name: p.stat().st_mtime_ns for p in scores if p.name != "arima_raw.json"
     } == kept  # only the lost one rescored
     assert json.loads((run / "load_predictor.json").read_text()) == result
+
+
+def test_a_cluster_job_gets_the_time_of_every_workload_it_replays(tmp_path, monkeypatch):
+    from spica_lib.run.layout import prepare_run
+    from spica_lib.run.time_limits import replay_job_minutes
+
+    monkeypatch.chdir(tmp_path)
+    two = prepare_run(str(REPO / "config" / "examples" / "two_workloads.yaml"))
+    one = prepare_run(str(REPO / "config" / "default.yaml"))
+    assert (two.workloads, one.workloads) == (2, 1)
+    # 4 trials, 2 at a time, 5-minute limit: 2 waves on one workload, 4 on two, plus the job's margin.
+    assert replay_job_minutes(4, one.workloads, 2, 300) == 2 * 5 + 5
+    assert replay_job_minutes(4, two.workloads, 2, 300) == 4 * 5 + 5
+    assert replay_job_minutes(3, 2, 4, None) == 2 * 60 + 5  # no limit: an hour per replay

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
 Model = TypeVar("Model", bound="BaseModel")
+# `.<name>.<random>.tmp`: what a write killed half-way leaves (a resumed run clears them, run/sweep_process.py).
+TEMPORARY_SUFFIX = ".tmp"
 
 
 def canonical_json(data: Any) -> str:
@@ -37,7 +39,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     """A fresh temporary path beside `path` to write to; on success it is synced and renamed over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; an artifact is as readable as any file the user writes
     os.close(handle)
     try:

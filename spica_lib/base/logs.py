@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+FILE_ONLY = "file_only"  # log.info(..., extra={FILE_ONLY: True}): to the stage's log file, not stderr
+
+
 @contextlib.contextmanager
 def stage_log(path: str, keep: bool = False) -> Iterator[logging.Logger]:
     """A logger writing to `path` (and stderr) for the duration of one rule script.
@@ -23,6 +26,7 @@ def stage_log(path: str, keep: bool = False) -> Iterator[logging.Logger]:
     # Appending, so the handler reopens the file if a library closes every handler (Dynamo's planner
     # reconfigures logging when it loads); a closed "w" handler drops every later line silently.
     handlers = [logging.FileHandler(path, mode="a", encoding="utf-8"), logging.StreamHandler()]
+    handlers[1].addFilter(lambda record: not getattr(record, FILE_ONLY, False))
     for handler in handlers:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
-from spica_lib.base.logs import stage_log
+from spica_lib.base.logs import FILE_ONLY, stage_log
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
 from spica_lib.trial.score import score_text
@@ -310,8 +310,8 @@ def merge(job: JobArgs) -> None:
             finished,
         )
         write_model(job.output["summary"], summary)
-        log.info("%s", summary.line)
-        print(summary.line)
+        log.info("%s", summary.line, extra={FILE_ONLY: True})
+        print(summary.line)  # once, on stdout (the log file keeps its copy)
 
 
 def _previous(job: JobArgs) -> BranchHistory | None:

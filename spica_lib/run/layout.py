@@ -180,7 +180,8 @@ class RunLayout(RunFiles):
     is_pareto: bool
     max_eval_seconds: float | None
     parallel_evals: int
-    finish_replays: int = 0  # the finish's replays at most: finish_top x finish_samples
+    workloads: int = 1  # each is its own replay of every trial
+    finish_trials: int = 0  # the finish's trial replays at most: finish_top x finish_samples
     baselines: bool = False  # sweep.baselines: replay the baselines next to the search
 
     @property
@@ -241,10 +242,8 @@ def prepare_run(
         is_pareto=config.goal.is_pareto,
         max_eval_seconds=config.sweep.max_eval_seconds,
         parallel_evals=config.sweep.parallel_evals,
-        # Each workload of a trial is its own replay, with its own time limit.
-        finish_replays=(config.sweep.finish_top or 0)
-        * (config.sweep.finish_samples or 0)
-        * len(config.workloads or [config.workload]),
+        workloads=len(config.workloads or [config.workload]),
+        finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_samples or 0),
         baselines=bool(config.sweep.baselines),
     )
     existing = Path(layout.config_json)

@@ -1,4 +1,4 @@
-import math
+from spica_lib.run.time_limits import replay_job_minutes
 
 
 # aiconfigurator's own pick needs only the config: it runs next to the search, on its static estimate.
@@ -18,7 +18,7 @@ rule aiconfigurator_pick:
         mem_mb=4000,
         runtime=15,
     script:
-        "../scripts/aiconfigurator_pick.py"
+        "../../scripts/aiconfigurator_pick.py"
 
 
 # The baselines, replayed with the search's workload and SLA once the ranking is final (after the finish).
@@ -43,8 +43,7 @@ rule baselines:
     threads: max(1, min(3, RUN.parallel_evals // len(RUN.modes)))
     resources:
         mem_mb=lambda wildcards, threads: 4000 * threads,
-        # Minutes: at most three replays in waves of `threads`, each up to its limit.
-        runtime=lambda wildcards, threads: math.ceil(3 / max(1, threads)) * math.ceil((RUN.max_eval_seconds or 3600) / 60)
-        + 5,
+        # Minutes: at most three baselines to replay, each on every workload.
+        runtime=lambda wildcards, threads: replay_job_minutes(3, RUN.workloads, threads, RUN.max_eval_seconds),
     script:
-        "../scripts/baselines.py"
+        "../../scripts/baselines.py"

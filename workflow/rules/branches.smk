@@ -13,4 +13,4 @@ rule branches:
         modes=RUN.modes,
     localrule: True
     script:
-        "../scripts/branches.py"
+        "../../scripts/branches.py"

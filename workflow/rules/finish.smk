@@ -1,4 +1,4 @@
-import math
+from spica_lib.run.time_limits import replay_job_minutes
 
 
 # The finish: the top `sweep.finish_top` deployments replayed on `sweep.finish_samples` fresh traffic
@@ -20,9 +20,9 @@ rule finish:
     threads: max(1, RUN.parallel_evals // len(RUN.modes))
     resources:
         mem_mb=lambda wildcards, threads: 4000 * threads,
-        # Minutes: at most finish_top x finish_samples x workloads replays in waves of `threads`, each up to its limit.
-        runtime=lambda wildcards, threads: math.ceil(RUN.finish_replays / max(1, threads))
-        * math.ceil((RUN.max_eval_seconds or 3600) / 60)
-        + 5,
+        # Minutes: at most finish_top x finish_samples trials, each on every workload.
+        runtime=lambda wildcards, threads: replay_job_minutes(
+            RUN.finish_trials, RUN.workloads, threads, RUN.max_eval_seconds
+        ),
     script:
-        "../scripts/finish.py"
+        "../../scripts/finish.py"

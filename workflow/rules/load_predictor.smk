@@ -23,7 +23,7 @@ rule load_predictor_score:
         runtime=30,
     localrule: True  # seconds each: on a cluster, queueing would cost more than the scoring
     script:
-        "../scripts/load_predictor_score.py"
+        "../../scripts/load_predictor_score.py"
 
 
 rule load_predictor:
@@ -42,4 +42,4 @@ rule load_predictor:
         run=RUN.run,
     localrule: True
     script:
-        "../scripts/load_predictor.py"
+        "../../scripts/load_predictor.py"

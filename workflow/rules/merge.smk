@@ -17,4 +17,4 @@ rule merge:
         run_dir=RUN.dir,
     localrule: True
     script:
-        "../scripts/merge.py"
+        "../../scripts/merge.py"

@@ -11,4 +11,4 @@ rule policies:
         run=RUN.run,
     localrule: True
     script:
-        "../scripts/policies.py"
+        "../../scripts/policies.py"

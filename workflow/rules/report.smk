@@ -25,4 +25,4 @@ rule report:
         run_dir=RUN.dir,
     localrule: True
     script:
-        "../scripts/report.py"
+        "../../scripts/report.py"

@@ -5,12 +5,12 @@
 # When replays of a pass fail or time out, a refill checkpoint asks for replacements in the same round
 # (rounds/<branch>/<k>/refill/<p>/); their replay jobs continue the round's job numbers, and tell waits
 # for the last pass. Replay is a checkpoint so that tell can see whether another pass is needed.
-import math
 import os
 
 from snakemake.exceptions import WorkflowError
 
 from spica_lib.base.artifacts import read_model
+from spica_lib.run.time_limits import replay_job_minutes
 from spica_lib.search.history import RoundSuggestions
 from spica_lib.search.rounds import replacements_needed
 from spica_lib.trial.store import read_trial
@@ -116,7 +116,7 @@ checkpoint suggest:
         trials_per_job=trials_per_job(),
     localrule: True
     script:
-        "../scripts/suggest.py"
+        "../../scripts/suggest.py"
 
 
 checkpoint refill:
@@ -140,7 +140,7 @@ checkpoint refill:
         trials_per_job=trials_per_job(),
     localrule: True
     script:
-        "../scripts/refill.py"
+        "../../scripts/refill.py"
 
 
 # A replay job that dies without writing its folder was killed from outside (SLURM time limit, node
@@ -157,10 +157,9 @@ def last_replay_attempt(wildcards):
 
 
 def replay_runtime(wildcards, input, threads):
-    """Minutes: the job's trials in waves of `threads`, each up to max_eval_seconds, plus 5."""
+    """Minutes: the job's trials on every workload, in waves of `threads` (spica_lib/run/time_limits.py)."""
     trials = len(read_model(input.suggestions, RoundSuggestions).batch(int(wildcards.batch)))
-    waves = math.ceil(trials / max(1, threads))
-    return waves * math.ceil((RUN.max_eval_seconds or 3600) / 60) + 5
+    return replay_job_minutes(trials, RUN.workloads, threads, RUN.max_eval_seconds)
 
 
 checkpoint replay:
@@ -184,7 +183,7 @@ checkpoint replay:
         runtime=replay_runtime,
         trial_attempt=lambda wildcards, attempt: attempt,  # 1, then +1 per retry (params cannot see it)
     script:
-        "../scripts/replay.py"
+        "../../scripts/replay.py"
 
 
 rule tell:
@@ -202,4 +201,4 @@ rule tell:
         run_dir=RUN.dir,
     localrule: True
     script:
-        "../scripts/tell.py"
+        "../../scripts/tell.py"

@@ -12,4 +12,4 @@ rule validate:
         run=RUN.run,
     localrule: True
     script:
-        "../scripts/validate.py"
+        "../../scripts/validate.py"
