@@ -76,23 +76,26 @@ def run_sweep(
     run: str | None = None,
     extra: list[str] | None = None,
 ) -> int:
-    directory = Path.cwd().resolve()
     command = snakemake_command(config, cores, profile, run, list(extra or []))
+    problem = clear_stale_lock(Path.cwd().resolve(), command)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+    return run_forwarding_signals(command)
+
+
+def clear_stale_lock(directory: Path, command: list[str]) -> str | None:
+    """Remove the lock a killed Snakemake left in `directory`; None when the sweep may start, else why not."""
     with unlock_guard(directory) as guarded:
         if not guarded:
-            print(f"another spica run is checking the lock in {directory}; try again", file=sys.stderr)
-            return 1
+            return f"another spica run is checking the lock in {directory}; try again"
         if has_lock(directory):
             others = other_snakemake_here(directory)
             if others:
-                print(
-                    f"another Snakemake (pid {others}) is working in {directory}; not touching its lock",
-                    file=sys.stderr,
-                )
-                return 1
+                return f"another Snakemake (pid {others}) is working in {directory}; not touching its lock"
             print("clearing the lock left by an interrupted run", file=sys.stderr)
             subprocess.run([*command, "--unlock"], check=True, capture_output=True)
-    return run_forwarding_signals(command)
+    return None
 
 
 UNLOCK_WAIT_SECONDS = 30.0  # how long a second `spica run` waits for the first one's check and unlock

@@ -1,0 +1,52 @@
+"""`run_smart_search`: the default sweep from Python, its answer read back typed, a second call a resume."""
+
+import sys
+
+import pandas as pd
+import pytest
+from conftest import REPO
+
+from spica_lib.api import SearchOutcome, run_smart_search
+from spica_lib.config import ConfigError
+from spica_lib.results.merge import CandidateRow
+
+
+def test_run_smart_search_runs_the_default_sweep_and_returns_its_ranking_then_resumes(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPICA_WARM_HOST", raising=False)
+    outcome = run_smart_search(REPO / "config" / "default.yaml", cores=2, workdir=tmp_path)
+    assert isinstance(outcome, SearchOutcome) and all(isinstance(row, CandidateRow) for row in outcome.ranked)
+    assert outcome.run_dir.parent == tmp_path / "results"
+    ranked = pd.read_csv(outcome.run_dir / "ranked.csv")
+    assert [row.key for row in outcome.ranked] == list(ranked["key"])  # the files' order, best first
+    assert outcome.best.finish is not None and outcome.best.finish.recommended  # the finish's recommendation
+    assert outcome.summary.best_score == pytest.approx(outcome.best.finish.statistic)
+    readme_shows_this_run(outcome)
+    trials = {p: p.stat().st_mtime_ns for p in outcome.run_dir.glob("rounds/*/*/trials/*/*.json")}
+    again = run_smart_search(REPO / "config" / "default.yaml", workdir=tmp_path)
+    assert again == outcome  # resumed: nothing left to do, the same answer
+    assert {p: p.stat().st_mtime_ns for p in outcome.run_dir.glob("rounds/*/*/trials/*/*.json")} == trials
+
+
+def test_a_bad_config_raises_before_anything_runs(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("search_space: {model_name: Qwen/Qwen3-32B, hardware_sku: h200_sxm, total_gpus: -1}\n")
+    with pytest.raises(ConfigError, match="total_gpus"):
+        run_smart_search(bad, workdir=tmp_path)
+    assert not (tmp_path / "results").exists()
+
+
+def readme_shows_this_run(outcome):
+    """The README's example (bench/readme_example.py) is this sweep's top: same deployments, same
+    order, same GPUs, scores within 3 % (a KV-router or planner replay may differ by a little)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from readme_example import BEGIN, END, top_table
+
+    readme = (REPO / "README.md").read_text()
+    shown = [row for row in readme[readme.index(BEGIN) : readme.index(END)].splitlines() if row.startswith("|")]
+    report = (outcome.run_dir / "report" / "report.md").read_text()
+    ran = top_table(report, len(shown) - 2)
+    assert len(shown) > 2 and len(ran) == len(shown)
+    for readme_row, run_row in zip(shown[2:], ran[2:]):
+        a, b = readme_row.split("|"), run_row.split("|")
+        assert (a[1], a[2], a[4]) == (b[1], b[2], b[4]), "rerun bench/readme_example.py"
+        assert float(a[3].split()[0]) == pytest.approx(float(b[3].split()[0]), rel=0.03)
