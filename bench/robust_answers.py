@@ -40,6 +40,7 @@ from pathlib import Path
 os.environ.setdefault("DYN_LOG", "error")
 
 from spica_lib.config import SmartSearchConfig  # noqa: E402
+from spica_lib.config.narrow import narrowed  # noqa: E402
 from spica_lib.facts.kv_capacity import KvEstimator  # noqa: E402
 from spica_lib.pools.branches import enumerate_branches  # noqa: E402
 from spica_lib.results.confidence import judge  # noqa: E402
@@ -92,7 +93,7 @@ def config_for(landscape: str, sample: int, top: int, samples: int) -> SmartSear
     else:
         sweep["seed"] = sample  # one trace: the search's own seed varies instead; its held-out part is one sample
     return SmartSearchConfig.from_mapping(
-        {"search_space": {**SPACE, **space}, "workload": workload, "goal": {"target": "goodput_per_gpu", "sla": sla},
+        {"search_space": narrowed(SPACE, **space), "workload": workload, "goal": {"target": "goodput_per_gpu", "sla": sla},
          "sweep": sweep}  # fmt: skip
     )
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import yaml
+from spica_lib.config.narrow import narrowed
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = str(REPO / "profiles" / "slurm")
@@ -27,7 +28,7 @@ RUNS = 3
 
 def sweep(folder: Path) -> Path:
     data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
-    data["search_space"]["router_mode"] = ["round_robin"]
+    data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
     data["sweep"].update(max_rounds=2, candidates_per_round=4, parallel_evals=4, seed=3)
     path = folder / "spica.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -29,6 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+from spica_lib.config.narrow import narrowed
 
 REPO = Path(__file__).resolve().parents[1]
 CORES = 2
@@ -101,11 +102,11 @@ def bench_default() -> None:
 
 def p1_config() -> dict:
     data = default_config()
-    data["search_space"]["router_mode"] = ["round_robin"]
-    data["search_space"]["planner_scaling_policy"] = ["disabled"]
+    data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
+    data["search_space"] = narrowed(data["search_space"], planner_scaling_policy=["disabled"])
     data["workload"] = {"trace_path": str(REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl")}
     data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 40}}
-    data["search_space"]["deployment_mode"] = ["agg"]
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     # No prefix screen: P1 measures overhead around replays that run in full (at full speed this trace
     # overloads every layout, and the screen would stop each one on its prefix).
     data["sweep"].update(max_rounds=8, candidates_per_round=4, max_eval_seconds=300, seed=1, screen_fraction=None)
@@ -136,7 +137,7 @@ def bench_p1() -> None:
 
 def rounds_config(rounds: int) -> dict:
     data = default_config()
-    data["search_space"]["deployment_mode"] = ["agg"]
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     data["workload"]["num_request_ratio"] = 5  # 40 requests: about 0.05 s per replay
     data["sweep"].update(max_rounds=rounds, candidates_per_round=2, seed=2)
     return data

@@ -215,6 +215,60 @@ def test_min_endpoint_needs_a_policy_that_scales():
     assert space.search_space.min_endpoint == 2
 
 
+@pytest.mark.parametrize(
+    "knob, value, policies, needed",
+    [
+        ("planner_fpm_sampling", ["large"], ["disabled"], "scales,"),
+        ("planner_load_sensitivity", ["aggressive"], ["disabled", "throughput_180_5"], "scales on load"),
+        ("load_predictor_candidates", ["arima_raw"], ["disabled", "load_180_5"], "scales on throughput"),
+        ("startup_time", 120.0, ["disabled"], "scales (it is a new worker's start-up),"),
+    ],
+)
+def test_a_planner_knob_set_by_hand_needs_a_policy_it_steers(knob, value, policies, needed):
+    rejected(
+        config_data(search_space={"planner_scaling_policy": policies, knob: value}),
+        "search_space",
+        f"{knob} steers an autoscaling planner that {needed.rstrip(',')}",
+    )
+    steered = "throughput_180_5" if knob == "load_predictor_candidates" else "load_180_5"
+    space = build(config_data(search_space={"planner_scaling_policy": [*policies, steered], knob: value}))
+    assert getattr(space.search_space, knob) == value
+    # Left out, the knob takes its default list whatever the policies: nothing was asked for.
+    assert build(config_data(search_space={"planner_scaling_policy": policies})).search_space
+
+
+@pytest.mark.parametrize(
+    "modes, knob, value",
+    [
+        (["agg"], "prefill_max_num_seqs", [8, 16]),
+        (["agg"], "decode_block_size", 32),
+        (["agg"], "prefill_gpu_memory_utilization", 0.8),
+        (["disagg"], "agg_max_num_seqs", [128]),
+        (["disagg"], "agg_enable_prefix_caching", False),
+    ],
+)
+def test_a_roles_engine_settings_need_a_mode_with_that_role(modes, knob, value):
+    rejected(config_data(search_space={"deployment_mode": modes, knob: value}), "search_space", f"['{knob}'] set the engines")
+    both = build(config_data(search_space={"deployment_mode": ["agg", "disagg"], knob: value}))
+    assert getattr(both.search_space, knob) == value
+
+
+@pytest.mark.parametrize("knob, value", [("overlap_score_credit", [0.1]), ("prefill_load_scale", [2.0]), ("router_temperature", [0.5])])
+def test_kv_router_weights_need_the_kv_router(knob, value):
+    rejected(config_data(search_space={"router_mode": ["round_robin"], knob: value}), "search_space", "weigh the KV router")
+    assert getattr(build(config_data(search_space={"router_mode": ["kv_router"], knob: value})).search_space, knob) == value
+    # prefill_load_scale is the router's, not the prefill engine's: an agg-only search takes it.
+    assert build(config_data(search_space={"deployment_mode": ["agg"], "router_mode": ["kv_router"], knob: value}))
+
+
+def test_a_normalised_config_with_every_default_filled_in_reads_back():
+    # The refusals compare with the defaults, so config.json (every field written) validates again.
+    data = config_data(search_space={"deployment_mode": ["agg"], "router_mode": ["round_robin"],
+                                     "planner_scaling_policy": ["disabled"]})  # fmt: skip
+    config = build(data)
+    assert build(config.model_dump(mode="json")) == config
+
+
 def test_parallel_pins_need_exactly_one_mode():
     rejected(
         config_data(search_space={"parallel_configs": [{"tp": 1, "replicas": 2}]}), "search_space", "exactly one mode"

@@ -14,6 +14,7 @@ from spica_lib.results.confidence import judge
 from spica_lib.results.finish import FinishedDeployment, FinishResult, SampleOutcome
 from spica_lib.results.merge import CandidateRow, SweepSummary, apply_finish
 from spica_lib.trial.score import Candidate
+from spica_lib.config.narrow import narrowed
 
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
 
@@ -160,7 +161,7 @@ def test_a_sweep_finishes_on_fresh_samples_disjoint_from_its_own_and_recommends_
 def test_a_kv_router_deployment_on_a_closed_loop_is_repeated_and_round_robin_stands_without_a_replay(tmp_path):
     data = yaml.safe_load((REPO / "config" / "examples" / "pinned_parallel.yaml").read_text())
     data["search_space"]["parallel_configs"] = [{"tp": 2, "replicas": 2}]
-    data["search_space"]["router_mode"] = ["kv_router", "round_robin"]
+    data["search_space"] = narrowed(data["search_space"], router_mode=["kv_router", "round_robin"])
     data["workload"] = {"isl": 1024, "osl": 128, "concurrency": 8, "num_request_ratio": 6}
     data["goal"] = {"target": "throughput_per_gpu"}
     data["sweep"].update(max_rounds=1, candidates_per_round=2, finish_top=2, finish_samples=3, baselines=False)
@@ -207,9 +208,9 @@ def test_a_trace_with_a_holdout_is_searched_without_it_and_the_finish_checks_the
     monkeypatch.setenv("SPICA_TRACE_SPLITS", str(tmp_path / "splits"))
     data = yaml.safe_load((REPO / "config" / "examples" / "trace.yaml").read_text())
     data["workload"] = {"trace_path": str(REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"), "holdout": 0.25}
-    data["search_space"].update(
-        deployment_mode=["agg"], router_mode=["round_robin"], planner_scaling_policy=["disabled"], gpu_budget=16,
-        parallel_configs=[{"tp": 2, "replicas": 4}, {"tp": 4, "replicas": 2}, {"tp": 2, "replicas": 8}],
+    data["search_space"] = narrowed(
+        data["search_space"], deployment_mode=["agg"], router_mode=["round_robin"], planner_scaling_policy=["disabled"],
+        gpu_budget=16, parallel_configs=[{"tp": 2, "replicas": 4}, {"tp": 4, "replicas": 2}, {"tp": 2, "replicas": 8}],
     )  # fmt: skip
     data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 10000, "itl_ms": 100}}
     data["sweep"] = {"max_rounds": 1, "candidates_per_round": 3, "parallel_evals": 2, "finish_top": 3, "baselines": False}

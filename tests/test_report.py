@@ -20,6 +20,7 @@ from spica_lib.report.status import run_status
 from spica_lib.report.view import RunView
 from spica_lib.results.ranking import pareto_front
 from spica_lib.trial.store import read_trial
+from spica_lib.config.narrow import narrowed
 
 pytestmark = pytest.mark.slow
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
@@ -126,7 +127,7 @@ def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeyp
 
 def test_status_of_a_run_stopped_after_one_round(tmp_path):
     data = default_config(rounds=3, per_round=2)
-    data["search_space"]["deployment_mode"] = ["agg"]
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     run, _ = sweep(tmp_path, data, "--run", "half", "--", "results/half/rounds/agg/0/observations.json")
     (status,) = run_status(run).branches
     round_zero = json.loads((run / "rounds" / "agg" / "0" / "suggestions.json").read_text())
@@ -162,7 +163,7 @@ def small(example):
     data["sweep"].update(max_rounds=1, candidates_per_round=3)
     if not data["goal"].get("target") == "pareto":  # a small finish: the reports are what is tested here
         data["sweep"].update(finish_top=2, finish_samples=2)
-    data["search_space"]["deployment_mode"] = ["agg"]
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     return data
 
 

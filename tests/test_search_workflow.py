@@ -14,6 +14,7 @@ import yaml
 from conftest import REPO, WALL_CLOCK_METRICS, write_yaml
 
 from spica_lib.report.status import run_status, status_text
+from spica_lib.config.narrow import narrowed
 
 pytestmark = pytest.mark.slow
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
@@ -74,7 +75,7 @@ def test_default_sweep_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
 def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
     # Every replay hits a time limit far below its cost: nothing is feasible, but every trial is recorded.
     data = default_config(max_eval_seconds=0.01)
-    data["search_space"].update(deployment_mode=["agg"], router_mode=["round_robin"])
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"], router_mode=["round_robin"])
     path = write_yaml(tmp_path, data)
     done = run(tmp_path, path)
     assert done.returncode == 1, done.stderr[-3000:]
@@ -104,7 +105,7 @@ def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
 def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path):
     # Round robin only: Dynamo's KV router breaks ties randomly, which would make the scores noisy.
     data = default_config(seed=11)
-    data["search_space"]["router_mode"] = ["round_robin"]
+    data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     straight.mkdir(), killed.mkdir()
     path = write_yaml(tmp_path, data)
@@ -191,7 +192,7 @@ def alive(processes):
 
 def slow_replays_config():
     data = default_config()
-    data["search_space"]["deployment_mode"] = ["agg"]
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     # 24,000 requests: a replay runs ~2 s, long enough to be caught mid-way (3,200 ran 0.3 s, and a
     # poll could catch a child that had already ended and been journaled)
     data["workload"]["num_request_ratio"] = 3000
@@ -300,7 +301,7 @@ def trials_without_timings(run_path):
 
 def test_the_warm_host_and_one_job_per_trial_give_the_trials_and_ranking_of_jobs_in_their_own_processes(tmp_path):
     data = default_config(seed=4)
-    data["search_space"]["router_mode"] = ["round_robin"]
+    data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
     path = write_yaml(tmp_path, data)
     hosted, single, own = tmp_path / "hosted", tmp_path / "single", tmp_path / "own"
     for folder in (hosted, single, own):

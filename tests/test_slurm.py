@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, write_yaml
+from spica_lib.config.narrow import narrowed
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
@@ -84,7 +85,7 @@ def test_the_tests_touch_only_the_cluster_the_ci_script_made_and_only_when_asked
 def sweep_config() -> dict:
     """The default sweep, shrunk: 2 rounds of 2 candidates per branch, round robin (the KV router is noisy)."""
     data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
-    data["search_space"]["router_mode"] = ["round_robin"]
+    data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
     # The finish runs on SLURM too; two samples of the top two are enough to show it.
     data["sweep"].update(max_rounds=2, candidates_per_round=2, parallel_evals=4, seed=5, finish_top=2, finish_samples=2)
     return data
@@ -238,7 +239,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     cluster, tmp_path
 ):
     data = sweep_config()
-    data["search_space"]["deployment_mode"] = ["agg"]
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     data["sweep"]["max_rounds"] = 1
     data["workload"]["num_request_ratio"] = 3000  # 24,000 requests: ~2 s replays, long enough to cancel mid-way
     data["sweep"]["screen_fraction"] = None  # no prefix screen: it could end a trial before the cancel lands
@@ -271,7 +272,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
 
 def test_partition_and_gpu_gres_set_for_replays_reach_their_slurm_jobs(cluster, tmp_path):
     data = sweep_config()
-    data["search_space"]["deployment_mode"] = ["agg"]
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     data["sweep"]["max_rounds"] = 1
     config = write_yaml(tmp_path, data)
     cluster_settings = ["--set-resources", "replay:slurm_partition=gpu", "replay:gres=gpu:1", "replay:mem_mb=4000"]

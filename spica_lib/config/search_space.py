@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
@@ -19,10 +20,13 @@ from spica_lib.config.fields import (
     ADMISSION_FIELDS,
     BACKENDS,
     DEPLOYMENT_MODES,
+    ENGINE_KNOBS,
+    ENGINE_PINS,
     OFFLOAD_FIELDS,
     OFFLOAD_WEIGHTS,
     PARALLEL_KEYS,
     ROLES,
+    ROUTER_WEIGHTS,
 )
 from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry, scaling_policy
 from spica_lib.config.strict import StrictModel, first_error
@@ -291,6 +295,9 @@ class SearchSpace(StrictModel):
         self._check_offload_unused()
         self._check_admission_pins()
         self._check_min_endpoint()
+        self._check_planner_knobs_used()
+        self._check_role_knobs_used()
+        self._check_kv_router_weights_used()
         self._check_parallel_pins_mode()
         return self
 
@@ -327,6 +334,48 @@ class SearchSpace(StrictModel):
                 f"min_endpoint {self.min_endpoint} is the fewest workers an autoscaling planner may scale down to; "
                 f"planner_scaling_policy {self.planner_scaling_policy} never scales, so it would change nothing: "
                 "remove it, or list a scaling policy"
+            )
+
+    def _changed(self, names: Iterable[str]) -> list[str]:
+        """Those of `names` set to other than their default (compared with the default, so a dump reads back)."""
+        fields = type(self).model_fields
+        return [name for name in names if getattr(self, name) != fields[name].get_default(call_default_factory=True)]
+
+    def _check_planner_knobs_used(self) -> None:
+        """A planner knob set by hand needs a listed policy that scales the way the knob steers."""
+        policies = [scaling_policy(entry) for entry in self.planner_scaling_policy]
+        needs = {
+            "planner_fpm_sampling": ("scales", any(p.scales for p in policies)),
+            "planner_load_sensitivity": ("scales on load", any(p.enable_load_scaling for p in policies)),
+            "load_predictor_candidates": ("scales on throughput", any(p.enable_throughput_scaling for p in policies)),
+            "startup_time": ("scales (it is a new worker's start-up)", any(p.scales for p in policies)),
+        }
+        for name in self._changed(needs):
+            what, met = needs[name]
+            if not met:
+                raise ValueError(
+                    f"{name} steers an autoscaling planner that {what}, and no planner_scaling_policy in "
+                    f"{self.planner_scaling_policy} does, so it would change nothing: remove it, or list such a policy"
+                )
+
+    def _check_role_knobs_used(self) -> None:
+        """Engine settings of a role need a listed mode that has that role."""
+        for mode, roles in (("disagg", ("prefill", "decode")), ("agg", ("agg",))):
+            if mode in self.deployment_mode:
+                continue
+            stray = self._changed(f"{role}_{knob}" for role in roles for knob in (*ENGINE_KNOBS, *ENGINE_PINS))
+            if stray:
+                raise ValueError(
+                    f"{stray} set the engines of {mode} deployments, and deployment_mode {self.deployment_mode} "
+                    f"has none, so they would change nothing: remove them, or add {mode!r}"
+                )
+
+    def _check_kv_router_weights_used(self) -> None:
+        stray = self._changed(name for name in ROUTER_WEIGHTS if name not in OFFLOAD_WEIGHTS)
+        if stray and "kv_router" not in self.router_mode:
+            raise ValueError(
+                f"{stray} weigh the KV router's choice of worker, and router_mode {self.router_mode} has no "
+                "kv_router (round robin weighs nothing), so they would change nothing: remove them, or add kv_router"
             )
 
     def _check_parallel_pins_mode(self) -> None:
