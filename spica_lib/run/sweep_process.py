@@ -77,7 +77,9 @@ def sweep_state(run_dir: str | Path, finished_file: str | Path) -> SweepState:
 
 def _alive(process: SweepProcess) -> bool:
     try:
-        return abs(psutil.Process(process.pid).create_time() - process.process_started) < 1.0
+        found = psutil.Process(process.pid)
+        # A killed Snakemake stays a zombie until something reaps it (a container's init may never).
+        return abs(found.create_time() - process.process_started) < 1.0 and found.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 
