@@ -7,9 +7,13 @@ backend, model), the MAPE and signed bias of TTFT, TPOT and output tokens/s per 
 and for the static estimate, then the rows skipped and why. The same as `spica fidelity`. With
 `--fit FILE`, it then fits step-time scales per (system, backend) on half the rows (a fixed split,
 `spica_lib/fidelity/fit.py`), writes them to FILE, replays the other half with them, and prints
-that half's errors without and with the scales.
+that half's errors without and with the scales. It also prints the ranking table (`spica fidelity
+--ranking`, `spica_lib/fidelity/ranking.py`): per group of rows measured alike, Kendall's tau and
+top-1 regret of the replay's and the estimate's order. `--from-json FILE` reads an earlier run's
+`--json FILE` instead of replaying.
 
 Run: .venv/bin/python bench/fidelity.py [--system h100_sxm,h200_sxm] [--backend vllm] [--json FILE] [--fit FILE]
+     [--from-json FILE]
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from spica_lib.cli.fidelity import fidelity_command  # noqa: E402
 
 def main() -> int:
     args = sys.argv[1:]
-    option = {name: args[args.index(name) + 1] for name in ("--system", "--backend", "--json", "--fit") if name in args}
+    option = {name: args[args.index(name) + 1] for name in ("--system", "--backend", "--json", "--fit", "--from-json")
+              if name in args}  # fmt: skip
     started = time.perf_counter()
     code = fidelity_command(
         option.get("--system", "h100_sxm,h200_sxm"),
@@ -34,6 +39,8 @@ def main() -> int:
         None,
         option.get("--json"),
         option.get("--fit"),
+        ranking=True,
+        from_json=option.get("--from-json"),
     )
     print(f"\n{time.perf_counter() - started:.0f} s on this machine")
     return code

@@ -20,6 +20,10 @@ def test_run_smart_search_runs_the_default_sweep_and_returns_its_ranking_then_re
     assert [row.key for row in outcome.ranked] == list(ranked["key"])  # the files' order, best first
     assert outcome.best.finish is not None and outcome.best.finish.recommended  # the finish's recommendation
     assert outcome.summary.best_score == pytest.approx(outcome.best.finish.statistic)
+    # aiconfigurator's pick is sized to the default's 8 req/s, not to its 8-GPU budget, and the
+    # baseline line says in absolute terms what the ratio compares.
+    pick = next(b for b in outcome.summary.baselines if b.name == "aiconfigurator")
+    assert pick.gpus < 8 and f"tok/s goodput on {pick.gpus} GPUs" in outcome.summary.line
     readme_shows_this_run(outcome)
     trials = {p: p.stat().st_mtime_ns for p in outcome.run_dir.glob("rounds/*/*/trials/*/*.json")}
     again = run_smart_search(REPO / "config" / "default.yaml", workdir=tmp_path)

@@ -7,11 +7,12 @@ baseline is; aiconfigurator's pick and the sweep's baselines (tests/test_report.
 import pytest
 from conftest import build, config_data, rejected
 
-from spica_lib.baselines.aiconfigurator_pick import aiconfigurator_pick
+from spica_lib.baselines.aiconfigurator_cache import cached_search
+from spica_lib.baselines.aiconfigurator_pick import aiconfigurator_pick, sized_to_load
 from spica_lib.baselines.compare import compare, ratio_text
 from spica_lib.baselines.model import Baseline
 from spica_lib.baselines.plan import plan_baselines, settle
-from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.trial.evaluate import prepare_trial
 from spica_lib.trial.spec import TrialRecord, TrialResult
 
@@ -107,3 +108,42 @@ def test_aiconfigurator_picks_a_deployment_of_the_search_space_within_the_budget
     assert pick.parallel_config.total_gpus <= 4 and all(n >= 1 for n in pick.max_num_seqs.values())
     assert (pick.isl, pick.osl, pick.ttft_ms, pick.tpot_ms) == (1024, 128, 2000.0, 50.0)
     assert pick.estimate["tpot"] <= 50.0  # aiconfigurator's own estimate of its pick meets the bound it was given
+
+
+AGG_ROW = {"seq/s": 6.4, "num_total_gpus": 2}
+DISAGG_ROW = {"(p)seq/s/worker": 4.9, "(d)seq/s/worker": 28.2}
+
+
+def test_aiconfigurator_s_pick_is_sized_to_the_offered_load_not_to_the_budget():
+    agg = ReplicaConfig(shape=ParallelShape(tp=2), replicas=4)  # as aiconfigurator filled 8 GPUs
+    sized, how = sized_to_load("agg", AGG_ROW, agg, 8, rate=8.0)
+    assert sized.replicas == 2 and "2 replica(s) for 8 req/s" in how  # ceil(8 / 6.4)
+    sized, how = sized_to_load("agg", AGG_ROW, agg, 8, rate=40.0)
+    assert sized.replicas == 4 and "the budget's most" in how and "needs 7" in how
+    disagg = DisaggConfig(prefill=ReplicaConfig(shape=ParallelShape(tp=1), replicas=6),
+                          decode=ReplicaConfig(shape=ParallelShape(tp=2), replicas=1))  # fmt: skip
+    sized, how = sized_to_load("disagg", DISAGG_ROW, disagg, 8, rate=8.0)
+    assert (sized.prefill.replicas, sized.decode.replicas, sized.total_gpus) == (2, 1, 4)
+    over, how = sized_to_load("disagg", DISAGG_ROW, disagg, 8, rate=40.0)  # 9 prefill workers: over 8 GPUs
+    assert over == disagg and "cannot serve 40 req/s within 8 GPUs" in how
+    same, how = sized_to_load("agg", AGG_ROW, agg, 8, rate=None)
+    assert same == agg and "closed-loop" in how
+
+
+def test_aiconfigurator_s_answers_are_kept_by_their_inputs_and_versions(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPICA_AIC_CACHE", str(tmp_path))
+    calls = []
+
+    def fake_search():  # stands in for aiconfigurator's cli_default (our cache's control flow only)
+        calls.append(1)
+        return {"agg": {"seq/s": 6.4, "tp": 2, "_per_ops_source": {"x": "silicon"}, "nan": float("nan")}}
+
+    first = cached_search({"isl": 2048}, fake_search)
+    assert cached_search({"isl": 2048}, fake_search) == first == {"agg": {"seq/s": 6.4, "tp": 2}}
+    assert len(calls) == 1
+    cached_search({"isl": 4096}, fake_search)  # other inputs: searched
+    assert len(calls) == 2
+    for path in tmp_path.glob("*.json"):
+        path.write_text("{torn")
+    cached_search({"isl": 2048}, fake_search)  # an unreadable file: searched again
+    assert len(calls) == 3

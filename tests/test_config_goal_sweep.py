@@ -220,3 +220,14 @@ def test_an_sla_means_one_thing_mean_bounds_shape_goodput_and_are_refused_where_
     assert latency.goal.sla.is_constraint and latency.sweep.screen_fraction is not None
     pareto = {"target": "pareto", "pareto_objectives": ["goodput_per_gpu", "e2e_latency"], "sla": {"ttft_ms": 500, "itl_ms": 40}}
     assert build(config_data(goal=pareto)).goal.sla is not None  # a goodput objective counts the bounds
+
+
+def test_the_stress_test_is_on_for_a_scalar_goal_and_refused_where_it_has_no_first():
+    sweep = build(config_data()).sweep
+    assert (sweep.stress_top, sweep.stress_band) == (3, 0.15)
+    assert build(config_data(sweep={"stress_top": 0})).sweep.stress_band is None
+    rejected(config_data(sweep={"stress_top": 0, "stress_band": 0.2}), "", "would change nothing")
+    rejected(config_data(sweep={"stress_top": 1}), "", "give 2 or more")
+    pareto = {"target": "pareto", "pareto_objectives": ["throughput_per_gpu", "throughput_per_user"]}
+    rejected(config_data(goal=pareto, sweep={"stress_top": 3}), "", "a front, not a first")
+    assert build(config_data(goal=pareto)).sweep.stress_top == 0

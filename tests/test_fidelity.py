@@ -120,3 +120,44 @@ def test_the_shipped_calibration_loads_for_the_default_model_and_names_what_its_
     assert scale.fitted_on == "every model"  # Qwen3-32B has no vLLM rows of its own on h200_sxm
     data["search_space"].update(model_name="openai/gpt-oss-120b")
     assert build(data).calibration.scales["vllm"].fitted_on == "openai/gpt-oss-120b"
+
+
+def ranked_check(index, measured, replayed, estimated, ttft=100.0, tpot=20.0, estimated_tpot=20.0):
+    from spica_lib.fidelity.check import Point, RowCheck
+    from spica_lib.fidelity.silicon import SiliconRow
+
+    row = SiliconRow(id=f"row{index}", system="h100_sxm", backend="vllm", measured_version="0.11.2",
+                     model="Qwen/Qwen3-32B", precision="", isl=1024, osl=128, concurrency=index, tp=1,
+                     attention_dp=1, moe_tp=1, moe_ep=1, ttft_ms=ttft, tpot_ms=tpot)  # fmt: skip
+    point = lambda value, tpot_ms=tpot: Point(ttft_ms=ttft, tpot_ms=tpot_ms, tokens_per_second_per_gpu=value)  # noqa: E731
+    return RowCheck(row=row, measured=point(measured), replayed=point(replayed), estimated=point(estimated, estimated_tpot))
+
+
+def test_ranking_fidelity_on_a_hand_worked_group():
+    from spica_lib.fidelity.ranking import ranking_groups, ranking_table
+
+    measured = [100, 200, 300, 400, 500]
+    replayed = [110, 190, 320, 380, 520]  # the same order: tau 1, its first is the measured best
+    estimated = [100, 200, 300, 500, 400]  # one pair of ten swapped: tau (9 - 1) / 10; its first measured 400
+    checks = [ranked_check(i + 1, m, r, e) for i, (m, r, e) in enumerate(zip(measured, replayed, estimated))]
+    (group,) = ranking_groups(checks)
+    assert group.rows == 5 and group.tau["replayed"] == pytest.approx(1.0) and group.regret_percent["replayed"] == 0
+    assert group.tau["estimated"] == pytest.approx(0.8)
+    assert group.regret_percent["estimated"] == pytest.approx(100 * (500 - 400) / 500)
+    assert "median over groups (1)" in ranking_table([group])
+    assert ranking_groups(checks[:4]) == []  # fewer than 5 rows: no group
+
+
+def test_goodput_ranking_counts_a_row_over_the_sla_as_nothing():
+    from spica_lib.fidelity.ranking import ranking_groups
+
+    # Rows 4 and 5 measure over the TPOT bound (60 ms > 50 ms): the measured goodput best is row 3.
+    checks = [ranked_check(i, 100.0 * i, 100.0 * i, 100.0 * i, tpot=20.0 if i <= 3 else 60.0) for i in range(1, 6)]
+    (group,) = ranking_groups(checks)
+    assert group.measured_within_sla == 3
+    assert group.goodput_regret_percent["replayed"] == 0  # it saw the same TPOTs
+    # An estimate that thinks every row meets the bound ranks row 5 first: it measured 0 goodput.
+    checks = [ranked_check(i, 100.0 * i, 100.0 * i, 100.0 * i, tpot=20.0 if i <= 3 else 60.0, estimated_tpot=20.0)
+              for i in range(1, 6)]  # fmt: skip
+    (group,) = ranking_groups(checks)
+    assert group.goodput_regret_percent["estimated"] == pytest.approx(100.0)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 import time
 import warnings
 from importlib import metadata
 from typing import Any
 
+from spica_lib.baselines.aiconfigurator_cache import cached_search
 from spica_lib.baselines.model import AiconfiguratorPick
 from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.catalog import resolve_backend_version
@@ -72,8 +74,11 @@ def aiconfigurator_pick(config: SmartSearchConfig) -> AiconfiguratorPick:
     name = max(considered, key=considered.get)
     mode, backend = name.split("/")
     row = rows[name]
+    rates = [t.rate for t in traffics]
+    rate = max(rates) if all(r is not None for r in rates) else None
     try:
         layout, batch = _layout(mode, row, space.gpu_budget)
+        layout, sizing = sized_to_load(mode, row, layout, space.gpu_budget, rate)
     except ValueError as exc:
         return AiconfiguratorPick(
             **common, considered=considered, problem=str(exc), seconds=time.perf_counter() - started
@@ -87,11 +92,53 @@ def aiconfigurator_pick(config: SmartSearchConfig) -> AiconfiguratorPick:
         max_num_seqs=batch,
         estimate=estimate,
         considered=considered,
+        offered_rate=rate,
+        sizing=sizing,
     )
 
 
+def sized_to_load(
+    mode: str, row: dict[str, Any], layout: ReplicaConfig | DisaggConfig, budget: int, rate: float | None
+) -> tuple[ReplicaConfig | DisaggConfig, str]:
+    """The fewest replicas of the picked shape that serve `rate` requests/s by aiconfigurator's own
+    estimate (capped by the budget), and a sentence saying how it was sized.
+
+    aiconfigurator fills the GPU budget; replayed at the sweep's offered load, the extra replicas
+    only idle and divide its per-GPU score. Without an offered rate (a closed loop) it stays as picked.
+    """
+    if rate is None:
+        return layout, "as aiconfigurator sized it (the budget filled): a closed-loop workload offers no rate to size to"
+    if isinstance(layout, ReplicaConfig):
+        per_replica = float(row["seq/s"])
+        ceiling = max(1, budget // layout.shape.gpus)
+        needed = max(1, math.ceil(rate / per_replica - 1e-9))
+        sized = layout.model_copy(update={"replicas": min(needed, ceiling)})
+        if needed > ceiling:
+            return sized, (f"{ceiling} replica(s), the budget's most: its estimate needs {needed} for {rate:g} req/s "
+                           f"({per_replica:.3g} req/s each)")  # fmt: skip
+        return sized, f"{needed} replica(s) for {rate:g} req/s by its estimate ({per_replica:.3g} req/s each)"
+    workers = {}
+    for role, key in (("prefill", "(p)seq/s/worker"), ("decode", "(d)seq/s/worker")):
+        workers[role] = max(1, math.ceil(rate / float(row[key]) - 1e-9))
+    sized = DisaggConfig(
+        prefill=layout.prefill.model_copy(update={"replicas": workers["prefill"]}),
+        decode=layout.decode.model_copy(update={"replicas": workers["decode"]}),
+    )
+    if sized.total_gpus > budget:
+        return layout, (f"as aiconfigurator sized it (the budget filled): its estimate cannot serve {rate:g} req/s "
+                        f"within {budget} GPUs ({workers['prefill']} prefill and {workers['decode']} decode workers)")  # fmt: skip
+    return sized, (f"{workers['prefill']} prefill and {workers['decode']} decode worker(s) for {rate:g} req/s by its "
+                   f"estimate ({float(row['(p)seq/s/worker']):.3g} and {float(row['(d)seq/s/worker']):.3g} req/s each)")  # fmt: skip
+
+
 def _search(model: str, gpus: int, sku: str, backend: str, version: str, isl: int, osl: int, bounds: dict[str, Any]):
-    """aiconfigurator's best row per deployment mode ("agg", "disagg") for one backend."""
+    """aiconfigurator's best row per deployment mode ("agg", "disagg") for one backend (cached by its inputs)."""
+    inputs = {"model": model, "gpus": gpus, "sku": sku, "backend": backend, "version": version, "isl": isl,
+              "osl": osl, "bounds": bounds}  # fmt: skip
+    return cached_search(inputs, lambda: _run_search(model, gpus, sku, backend, version, isl, osl, bounds))
+
+
+def _run_search(model: str, gpus: int, sku: str, backend: str, version: str, isl: int, osl: int, bounds: dict[str, Any]):
     from aiconfigurator.cli.api import cli_default
 
     # Its search logs and prints per configuration; the pick is what is kept.

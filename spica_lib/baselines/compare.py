@@ -6,6 +6,9 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.baselines.model import Baseline
 from spica_lib.config import OptimizationGoal
+from spica_lib.trial.score import COST_PER_MILLION, score_text
+
+GOODPUT = "goodput_output_throughput_tok_s"
 
 
 class BaselineRatio(BaseModel):
@@ -19,6 +22,12 @@ class BaselineRatio(BaseModel):
     ratio: float | None
     deployment: str | None
     note: str | None
+    # What the ratio is made of, in absolute terms: the target's own value with its unit, the GPUs
+    # provisioned, the goodput served and (with goal.gpu_hour_usd) the cost per million output tokens.
+    score_text: str | None = None
+    gpus: int | None = None
+    goodput_tok_s: float | None = None
+    cost_per_million_usd: float | None = None
 
 
 def compare(goal: OptimizationGoal, winner_score: float | None, baselines: list[Baseline]) -> list[BaselineRatio]:
@@ -39,11 +48,27 @@ def _ratio(goal: OptimizationGoal, winner_score: float | None, baseline: Baselin
             ratio = ours / theirs
         else:
             note = f"it scores {score:g}: no ratio" + (f"; {note}" if note else "")
+    metrics = result.metrics if result is not None and score is not None else {}
     return BaselineRatio(
-        name=baseline.name, label=baseline.label, score=score, ratio=ratio, deployment=baseline.deployment, note=note
-    )
+        name=baseline.name, label=baseline.label, score=score, ratio=ratio, deployment=baseline.deployment, note=note,
+        score_text=score_text(score, goal.target, name=False) if score is not None else None,
+        gpus=result.used_gpus if result is not None and score is not None else None,
+        goodput_tok_s=metrics.get(GOODPUT), cost_per_million_usd=metrics.get(COST_PER_MILLION),
+    )  # fmt: skip
 
 
 def ratio_text(item: BaselineRatio) -> str:
     shown = f"{item.ratio:.2f}x" if item.ratio is not None else "n/a"
-    return f"{shown} over {item.label}"
+    return f"{shown} over {item.label}" + (f" ({absolute_text(item)})" if item.score_text else "")
+
+
+def absolute_text(item: BaselineRatio) -> str:
+    """The baseline in absolute terms: `246.4 tok/s/GPU, 1971 tok/s goodput on 8 GPUs, US$ 0.41/1M tokens`."""
+    parts = [item.score_text or ""]
+    if item.goodput_tok_s is not None:
+        parts.append(f"{item.goodput_tok_s:.0f} tok/s goodput on {item.gpus} GPUs")
+    elif item.gpus is not None:
+        parts.append(f"on {item.gpus} GPUs")
+    if item.cost_per_million_usd is not None:
+        parts.append(f"US$ {item.cost_per_million_usd:.3g}/1M output tokens")
+    return ", ".join(part for part in parts if part)

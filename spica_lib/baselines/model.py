@@ -34,6 +34,8 @@ class AiconfiguratorPick(BaseModel):
     tpot_ms: float | None = None
     estimate: dict[str, float] = Field(default_factory=dict)  # aiconfigurator's own numbers for its pick
     considered: dict[str, float] = Field(default_factory=dict)  # "<mode>/<backend>" -> its best tokens/s/GPU
+    offered_rate: float | None = None  # the workload's requests/s the pick was sized to (None: a closed loop)
+    sizing: str | None = None  # how its replicas were chosen
     aiconfigurator_version: str | None = None
     seconds: float = 0.0
     problem: str | None = None  # why there is no pick (aiconfigurator found nothing, or failed)

@@ -111,6 +111,7 @@ def _aiconfigurator(config: SmartSearchConfig, pick: AiconfiguratorPick, build: 
     note = (
         f"aiconfigurator {pick.aiconfigurator_version} picked it for ISL {pick.isl} / OSL {pick.osl} at "
         f"{pick.estimate.get('tokens/s/gpu', float('nan')):.0f} tokens/s/GPU by its own estimate"
+        + (f"; replicas: {pick.sizing}" if pick.sizing else "")
     )
     baseline = Baseline(
         name=name, label=LABELS[name], source="replayed", key=spec.key(), deployment=describe(spec),

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.base.versions import package_versions
 from spica_lib.facts.calibration import CalibrationFile
 from spica_lib.fidelity.check import RowCheck, check_row, group_errors, held_out_table, markdown_table, select_rows
 from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
+from spica_lib.fidelity.ranking import ranking_groups, ranking_table
 from spica_lib.fidelity.silicon import aggregated_rows, silicon_source
 
 
@@ -20,6 +22,8 @@ def fidelity_command(
     limit: int | None,
     json_path: str | None,
     fit_path: str | None = None,
+    ranking: bool = False,
+    from_json: str | None = None,
 ) -> int:
     rows = list(select_rows(aggregated_rows(), systems.split(","), backends.split(","), _split(models)))
     if limit is not None:
@@ -27,13 +31,12 @@ def fidelity_command(
     if not rows:
         print(f"no aggregated silicon row for systems {systems}, backends {backends}", file=sys.stderr)
         return 2
-    checks: list[RowCheck] = []
-    for number, row in enumerate(rows, start=1):
-        check = check_row(row)
-        checks.append(check)
-        state = f"skipped: {check.skipped}" if check.skipped else "replayed"
-        print(f"[{number}/{len(rows)}] {row.id}: {state}", file=sys.stderr, flush=True)
+    checks = _read_checks(from_json, rows) if from_json else _replay_rows(rows)
     print(markdown_table(group_errors(checks)))
+    if ranking:
+        print("\nRanking, per group of rows measured alike (tokens/s/GPU; then goodput under TTFT <= 2000 ms, "
+              "TPOT <= 50 ms):\n")  # fmt: skip
+        print(ranking_table(ranking_groups(checks)))
     skipped: dict[str, int] = {}
     for check in checks:
         if check.skipped:
@@ -45,6 +48,25 @@ def fidelity_command(
     if fit_path:
         return _fit(checks, fit_path)
     return 0
+
+
+def _replay_rows(rows: list) -> list[RowCheck]:
+    checks = []
+    for number, row in enumerate(rows, start=1):
+        check = check_row(row)
+        checks.append(check)
+        state = f"skipped: {check.skipped}" if check.skipped else "replayed"
+        print(f"[{number}/{len(rows)}] {row.id}: {state}", file=sys.stderr, flush=True)
+    return checks
+
+
+def _read_checks(path: str, rows: list) -> list[RowCheck]:
+    """The checks of an earlier `--json` run, for the selected rows (a row it did not check is an error)."""
+    kept = {check.row.id: check for check in (RowCheck.model_validate(c) for c in json.loads(Path(path).read_text()))}
+    missing = [row.id for row in rows if row.id not in kept]
+    if missing:
+        raise SystemExit(f"{path} has no check of {len(missing)} selected row(s), e.g. {missing[0]}")
+    return [kept[row.id] for row in rows]
 
 
 def _fit(checks: list[RowCheck], path: str) -> int:

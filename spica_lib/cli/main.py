@@ -65,6 +65,17 @@ def main(argv: list[str] | None = None) -> int:
     fidelity.add_argument("--limit", type=int, default=None, help="at most this many rows per group")
     fidelity.add_argument("--json", metavar="FILE", help="also write every row's check to this JSON file")
     fidelity.add_argument(
+        "--ranking",
+        action="store_true",
+        help="also print, per group of rows measured alike, how well the replay and the static estimate order "
+        "them (Kendall's tau, top-1 regret)",
+    )
+    fidelity.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="read the rows' checks from a --json FILE of an earlier run instead of replaying them",
+    )
+    fidelity.add_argument(
         "--fit",
         metavar="FILE",
         help="fit step-time scales per (system, backend) on half the rows, write them to FILE (a config's "
@@ -93,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "fidelity":
         from spica_lib.cli.fidelity import fidelity_command
 
-        return fidelity_command(args.system, args.backend, args.model, args.limit, args.json, args.fit)
+        return fidelity_command(
+            args.system, args.backend, args.model, args.limit, args.json, args.fit, args.ranking, args.from_json
+        )
     if args.command in ("status", "show", "report"):
         from spica_lib.cli.runs import run_command
 

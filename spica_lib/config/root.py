@@ -24,6 +24,8 @@ from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
 # The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks.md, "Answers on fresh traffic").
 DEFAULT_FINISH_TOP = 4
+DEFAULT_STRESS_TOP = 3
+DEFAULT_STRESS_BAND = 0.15  # the error band of the replay's step times where no measured group says otherwise
 DEFAULT_FINISH_SAMPLES = 6
 
 
@@ -90,6 +92,7 @@ class SmartSearchConfig(StrictModel):
                 "without an SLA there is nothing to screen against: set goal.sla, or remove it"
             )
         self._resolve_finish()
+        self._resolve_stress()
         self._resolve_warm_start()
         self._resolve_baselines()
         if self.calibration is not None:
@@ -181,6 +184,28 @@ class SmartSearchConfig(StrictModel):
             and not any(w.draws_arrivals for w in workloads)
             and "kv_router" not in self.search_space.router_mode
         )
+
+    def _resolve_stress(self) -> None:
+        """The top deployments under perturbed step times: refused where there is no single order to check."""
+        sweep = self.sweep
+        if self.goal.is_pareto:
+            asked = [f"sweep.{name}" for name in ("stress_top", "stress_band") if getattr(sweep, name) is not None]
+            if asked and sweep.stress_top != 0:
+                raise ValueError(
+                    f"{' and '.join(asked)}: the stress test asks whether the recommendation stays first; "
+                    "a 'pareto' goal has a front, not a first: remove them"
+                )
+            sweep.stress_top = 0
+        if sweep.stress_top == 0:
+            if sweep.stress_band is not None:
+                raise ValueError("sweep.stress_band: sweep.stress_top is 0 (no stress test), so it would change nothing")
+            return
+        if sweep.stress_top == 1:
+            raise ValueError("sweep.stress_top 1: the stress test compares the recommendation with the next ones; give 2 or more, or 0")
+        if sweep.stress_top is None:
+            sweep.stress_top = DEFAULT_STRESS_TOP
+        if sweep.stress_band is None:
+            sweep.stress_band = DEFAULT_STRESS_BAND
 
     def _why_no_finish(self) -> str | None:
         """Why a finish could not change a ranking here, or None when it can."""

@@ -67,6 +67,12 @@ class SweepConfig(StrictModel):
     # Left out: on, unless the goal is a Pareto front (no single score to divide) or a workload's traffic
     # is sized per candidate (kv_load_ratio: no one traffic to replay every baseline on).
     baselines: StrictBool | None = None
+    # Simulator error (results/stress.py): after the finish, the top `stress_top` deployments are replayed with
+    # their prefill or decode step times scaled by 1 +/- `stress_band`, one at a time, and the summary says
+    # whether the recommendation stays ahead. Left out: DEFAULT_STRESS_TOP and DEFAULT_STRESS_BAND for a
+    # scalar goal, off for a Pareto goal. 0: off.
+    stress_top: StrictInt | None = Field(default=None, ge=0)
+    stress_band: StrictFloat | None = Field(default=None, gt=0, lt=1)
 
     @property
     def per_round(self) -> int:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from spica_lib.report.job import report
 from spica_lib.run.baseline_jobs import aiconfigurator_pick, baselines, warm_up_for_baselines
 from spica_lib.run.job import JobArgs
+from spica_lib.run.stress_jobs import stress, warm_up_for_stress
 from spica_lib.run.jobs import (
     finish,
     merge,
@@ -29,6 +30,7 @@ JOBS: dict[str, tuple[Body, Body | None]] = {
     "replay": (replay, warm_up_for_replay),
     "tell": (tell, None),
     "finish": (finish, warm_up_for_finish),
+    "stress": (stress, warm_up_for_stress),
     "aiconfigurator_pick": (aiconfigurator_pick, None),
     "baselines": (baselines, warm_up_for_baselines),
     "merge": (merge, None),

@@ -41,7 +41,8 @@ def shown(view: RunView, score: float) -> str:
 
 def render(view: RunView, plots: list[str]) -> str:
     """The whole report; `plots` are the image file names written next to it."""
-    sections = [_head(view), _space(view), _tallies(view), _top(view), _baselines(view), _per_branch_backend(view)]
+    sections = [_head(view), _space(view), _tallies(view), _top(view), _stress(view), _baselines(view)]
+    sections.append(_per_branch_backend(view))
     sections.append(_winner(view))
     sections.append("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plots))
     return "\n\n".join(s for s in sections if s) + "\n"
@@ -133,17 +134,46 @@ def _top(view: RunView) -> str:
     return "\n".join(lines)
 
 
+def _stress(view: RunView) -> str:
+    """The finished top under perturbed step times (results/stress.py), and whether #1 stays first."""
+    stress = view.stress
+    if stress is None or stress.sentence is None:
+        return ""
+    keys = stress.keys
+    lines = ["## If the simulator is off", "",
+             f"The top {len(keys)} replayed on the search's traffic with one role's step times "
+             f"{stress.band:.0%} slower or faster than simulated (score: {score_label(view)}).", "",
+             "| step times | " + " | ".join(f"#{i + 1}" for i in range(len(keys))) + " | first |",
+             "|---|" + "---:|" * len(keys) + "---|"]  # fmt: skip
+    perturbations = list(dict.fromkeys(score.perturbation for score in stress.scores))
+    for p in perturbations:
+        under = {score.key: score for score in stress.scores if score.perturbation == p}
+        cells = [shown(view, under[k].score) if under[k].score is not None else under[k].status for k in keys]
+        feasible = [k for k in keys if under[k].score is not None]
+        first = max(feasible, key=lambda k: (under[k].score, k == keys[0])) if feasible else None
+        lines.append(f"| {p.words.split(' are ')[0]} {p.scale:g}× | " + " | ".join(cells)
+                     + f" | {'#' + str(keys.index(first) + 1) if first else '—'} |")  # fmt: skip
+    lines += ["", stress.sentence]
+    return "\n".join(lines)
+
+
 def _baselines(view: RunView) -> str:
     """The winner against each baseline, all scored by the same replay, workload and SLA."""
     summary = view.summary
     if summary is None or not summary.baselines:
         return ""
     lines = ["## Baselines", "", f"Score: {score_label(view)}, each replayed on the search's workload and SLA.", "",
-             "| baseline | deployment | score | winner's ratio | note |", "|---|---|---:|---:|---|"]  # fmt: skip
+             "| baseline | deployment | score | GPUs | goodput tok/s | US$/1M tok | winner's ratio | note |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for item in summary.baselines:
         score = shown(view, item.score) if item.score is not None else "—"
         ratio = f"{item.ratio:.2f}×" if item.ratio is not None else "—"
-        lines.append(f"| {item.label} | {item.deployment or '—'} | {score} | {ratio} | {item.note or ''} |")
+        goodput = f"{item.goodput_tok_s:.0f}" if item.goodput_tok_s is not None else "—"
+        cost = f"{item.cost_per_million_usd:.3g}" if item.cost_per_million_usd is not None else "—"
+        lines.append(
+            f"| {item.label} | {item.deployment or '—'} | {score} | {item.gpus if item.gpus is not None else '—'} "
+            f"| {goodput} | {cost} | {ratio} | {item.note or ''} |"
+        )
     return "\n".join(lines)
 
 

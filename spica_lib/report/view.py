@@ -16,6 +16,7 @@ from spica_lib.base.artifacts import read_model
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.merge import CandidateRow, SweepSummary, apply_finish, collect_candidates, ordered
+from spica_lib.results.stress import StressResult
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory
 from spica_lib.trial.score import sla_miss
@@ -81,6 +82,11 @@ class RunView:
         best = ordered(self.config, self.rows)
         finish = Path(self.files.finish_json)
         return apply_finish(best, read_model(finish, FinishResult)) if finish.is_file() else best
+
+    @property
+    def stress(self) -> StressResult | None:
+        path = Path(self.files.stress_json)
+        return read_model(path, StressResult) if path.is_file() else None
 
     @property
     def summary(self) -> SweepSummary | None:

@@ -28,6 +28,7 @@ from spica_lib.replay.request import WALL_CLOCK_METRICS
 from spica_lib.results.confidence import FinishedRank, judge
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.ranking import pareto_front, rank
+from spica_lib.results.stress import StressResult
 from spica_lib.search.history import BranchHistory
 from spica_lib.trial.score import Candidate, score_text
 from spica_lib.trial.spec import TrialRecord
@@ -79,6 +80,10 @@ class SweepSummary(BaseModel):
     finish_meets_sla: bool | None = None  # the recommendation met the SLA on every fresh sample (None: no SLA)
     # The winner's score over each baseline's, both on the search's traffic sample (baselines/).
     baselines: list[BaselineRatio] = Field(default_factory=list)
+    # The stress test (results/stress.py): whether the recommendation stays first under perturbed step times.
+    stress_survives: bool | None = None
+    stress_flips: list[str] = Field(default_factory=list)
+    stress_note: str | None = None
 
 
 class CandidateRow(BaseModel):
@@ -242,6 +247,7 @@ def summarise(
     best: list[CandidateRow],
     baselines: BaselinesResult | None = None,
     finish: FinishResult | None = None,
+    stress: StressResult | None = None,
 ) -> SweepSummary:
     """`best` is the ranking after the finish (apply_finish), `finish` what the finish replayed."""
     tallies = Counter({key: 0 for key in TALLY_KEYS})
@@ -289,6 +295,8 @@ def summarise(
     if baselines is not None and best:
         # The baselines are replayed on the search's traffic sample: the winner is compared on that sample too.
         summary.baselines = compare(config.goal, best[0].candidate.score, baselines.baselines)
+    if stress is not None and stress.sentence is not None:
+        summary.stress_survives, summary.stress_flips, summary.stress_note = stress.survives, stress.flips, stress.sentence
     summary.line = summary_line(config, summary)
     return summary
 
@@ -328,6 +336,8 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
             line += "\nheld-out check: " + held_out_text(summary)
     else:
         line += f"; best {score_text(summary.best_score, config.goal.target)}"
+    if summary.stress_note:
+        line += f"\nsimulator error: {summary.stress_note}"
     if summary.baselines:
         line += "\nbaselines: the winner is " + ", ".join(ratio_text(b) for b in summary.baselines)
     if summary.failure_reasons:

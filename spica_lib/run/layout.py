@@ -130,6 +130,10 @@ class RunFiles(BaseModel):
         return f"{self.dir}/finish.json"
 
     @property
+    def stress_json(self) -> str:
+        return f"{self.dir}/stress.json"
+
+    @property
     def aiconfigurator_pick_json(self) -> str:
         """aiconfigurator's own pick for the sweep (baselines.model.AiconfiguratorPick)."""
         return f"{self.dir}/baselines/aiconfigurator_pick.json"
@@ -183,6 +187,7 @@ class RunLayout(RunFiles):
     workloads: int = 1  # each is its own replay of every trial
     finish_trials: int = 0  # the finish's trial replays at most: finish_top x finish_samples
     baselines: bool = False  # sweep.baselines: replay the baselines next to the search
+    stress_trials: int = 0  # the stress test's trial replays: stress_top x 4 perturbations (0: off)
 
     @property
     def last_round(self) -> int:
@@ -245,6 +250,7 @@ def prepare_run(
         workloads=len(config.workloads or [config.workload]),
         finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_samples or 0),
         baselines=bool(config.sweep.baselines),
+        stress_trials=(config.sweep.stress_top or 0) * 4,
     )
     existing = Path(layout.config_json)
     if existing.is_file():

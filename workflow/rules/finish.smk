@@ -26,3 +26,29 @@ rule finish:
         ),
     script:
         "../../scripts/finish.py"
+
+
+# The stress test: the finished top under perturbed prefill and decode step times (results/stress.py).
+rule stress:
+    message:
+        "Replaying the top deployments of run {params.run} with perturbed step times"
+    input:
+        config=rules.validate.output.config,
+        histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
+        finish=RUN.finish_json,
+    output:
+        stress=RUN.stress_json,
+    log:
+        RUN.log("stress"),
+    params:
+        run=RUN.run,
+        run_dir=RUN.dir,
+        max_eval_seconds=RUN.max_eval_seconds,
+    threads: max(1, RUN.parallel_evals // len(RUN.modes))
+    resources:
+        mem_mb=lambda wildcards, threads: 4000 * threads,
+        runtime=lambda wildcards, threads: replay_job_minutes(
+            RUN.stress_trials, RUN.workloads, threads, RUN.max_eval_seconds
+        ),
+    script:
+        "../../scripts/stress.py"

@@ -6,6 +6,7 @@ rule merge:
         histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
         finish=RUN.finish_json,
         baselines=[RUN.baselines_json] if RUN.baselines else [],
+        stress=[RUN.stress_json] if RUN.stress_trials else [],
     output:
         candidates=RUN.candidates_parquet,
         table=RUN.ranking_csv,

@@ -1,0 +1,132 @@
+"""Would the recommendation still win if the simulator is off? The top deployments under perturbed step times.
+
+The replay's step times come from aiconfigurator's perf DB, which is off from measured silicon by a
+known amount per group (docs/fidelity.md). After the finish, the top `sweep.stress_top` deployments
+(in the finish's order, the recommendation first) are replayed on the search's own traffic with
+their prefill or their decode step times scaled by 1 ± `sweep.stress_band`, one at a time (the
+mocker's `speedup_ratio` and `decode_speedup_ratio`, through the sample's step scales, so an opted-in
+calibration is scaled on top). The recommendation survives a perturbation when no other of them
+scores above it under the same perturbation; otherwise the perturbation is named: "if decode steps
+are 15 % slower than simulated, #2 wins". A round-robin replay on the same traffic is exact, so such
+a flip is a fact of the simulator; one that involves a KV-router deployment may be its tie-breaks.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spica_lib.replay.plan import build_deployment
+from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
+
+STRESS_SEPARATOR = "~"  # "<trial key>~<perturbation>" (not "@": that separates a trial's workloads)
+Role = Literal["prefill", "decode"]
+
+
+class Perturbation(BaseModel):
+    """One role's step times scaled by `scale` (> 1: slower than simulated)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Role
+    scale: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}x{self.scale:g}"
+
+    @property
+    def words(self) -> str:
+        change = abs(self.scale - 1.0) * 100
+        return f"{self.role} steps are {change:.0f} % {'slower' if self.scale > 1 else 'faster'} than simulated"
+
+
+class StressedScore(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    key: str
+    perturbation: Perturbation
+    status: TrialStatus
+    score: float | None = None
+    reason: str | None = None
+
+
+class StressResult(BaseModel):
+    """Artifact `stress.json`: the top deployments under each perturbation, and the verdict."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    band: float = 0.0
+    keys: list[str] = Field(default_factory=list)  # the finish's order: the recommendation first
+    exact: bool = True  # every replay round robin on the same traffic: a flip is not noise
+    scores: list[StressedScore] = Field(default_factory=list)
+    flips: list[str] = Field(default_factory=list)  # one sentence per perturbation under which another wins
+    sentence: str | None = None  # None: nothing was stressed
+
+    @property
+    def survives(self) -> bool | None:
+        return None if not self.keys else not self.flips
+
+
+def perturbations(band: float) -> list[Perturbation]:
+    return [Perturbation(role=role, scale=1.0 + sign * band) for role in ("prefill", "decode") for sign in (1, -1)]
+
+
+def perturbed(spec: TrialSpec, perturbation: Perturbation) -> TrialSpec:
+    """`spec` with one role's step times scaled (on top of any calibration the sample already carries)."""
+    sample = dict(spec.sample)
+    for role in ("prefill", "decode"):
+        field = f"{role}_step_scale"
+        sample[field] = float(sample.get(field) or 1.0) * (perturbation.scale if role == perturbation.role else 1.0)
+    goal, sla = spec.goal, spec.goal.sla
+    plan = build_deployment(
+        sample,
+        backend_version=sample["backend_version"],
+        optimization_target=goal.target.planner_optimization_target,
+        sla_ttft_ms=sla.ttft_ms if sla else None,
+        sla_itl_ms=sla.itl_ms if sla else None,
+    )
+    parts = [part.model_copy(update={"replay": part.replay.model_copy(update={"plan": plan})}) for part in spec.workloads or []]
+    return spec.model_copy(
+        update={"sample": sample, "replay": spec.replay.model_copy(update={"plan": plan}), "workloads": parts or None}
+    )
+
+
+def stress_specs(top: dict[str, TrialSpec], band: float) -> dict[str, TrialSpec]:
+    """The stress replays ("<key>~<perturbation>" -> spec) of the top deployments (key -> spec)."""
+    return {
+        f"{key}{STRESS_SEPARATOR}{p.name}": perturbed(spec, p) for key, spec in top.items() for p in perturbations(band)
+    }
+
+
+def stressed(top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult]) -> StressResult:
+    """The verdict from the stress replays' results ("<key>~<perturbation>" -> result); `top` in the finish's order."""
+    keys = list(top)
+    if len(keys) < 2:
+        return StressResult(band=band, keys=keys)
+    scores = []
+    for key in keys:
+        for p in perturbations(band):
+            result = results[f"{key}{STRESS_SEPARATOR}{p.name}"]
+            feasible = result.status == "feasible"
+            scores.append(StressedScore(key=key, perturbation=p, status=result.status,
+                                        score=result.score if feasible else None, reason=result.reason))  # fmt: skip
+    flips = []
+    for p in perturbations(band):
+        under = {s.key: s.score for s in scores if s.perturbation == p}
+        leader = max(keys, key=lambda k: (under[k] is not None, under[k] or 0.0, k == keys[0]))
+        if leader != keys[0]:
+            flips.append(f"if {p.words}, #{keys.index(leader) + 1} wins")
+    exact = all(spec.replay.plan.router_mode != "kv_router" for spec in top.values())
+    return StressResult(band=band, keys=keys, exact=exact, scores=scores, flips=flips,
+                        sentence=_sentence(keys, band, flips, exact))  # fmt: skip
+
+
+def _sentence(keys: list[str], band: float, flips: list[str], exact: bool) -> str:
+    others = f"the other {len(keys) - 1} of the top {len(keys)}" if len(keys) > 1 else "nothing else"
+    if not flips:
+        return (f"#1 stays ahead of {others} with prefill or decode steps {band:.0%} slower or faster than "
+                "simulated.")  # fmt: skip
+    caveat = "" if exact else " (a KV-router replay's tie-breaks add noise to these single replays)"
+    return "The order depends on the simulator's error: " + "; ".join(flips) + caveat + "."

@@ -1,0 +1,43 @@
+"""The stress job's body: the finished top under perturbed step times (results/stress.py) -> stress.json."""
+
+from __future__ import annotations
+
+from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.base.logs import stage_log
+from spica_lib.results.finish import FinishResult
+from spica_lib.results.merge import apply_finish
+from spica_lib.results.stress import stress_specs, stressed
+from spica_lib.run.job import HOST, JobArgs
+from spica_lib.run.jobs import ranked_run
+from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
+from spica_lib.trial.spec import TrialSpec
+
+
+def _stress_top(job: JobArgs) -> tuple[dict[str, TrialSpec], float]:
+    """The top `sweep.stress_top` deployments in the finish's order (key -> spec), and the band."""
+    run = ranked_run(job)
+    ranked = apply_finish(run.best, read_model(job.input["finish"], FinishResult))
+    sweep = run.config.sweep
+    return {row.key: run.records[row.key].spec for row in ranked[: sweep.stress_top]}, float(sweep.stress_band or 0)
+
+
+def warm_up_for_stress(job: JobArgs) -> None:
+    """Load what the stress replays need into the calling process (the warm host, before it forks)."""
+    top, band = _stress_top(job)
+    warm_up_trials(stress_specs(top, band))
+
+
+def stress(job: JobArgs) -> None:
+    """Rule `stress`: the top deployments with perturbed prefill and decode step times -> stress.json."""
+    with stage_log(job.log[0]) as log:
+        top, band = _stress_top(job)
+        replays = stress_specs(top, band) if len(top) > 1 else {}
+        log.info("%d top deployment(s), %d replay(s) with step times +/-%g %s", len(top), len(replays), band, HOST.where())
+        results = dict(
+            evaluate_trials(replays, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
+        )
+        result = stressed(top, band, results)
+        for score in result.scores:
+            log.info("%s under %s: %s %s", score.key[:12], score.perturbation.name, score.status, score.score)
+        log.info("%s", result.sentence or "fewer than 2 deployments to compare: nothing stressed")
+        write_model(job.output["stress"], result)
