@@ -1,6 +1,8 @@
 """Benchmark: what a sweep costs around its replays, three ways (median of 3 runs from scratch each).
 
-1. The embedded default sweep (24 short replays) after install, `--cores 2`: its wall, and the
+1. The embedded default sweep (24 short replays) after install, `--cores 2`, side by side: with
+   aiconfigurator's answer searched (an empty cache, as a first run) and cached, and cached without
+   the stress test (what it costs). For each, its wall and the
    breakdown of where the time went: the one-time work before round 0 (validate ... branches),
    Dynamo + perf-DB warm-up for the replay jobs (in the sweep's warm host), the replays themselves, the optimizer, and the rest
    (Snakemake's scheduling, job starts, suggest and tell processes).
@@ -98,10 +100,17 @@ def bench_default() -> None:
     print("| sweep | aiconfigurator's answer | trials | wall, median of 3 (s) | runs (s) | before round 0 (s) "
           "| warm-up, sum over jobs (s) | replays, sum (s) | optimizer (s) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
+    no_stress = default_config()
+    no_stress["sweep"]["stress_top"] = 0
     with tempfile.TemporaryDirectory() as shared:
         sweep(default_config(), shared)  # fills the shared cache: later runs find aiconfigurator's answer
-        for label, cache in (("searched (first run)", None), ("cached", shared)):
-            run, walls = median_run(default_config(), cache)
+        variants = (
+            ("searched (first run)", None, default_config()),
+            ("cached", shared, default_config()),
+            ("cached, no stress test (`sweep.stress_top: 0`)", shared, no_stress),
+        )
+        for label, cache, data in variants:
+            run, walls = median_run(data, cache)
             warm, replays = sum(run["warm_up"]), sum(t["wall_seconds"] for t in run["trials"])
             optimizer = run["summary"]["optimizer_seconds"]
             print(
