@@ -9,11 +9,14 @@ and for the static estimate, then the rows skipped and why. The same as `spica f
 `spica_lib/fidelity/fit.py`), writes them to FILE, replays the other half with them, and prints
 that half's errors without and with the scales. It also prints the ranking table (`spica fidelity
 --ranking`, `spica_lib/fidelity/ranking.py`): per group of rows measured alike, Kendall's tau and
-top-1 regret of the replay's and the estimate's order. `--from-json FILE` reads an earlier run's
-`--json FILE` instead of replaying.
+top-1 regret of the replay's and the estimate's order. Every row is replayed twice, by the measured
+protocol (the default: chunked-prefill budget 2048) and by the search's default (8192), and the TTFT
+errors of both are printed side by side (`spica fidelity --compare-protocols`,
+`spica_lib/fidelity/protocol.py`). `--from-json FILE` reads an earlier run's `--json FILE` instead of
+replaying.
 
 Run: .venv/bin/python bench/fidelity.py [--system h100_sxm,h200_sxm] [--backend vllm] [--json FILE] [--fit FILE]
-     [--from-json FILE]
+     [--from-json FILE] [--protocol measured|search-default] [--jobs N]
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from spica_lib.cli.fidelity import fidelity_command  # noqa: E402
 
 def main() -> int:
     args = sys.argv[1:]
-    option = {name: args[args.index(name) + 1] for name in ("--system", "--backend", "--json", "--fit", "--from-json")
-              if name in args}  # fmt: skip
+    option = {name: args[args.index(name) + 1] for name in ("--system", "--backend", "--json", "--fit", "--from-json",
+                                                 "--protocol", "--jobs") if name in args}  # fmt: skip
     started = time.perf_counter()
     code = fidelity_command(
         option.get("--system", "h100_sxm,h200_sxm"),
@@ -41,6 +44,9 @@ def main() -> int:
         option.get("--fit"),
         ranking=True,
         from_json=option.get("--from-json"),
+        protocol=option.get("--protocol", "measured"),
+        compare_protocols=True,
+        jobs=int(option.get("--jobs", "1")),
     )
     print(f"\n{time.perf_counter() - started:.0f} s on this machine")
     return code

@@ -10,6 +10,7 @@ from spica_lib.config import ConfigError
 from spica_lib.facts.calibration import StepScale, read_calibration
 from spica_lib.fidelity.check import METRICS, check_row, group_errors, unsupported_reason
 from spica_lib.fidelity.fit import SPLIT, fits
+from spica_lib.fidelity.protocol import MEASURED, SEARCH_DEFAULT
 from spica_lib.fidelity.silicon import aggregated_rows, tokens_per_second_per_gpu
 from spica_lib.trial.evaluate import prepare_trial
 
@@ -61,10 +62,36 @@ def test_a_row_is_replayed_as_measured_and_its_errors_are_relative_to_the_measur
     assert saved["row"]["id"] == QWEN_H100 and saved["replayed"]["ttft_ms"] == pytest.approx(check.replayed.ttft_ms)
 
 
+def test_the_measured_protocol_replays_the_chunked_prefill_budget_that_reproduces_the_row_s_ttft(tmp_path, capsys):
+    measured, search = check_row(row(QWEN_H100), protocol=MEASURED), check_row(row(QWEN_H100), protocol=SEARCH_DEFAULT)
+    assert measured.engine["max_num_batched_tokens"] == 2048 and search.engine["max_num_batched_tokens"] == 8192
+    assert (measured.protocol, search.protocol) == ("measured", "search-default")
+    # 8 prompts of 1k in one 8192-token step stay in lockstep: every request waits for the whole wave.
+    truth = measured.measured.ttft_ms
+    assert search.replayed.ttft_ms > 2 * truth
+    assert abs(measured.replayed.ttft_ms - truth) < 0.5 * abs(search.replayed.ttft_ms - truth)
+    # Without the opening wave (all 8 sent at time 0) the 2048 budget's loop has drifted out of step: shorter.
+    assert measured.ttft_after_opening_wave_ms < measured.replayed.ttft_ms
+    # aiconfigurator's own agg estimate of the row, at the same budget.
+    assert measured.aiconfigurator is not None and measured.aiconfigurator_failed is None
+    assert 0 < measured.aiconfigurator.ttft_ms < 2 * truth and measured.aiconfigurator.tokens_per_second_per_gpu > 0
+    out = tmp_path / "both.json"
+    argv = ["fidelity", "--system", "h100_sxm", "--model", "Qwen/Qwen3-32B", "--limit", "1", "--compare-protocols"]
+    assert main([*argv, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "TTFT by replay protocol" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B | 1 | " in printed
+    saved = json.loads(out.read_text())
+    assert sorted(c["protocol"] for c in saved) == ["measured", "search-default"]
+    capsys.readouterr()
+    assert main([*argv, "--from-json", str(out), "--protocol", "search-default"]) == 0  # both read back, no replay
+    assert "'search-default' protocol: max_num_batched_tokens 8192" in capsys.readouterr().out
+
+
 def test_a_calibration_scales_the_replay_s_step_times_through_the_mocker_s_speed_up_ratios():
-    plain = check_row(row(QWEN_H100))
+    plain = check_row(row(QWEN_H100), protocol=SEARCH_DEFAULT)  # lockstep waves: TTFT is prefill steps alone
     scaled = check_row(
-        row(QWEN_H100), StepScale(system="h100_sxm", backend="vllm", prefill=2.0, decode=0.5, fit_rows=1)
+        row(QWEN_H100), StepScale(system="h100_sxm", backend="vllm", prefill=2.0, decode=0.5, fit_rows=1),
+        SEARCH_DEFAULT,
     )
     # A closed loop's TTFT is its prefill waves: it doubles exactly. TPOT halves, less the prefill steps it waits on.
     assert scaled.replayed.ttft_ms == pytest.approx(2 * plain.replayed.ttft_ms, rel=0.05)
@@ -122,7 +149,7 @@ def test_the_shipped_calibration_loads_for_the_default_model_and_names_what_its_
     assert build(data).calibration.scales["vllm"].fitted_on == "openai/gpt-oss-120b"
 
 
-def ranked_check(index, measured, replayed, estimated, ttft=100.0, tpot=20.0, estimated_tpot=20.0):
+def ranked_check(index, measured, replayed, estimated, ttft=100.0, tpot=20.0, estimated_tpot=20.0, aic=None):
     from spica_lib.fidelity.check import Point, RowCheck
     from spica_lib.fidelity.silicon import SiliconRow
 
@@ -130,7 +157,8 @@ def ranked_check(index, measured, replayed, estimated, ttft=100.0, tpot=20.0, es
                      model="Qwen/Qwen3-32B", precision="", isl=1024, osl=128, concurrency=index, tp=1,
                      attention_dp=1, moe_tp=1, moe_ep=1, ttft_ms=ttft, tpot_ms=tpot)  # fmt: skip
     point = lambda value, tpot_ms=tpot: Point(ttft_ms=ttft, tpot_ms=tpot_ms, tokens_per_second_per_gpu=value)  # noqa: E731
-    return RowCheck(row=row, measured=point(measured), replayed=point(replayed), estimated=point(estimated, estimated_tpot))
+    return RowCheck(row=row, measured=point(measured), replayed=point(replayed), estimated=point(estimated, estimated_tpot),
+                    aiconfigurator=point(aic) if aic is not None else None)  # fmt: skip
 
 
 def test_ranking_fidelity_on_a_hand_worked_group():
@@ -145,7 +173,14 @@ def test_ranking_fidelity_on_a_hand_worked_group():
     assert group.tau["estimated"] == pytest.approx(0.8)
     assert group.regret_percent["estimated"] == pytest.approx(100 * (500 - 400) / 500)
     assert "median over groups (1)" in ranking_table([group])
+    assert "aiconfigurator" not in group.tau  # it gave no estimate: no order of its own, and no column filled
     assert ranking_groups(checks[:4]) == []  # fewer than 5 rows: no group
+    aic = [500, 400, 300, 200, 100]  # the reverse order: tau -1, its first measured 100
+    checks = [ranked_check(i + 1, m, r, e, aic=a) for i, (m, r, e, a) in enumerate(zip(measured, replayed, estimated, aic))]
+    (group,) = ranking_groups(checks)
+    assert group.tau["aiconfigurator"] == pytest.approx(-1.0)
+    assert group.regret_percent["aiconfigurator"] == pytest.approx(80.0)
+    assert "aiconfigurator tau" in ranking_table([group])
 
 
 def test_goodput_ranking_counts_a_row_over_the_sla_as_nothing():

@@ -9,8 +9,17 @@ from pathlib import Path
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.base.versions import package_versions
 from spica_lib.facts.calibration import CalibrationFile
-from spica_lib.fidelity.check import RowCheck, check_row, group_errors, held_out_table, markdown_table, select_rows
+from spica_lib.fidelity.check import (
+    RowCheck,
+    check_rows,
+    group_errors,
+    held_out_table,
+    markdown_table,
+    protocol_table,
+    select_rows,
+)
 from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
+from spica_lib.fidelity.protocol import MEASURED, PROTOCOLS, SEARCH_DEFAULT, ReplayProtocol
 from spica_lib.fidelity.ranking import ranking_groups, ranking_table
 from spica_lib.fidelity.silicon import aggregated_rows, silicon_source
 
@@ -24,6 +33,9 @@ def fidelity_command(
     fit_path: str | None = None,
     ranking: bool = False,
     from_json: str | None = None,
+    protocol: str = MEASURED.name,
+    compare_protocols: bool = False,
+    jobs: int = 1,
 ) -> int:
     rows = list(select_rows(aggregated_rows(), systems.split(","), backends.split(","), _split(models)))
     if limit is not None:
@@ -31,8 +43,18 @@ def fidelity_command(
     if not rows:
         print(f"no aggregated silicon row for systems {systems}, backends {backends}", file=sys.stderr)
         return 2
-    checks = _read_checks(from_json, rows) if from_json else _replay_rows(rows)
+    chosen = PROTOCOLS[protocol]
+    checks = _read_checks(from_json, rows, chosen) if from_json else _replay_rows(rows, chosen, jobs)
+    print(f"Replayed by the {chosen.name!r} protocol: max_num_batched_tokens {chosen.max_num_batched_tokens} "
+          f"({chosen.why}).\n")  # fmt: skip
     print(markdown_table(group_errors(checks)))
+    compared: list[RowCheck] = []
+    if compare_protocols:
+        other = SEARCH_DEFAULT if chosen == MEASURED else MEASURED
+        compared = _read_checks(from_json, rows, other) if from_json else _replay_rows(rows, other, jobs)
+        print(f"\nTTFT by replay protocol: MAPE (signed bias), {other.name} -> {chosen.name}; the last column is "
+              f"{chosen.name} without each loop's opening wave (a client that discards its warm-up):\n")  # fmt: skip
+        print(protocol_table(compared, checks))
     if ranking:
         print("\nRanking, per group of rows measured alike (tokens/s/GPU; then goodput under TTFT <= 2000 ms, "
               "TPOT <= 50 ms):\n")  # fmt: skip
@@ -44,32 +66,39 @@ def fidelity_command(
     for reason, count in sorted(skipped.items(), key=lambda item: -item[1]):
         print(f"skipped {count}: {reason}")
     if json_path:
-        atomic_write_text(json_path, json.dumps([c.model_dump(mode="json") for c in checks], indent=1))
+        kept = [c.model_dump(mode="json") for c in [*checks, *compared]]
+        atomic_write_text(json_path, json.dumps(kept, indent=1))
     if fit_path:
-        return _fit(checks, fit_path)
+        return _fit(checks, fit_path, chosen, jobs)
     return 0
 
 
-def _replay_rows(rows: list) -> list[RowCheck]:
-    checks = []
-    for number, row in enumerate(rows, start=1):
-        check = check_row(row)
-        checks.append(check)
+def _replay_rows(rows: list, protocol: ReplayProtocol, jobs: int) -> list[RowCheck]:
+    ended = 0
+
+    def tell(check: RowCheck) -> None:
+        nonlocal ended
+        ended += 1
         state = f"skipped: {check.skipped}" if check.skipped else "replayed"
-        print(f"[{number}/{len(rows)}] {row.id}: {state}", file=sys.stderr, flush=True)
-    return checks
+        print(f"[{ended}/{len(rows)}] {protocol.name} {check.row.id}: {state}", file=sys.stderr, flush=True)
+
+    return check_rows(rows, protocol, parallel=jobs, on_done=tell)
 
 
-def _read_checks(path: str, rows: list) -> list[RowCheck]:
-    """The checks of an earlier `--json` run, for the selected rows (a row it did not check is an error)."""
-    kept = {check.row.id: check for check in (RowCheck.model_validate(c) for c in json.loads(Path(path).read_text()))}
+def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowCheck]:
+    """The checks of an earlier `--json` run by `protocol`, for the selected rows (a row it did not check is an
+    error). A check written before protocols existed was replayed by the search's default."""
+    kept = {}
+    for check in (RowCheck.model_validate(c) for c in json.loads(Path(path).read_text())):
+        if (check.protocol or SEARCH_DEFAULT.name) == protocol.name:
+            kept[check.row.id] = check
     missing = [row.id for row in rows if row.id not in kept]
     if missing:
-        raise SystemExit(f"{path} has no check of {len(missing)} selected row(s), e.g. {missing[0]}")
+        raise SystemExit(f"{path} has no {protocol.name} check of {len(missing)} selected row(s), e.g. {missing[0]}")
     return [kept[row.id] for row in rows]
 
 
-def _fit(checks: list[RowCheck], path: str) -> int:
+def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int) -> int:
     """Fit the scales, write them, and replay the held-out rows with them: their errors without and with them."""
     scales = fit_scales(checks)
     if not scales:
@@ -82,16 +111,12 @@ def _fit(checks: list[RowCheck], path: str) -> int:
         print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: prefill x{s.prefill:.3f}, "
               f"decode x{s.decode:.3f} ({s.fit_rows} rows)")  # fmt: skip
     held_out = [c for c in checks if c.replayed is not None and not fits(c.row)]
-    rows = []
-    for number, check in enumerate(held_out, start=1):
-        row = check.row
-        system_wide = check_row(row, calibration.scale_for(row.system, row.backend))
-        own = check_row(row, calibration.scale_for(row.system, row.backend, row.model))
-        if system_wide.replayed is not None and own.replayed is not None:
-            rows.append((check, system_wide, own))
-        print(f"[{number}/{len(held_out)}] {row.id}: calibrated", file=sys.stderr, flush=True)
+    rows = [c.row for c in held_out]
+    system_wide = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend), jobs)
+    own = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend, r.model), jobs)
+    kept = [(c, s, o) for c, s, o in zip(held_out, system_wide, own) if s.replayed is not None and o.replayed is not None]
     print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales:\n")
-    print(held_out_table(*([r[i] for r in rows] for i in range(3))))
+    print(held_out_table(*([k[i] for k in kept] for i in range(3))))
     return 0
 
 

@@ -16,6 +16,7 @@ from spica_lib.cli.reports import pools_report, summary, trial_report
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import build_validated_config
+from spica_lib.fidelity.protocol import PROTOCOLS
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 
 EXIT_OK, EXIT_CONFIG = 0, 2
@@ -76,6 +77,19 @@ def main(argv: list[str] | None = None) -> int:
         help="read the rows' checks from a --json FILE of an earlier run instead of replaying them",
     )
     fidelity.add_argument(
+        "--protocol",
+        choices=sorted(PROTOCOLS),
+        default="measured",
+        help="the engine settings rows are replayed with (default: measured, the chunked-prefill budget that "
+        "reproduces the rows' TTFT; search-default: the search's first max_num_batched_tokens)",
+    )
+    fidelity.add_argument(
+        "--compare-protocols",
+        action="store_true",
+        help="also replay every row by the other protocol and print the TTFT errors side by side",
+    )
+    fidelity.add_argument("--jobs", type=int, default=1, help="rows replayed at a time (default 1)")
+    fidelity.add_argument(
         "--fit",
         metavar="FILE",
         help="fit step-time scales per (system, backend) on half the rows, write them to FILE (a config's "
@@ -105,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
         from spica_lib.cli.fidelity import fidelity_command
 
         return fidelity_command(
-            args.system, args.backend, args.model, args.limit, args.json, args.fit, args.ranking, args.from_json
-        )
+            args.system, args.backend, args.model, args.limit, args.json, args.fit, args.ranking, args.from_json,
+            args.protocol, args.compare_protocols, args.jobs,
+        )  # fmt: skip
     if args.command in ("status", "show", "report"):
         from spica_lib.cli.runs import run_command
 

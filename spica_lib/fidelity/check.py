@@ -2,7 +2,8 @@
 
 Each supported row becomes one agg engine of its shape on its system and backend (the pinned perf
 DB, not the version measured), fed a closed loop of its concurrency with its ISL/OSL, round robin,
-no planner, knobs at the reference's first values. The replay's mean TTFT, mean ITL (TPOT) and
+no planner, with the engine settings of a replay protocol (fidelity/protocol.py) and the other
+knobs at the reference's first values. The replay's mean TTFT, mean ITL (TPOT) and
 output tokens/s per GPU are compared with the measured ones, and so is the static estimate
 (pools/estimate.py: aiconfigurator's per-step timings in a steady state).
 """
@@ -10,17 +11,22 @@ output tokens/s per GPU are compared with the measured ones, and so is the stati
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Iterator
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.calibration import StepScale
 from spica_lib.facts.catalog import model_source, resolve_backend_version
+from spica_lib.fidelity.protocol import MEASURED, ReplayProtocol
 from spica_lib.fidelity.silicon import CALIBRATION_SOURCE, SiliconRow, tokens_per_second_per_gpu
 from spica_lib.pools.estimate import StepModel, Traffic, estimate_layout
 from spica_lib.pools.knobs import branch_knob_choices
-from spica_lib.trial.evaluate import evaluate_trial, prepare_trial
+from spica_lib.trial.evaluate import evaluate_trials, prepare_trial
+from spica_lib.trial.spec import TrialResult, TrialSpec
 
 METRICS = ("ttft_ms", "tpot_ms", "tokens_per_second_per_gpu")
 REQUESTS_PER_SLOT = 8  # each of the `concurrency` slots sends this many requests in turn
@@ -47,7 +53,12 @@ class RowCheck(BaseModel):
     measured: Point
     replayed: Point | None = None
     estimated: Point | None = None
+    aiconfigurator: Point | None = None  # aiconfigurator's own agg estimate (fidelity/aiconfigurator_estimate.py)
+    aiconfigurator_failed: str | None = None  # why it gave none
     skipped: str | None = None
+    protocol: str | None = None  # the ReplayProtocol's name (None: a check written before protocols existed)
+    engine: dict[str, int] = {}  # the engine settings the row was replayed with
+    ttft_after_opening_wave_ms: float | None = None  # the replay's mean TTFT without the first `concurrency` requests
 
 
 def unsupported_reason(row: SiliconRow) -> str | None:
@@ -70,8 +81,11 @@ def _declares_quantisation(model: str) -> bool:
     return "quantization_config" in raw
 
 
-def row_config(row: SiliconRow, scale: StepScale | None = None) -> SmartSearchConfig:
-    """The one-engine, closed-loop sweep config the row describes (with `scale`: calibrated by it)."""
+def row_config(
+    row: SiliconRow, scale: StepScale | None = None, protocol: ReplayProtocol = MEASURED
+) -> SmartSearchConfig:
+    """The one-engine, closed-loop sweep config the row describes, replayed by `protocol` (with `scale`:
+    calibrated by it)."""
     calibration = (
         {"file": "(fitted in this run)", "source": CALIBRATION_SOURCE,
          "scales": {row.backend: {"prefill": scale.prefill, "decode": scale.decode,
@@ -91,6 +105,7 @@ def row_config(row: SiliconRow, scale: StepScale | None = None) -> SmartSearchCo
                 "router_mode": ["round_robin"],
                 "planner_scaling_policy": ["disabled"],
                 "agg_max_num_seqs": [max(256, row.concurrency)],
+                "agg_max_num_batched_tokens": [protocol.max_num_batched_tokens],
             },
             "workload": {
                 "isl": row.isl,
@@ -104,33 +119,109 @@ def row_config(row: SiliconRow, scale: StepScale | None = None) -> SmartSearchCo
     )
 
 
-def check_row(row: SiliconRow, scale: StepScale | None = None) -> RowCheck:
+def check_row(row: SiliconRow, scale: StepScale | None = None, protocol: ReplayProtocol = MEASURED) -> RowCheck:
+    """One row replayed, estimated and compared (see check_rows)."""
+    (check,) = check_rows([row], protocol, lambda _: scale)
+    return check
+
+
+def check_rows(
+    rows: list[SiliconRow],
+    protocol: ReplayProtocol = MEASURED,
+    scale_for: Callable[[SiliconRow], StepScale | None] = lambda _: None,
+    parallel: int = 1,
+    on_done: Callable[[RowCheck], None] | None = None,
+) -> list[RowCheck]:
+    """Replay the rows by `protocol`, `parallel` at a time (each row calibrated by `scale_for(row)`), estimate
+    them, and compare; in the rows' order. `on_done` hears each check as it ends."""
+    done: dict[str, RowCheck] = {}
+    specs: dict[str, tuple[SiliconRow, TrialSpec, dict[str, Any]]] = {}
+    for row in rows:
+        prepared = _prepare(row, scale_for(row), protocol)
+        if isinstance(prepared, RowCheck):
+            done[row.id] = prepared
+            if on_done is not None:
+                on_done(prepared)
+        else:
+            specs[row.id] = (row, *prepared)
+    with tempfile.TemporaryDirectory(prefix="spica-fidelity-") as folder:
+        requests = {key: str(Path(folder) / f"{index}.parquet") for index, key in enumerate(specs)}
+        results = evaluate_trials({key: spec for key, (_, spec, _) in specs.items()}, parallel=parallel,
+                                  max_eval_seconds=ROW_TIME_LIMIT_SECONDS, per_request=requests)  # fmt: skip
+        for key, result in results:
+            row, _, known = specs[key]
+            done[key] = _compared(row, known, result, Path(requests[key]), scale_for(row), protocol)
+            Path(requests[key]).unlink(missing_ok=True)  # a long run keeps no more than one row's requests
+            if on_done is not None:
+                on_done(done[key])
+    return [done[row.id] for row in rows]
+
+
+def _prepare(
+    row: SiliconRow, scale: StepScale | None, protocol: ReplayProtocol
+) -> RowCheck | tuple[TrialSpec, dict[str, Any]]:
+    """The row's trial and what is known of it before the replay, or its check if it cannot be replayed."""
     measured = Point(ttft_ms=row.ttft_ms, tpot_ms=row.tpot_ms, tokens_per_second_per_gpu=row.tokens_per_second_per_gpu)
     reason = unsupported_reason(row)
     if reason is not None:
         return RowCheck(row=row, measured=measured, skipped=reason)
     version = resolve_backend_version(row.system, row.backend)
-    config = row_config(row, scale)
+    config = row_config(row, scale, protocol)
     choices = branch_knob_choices(config.search_space, "agg")
     selection = {"deployment_mode": "agg", "backend": row.backend, **{k: v[0] for k, v in choices.items()}}
+    known = {"row": row, "measured": measured, "perf_db_version": version, "protocol": protocol.name,
+             "engine": {k.removeprefix("agg_"): int(v) for k, v in selection.items() if k.startswith("agg_max_num")}}  # fmt: skip
     try:
-        spec = prepare_trial(config, selection, row.layout, backend_version=version)
+        return prepare_trial(config, selection, row.layout, backend_version=version), known
     except Exception as exc:  # a shape the stack refuses is reported, not raised
-        return RowCheck(row=row, measured=measured, perf_db_version=version, skipped=f"not buildable: {exc}")
-    result = evaluate_trial(spec, max_eval_seconds=config.sweep.max_eval_seconds)
+        return RowCheck(**known, skipped=f"not buildable: {exc}")
+
+
+def _compared(
+    row: SiliconRow, known: dict[str, Any], result: TrialResult, requests: Path, scale: StepScale | None,
+    protocol: ReplayProtocol,
+) -> RowCheck:  # fmt: skip
     if result.status != "feasible":
-        return RowCheck(
-            row=row, measured=measured, perf_db_version=version, skipped=f"{result.status}: {result.reason}"
-        )
+        return RowCheck(**known, skipped=f"{result.status}: {result.reason}")
     metrics = result.metrics
     replayed = Point(
         ttft_ms=metrics["mean_ttft_ms"],
         tpot_ms=metrics["mean_itl_ms"],
         tokens_per_second_per_gpu=metrics["output_throughput_tok_s"] / row.gpus,
     )
+    version = known["perf_db_version"]
+    aiconfigurator, failed = _aiconfigurator(row, version, protocol) if scale is None else (None, None)
     return RowCheck(
-        row=row, measured=measured, perf_db_version=version, replayed=replayed, estimated=_estimate(row, version, scale)
+        **known,
+        replayed=replayed,
+        estimated=_estimate(row, version, scale),
+        aiconfigurator=aiconfigurator,
+        aiconfigurator_failed=failed,
+        ttft_after_opening_wave_ms=_ttft_after_opening_wave(requests, row.concurrency),
     )
+
+
+def _aiconfigurator(row: SiliconRow, version: str, protocol: ReplayProtocol) -> tuple[Point | None, str | None]:
+    """aiconfigurator's own estimate (uncalibrated: it takes no step scale), or why it gave none."""
+    from spica_lib.fidelity.aiconfigurator_estimate import aiconfigurator_estimate
+
+    try:
+        ttft, tpot, tokens = aiconfigurator_estimate(row, version, protocol.max_num_batched_tokens)
+    except Exception as exc:  # its failure on one row is reported with the row, not raised
+        return None, f"{type(exc).__name__}: {exc}"
+    return Point(ttft_ms=ttft, tpot_ms=tpot, tokens_per_second_per_gpu=tokens), None
+
+
+def _ttft_after_opening_wave(requests: Path, concurrency: int) -> float | None:
+    """Mean TTFT without the closed loop's first `concurrency` requests (the ones all sent at time 0), as a
+    client that discards its warm-up would report it."""
+    import pandas as pd
+
+    if not requests.exists():
+        return None
+    frame = pd.read_parquet(requests, columns=["arrival_time_ms", "ttft_ms"]).sort_values("arrival_time_ms", kind="stable")
+    later = frame["ttft_ms"].iloc[concurrency:].dropna()
+    return float(later.mean()) if len(later) else None
 
 
 def _estimate(row: SiliconRow, version: str, scale: StepScale | None) -> Point:
@@ -233,3 +324,50 @@ def held_out_table(before: list[RowCheck], *after: list[RowCheck]) -> str:
         cells = [" -> ".join(f"{e.replay_mape[m]:.0f} % ({e.replay_bias[m]:+.0f} %)" for e in steps) for m in METRICS]
         lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def protocol_table(before: list[RowCheck], after: list[RowCheck]) -> str:
+    """Per group, TTFT, TPOT and tokens/s/GPU MAPE (bias) on the rows both protocols replayed: `before` ->
+    `after`, then `after`'s TTFT without the opening wave; last, the rows of the fitting and held-out halves."""
+    from spica_lib.fidelity.fit import fits
+
+    done = {c.row.id for c in before if c.replayed is not None} & {c.row.id for c in after if c.replayed is not None}
+    both = [[c for c in checks if c.row.id in done] for checks in (before, after)]
+    lines = [
+        "| system | backend | model | rows | TTFT | TTFT without the opening wave | TPOT | tok/s/GPU |",
+        "|---|---|---|---:|---|---|---|---|",
+    ]
+    new = {(g.system, g.backend, g.model): g for g in group_errors(both[1])}
+    for g in group_errors(both[0]):
+        after_group = new[(g.system, g.backend, g.model)]
+        members = [c for c in both[1] if (c.row.system, c.row.backend, c.row.model) == (g.system, g.backend, g.model)]
+        cells = [_step(g, after_group, "ttft_ms"), _opening_wave_error(members)]
+        cells += [_step(g, after_group, m) for m in METRICS[1:]]
+        lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} | " + " | ".join(cells) + " |")
+    for half, keep in (("fitting half", True), ("held-out half", False)):
+        parts = [[c for c in checks if fits(c.row) == keep] for checks in both]
+        if parts[0]:
+            cells = [_ttft_error(part) for part in parts]
+            lines.append(f"| {half} | | | {len(parts[0])} | {' -> '.join(cells)} | | | |")
+    return "\n".join(lines)
+
+
+def _ttft_error(checks: list[RowCheck]) -> str:
+    mape, bias = _errors(checks, "replayed", "ttft_ms")
+    return f"{mape:.0f} % ({bias:+.0f} %)"
+
+
+def _step(before: GroupError, after: GroupError, metric: str) -> str:
+    return " -> ".join(f"{e.replay_mape[metric]:.0f} % ({e.replay_bias[metric]:+.0f} %)" for e in (before, after))
+
+
+def _opening_wave_error(checks: list[RowCheck]) -> str:
+    """TTFT MAPE (bias) of the replay's mean without each loop's opening wave, over the rows that have it."""
+    relative = [
+        (c.ttft_after_opening_wave_ms - c.measured.ttft_ms) / c.measured.ttft_ms
+        for c in checks
+        if c.ttft_after_opening_wave_ms is not None
+    ]
+    if not relative:
+        return "-"
+    return f"{100 * statistics.fmean(abs(r) for r in relative):.0f} % ({100 * statistics.fmean(relative):+.0f} %)"

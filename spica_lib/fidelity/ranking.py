@@ -3,7 +3,8 @@
 A search needs the order right more than the level. A group is the measured rows that differ only in
 the deployment (parallel shape and concurrency): the same system, backend, measured version, model,
 precision and ISL/OSL. For each group of at least `MIN_ROWS` replayed rows, each source (the replay,
-the static estimate) is scored by:
+our static estimate, aiconfigurator's own estimate where it gave one for every row of the group) is
+scored by:
 - Kendall's tau-b between its order and the measurement's, by output tokens/s per GPU;
 - top-1 regret: how much less the row it ranks first measured than the best measured row, in
   percent of the best (0: it picked the measured best).
@@ -22,7 +23,8 @@ from pydantic import BaseModel, ConfigDict
 from spica_lib.fidelity.check import RowCheck
 
 MIN_ROWS = 5
-SOURCES = ("replayed", "estimated")
+SOURCES = ("replayed", "estimated", "aiconfigurator")
+SOURCE_NAMES = {"replayed": "replay", "estimated": "estimate", "aiconfigurator": "aiconfigurator"}
 METRIC = "tokens_per_second_per_gpu"
 SLA_MS = (2000.0, 50.0)  # config/default.yaml's mean TTFT and ITL bounds
 
@@ -40,7 +42,7 @@ class GroupRanking(BaseModel):
     isl: int
     osl: int
     rows: int
-    tau: dict[str, float | None]  # source -> Kendall's tau-b (None: an order with no pair to compare)
+    tau: dict[str, float | None]  # source -> Kendall's tau-b (None: an order with no pair to compare; absent: no source)
     regret_percent: dict[str, float]  # source -> top-1 regret
     measured_within_sla: int = 0  # rows whose measurement meets SLA_MS
     goodput_tau: dict[str, float | None] = {}  # the same, ranking goodput under SLA_MS (empty: too few rows meet it)
@@ -64,6 +66,8 @@ def ranking_groups(checks: Iterable[RowCheck], min_rows: int = MIN_ROWS) -> list
         measured_goodput = [_goodput(c.measured) for c in members]
         within = sum(1 for value in measured_goodput if value > 0)
         for source in SOURCES:
+            if any(getattr(c, source) is None for c in members):
+                continue  # aiconfigurator gave no estimate for some row: no order of its own to judge
             predicted = [getattr(getattr(c, source), METRIC) for c in members]
             tau[source] = kendall_tau_b(predicted, measured)
             regret[source] = top1_regret(predicted, measured)
@@ -103,15 +107,16 @@ def top1_regret(predicted: list[float], measured: list[float]) -> float:
 
 def ranking_table(groups: list[GroupRanking]) -> str:
     """One line per group, then the medians over groups."""
+    figures = [f"{SOURCE_NAMES[s]} {figure}" for s in SOURCES for figure in ("tau", "regret")]
     lines = [
-        "| system | backend | model | measured on | ISL/OSL | rows | replay tau | replay regret | estimate tau "
-        "| estimate regret | rows within SLA | goodput: replay tau | replay regret | estimate tau | estimate regret |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | backend | model | measured on | ISL/OSL | rows | " + " | ".join(figures) + " | rows within SLA | "
+        + " | ".join(f"goodput: {figure}" for figure in figures) + " |",
+        "|---|---|---|---|---|---:|" + "---:|" * (4 * len(SOURCES) + 1),
     ]
     for g in groups:
         cells = []
         for source in SOURCES:
-            cells += [_tau(g.tau[source]), f"{g.regret_percent[source]:.1f} %"]
+            cells += [_tau(g.tau.get(source)), _percent(g.regret_percent.get(source))]
         cells.append(str(g.measured_within_sla))
         for source in SOURCES:
             cells += [_tau(g.goodput_tau.get(source)), _percent(g.goodput_regret_percent.get(source))]
