@@ -52,6 +52,11 @@ def test_a_sweep_writes_the_report_its_plots_the_manifest_and_top_k_deployments(
                                                             "latency.png"}  # fmt: skip
     text = (run / "report" / "report.md").read_text()
     assert "goodput_per_gpu" in text and "mean_ttft_ms ≤ 2000 ms" in text and "## Top deployments" in text
+    # The finished top shows its fresh-sample score next to the search's; the rows past it say theirs is the search's.
+    top = text.split("## Top deployments")[1].split("###")[0]
+    table = [line for line in top.splitlines() if line.startswith("| ") and "·" in line]
+    finished = [line for line in table if "(search: " in line]
+    assert len(finished) == 4 and all("(search only)" in line for line in table[4:]) and len(table) > 4
     ranks = sorted(p.name for p in (run / "deploy").iterdir() if not p.name.startswith("."))  # Snakemake stamps
     assert ranks == ["1", "2", "3"]  # sweep.top_k defaults to 3
     manifest = read_model(run / "manifest.json", RunManifest)

@@ -117,6 +117,8 @@ def _top(view: RunView) -> str:
              "| # | deployment | score | GPUs | SLA margin | TTFT ms | ITL ms | US$/1M tok | selections |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     ties = same_result_as(rows)
+    # A finished row's score is its fresh-sample statistic; a row past the finish has only the search's.
+    any_finished = any(row.finish is not None and row.finish.statistic is not None for row in rows)
     for position, (row, tie) in enumerate(zip(rows, ties, strict=True), start=1):
         record, m = view.records[row.key], row.candidate.metrics
         name = describe(record.spec) + (f" (= #{tie})" if tie else "")
@@ -125,6 +127,8 @@ def _top(view: RunView) -> str:
         score = shown(view, row.candidate.score)
         if row.finish is not None and row.finish.statistic is not None:
             score = f"{shown(view, row.finish.statistic)} (search: {score})"
+        elif any_finished:
+            score = f"{score} (search only)"
         lines.append(
             f"| {position} | {name} | {score} | {row.candidate.used_gpus} | "
             f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
