@@ -9,14 +9,14 @@ and for the static estimate, then the rows skipped and why. The same as `spica f
 `spica_lib/fidelity/fit.py`), writes them to FILE, replays the other half with them, and prints
 that half's errors without and with the scales. It also prints the ranking table (`spica fidelity
 --ranking`, `spica_lib/fidelity/ranking.py`): per group of rows measured alike, Kendall's tau and
-top-1 regret of the replay's and the estimate's order. Every row is replayed twice, by the measured
-protocol (the default: chunked-prefill budget 2048) and by the search's default (8192), and the TTFT
-errors of both are printed side by side (`spica fidelity --compare-protocols`,
+top-1 regret of the replay's and the estimate's order. Every row is replayed by each replay protocol
+(the default, aiconfigurator's benchmark settings; a 2048-token prefill budget; the search's 8192) and
+the errors of all three are printed side by side (`spica fidelity --compare-protocols`,
 `spica_lib/fidelity/protocol.py`). `--from-json FILE` reads an earlier run's `--json FILE` instead of
 replaying.
 
 Run: .venv/bin/python bench/fidelity.py [--system h100_sxm,h200_sxm] [--backend vllm] [--json FILE] [--fit FILE]
-     [--from-json FILE] [--protocol measured|search-default] [--jobs N]
+     [--from-json FILE] [--protocol aiconfigurator-benchmark|chunk-2048|search-default] [--jobs N]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def main() -> int:
         option.get("--fit"),
         ranking=True,
         from_json=option.get("--from-json"),
-        protocol=option.get("--protocol", "measured"),
+        protocol=option.get("--protocol", "aiconfigurator-benchmark"),
         compare_protocols=True,
         jobs=int(option.get("--jobs", "1")),
     )

@@ -10,7 +10,7 @@ from spica_lib.config import ConfigError
 from spica_lib.facts.calibration import StepScale, read_calibration
 from spica_lib.fidelity.check import METRICS, check_row, group_errors, unsupported_reason
 from spica_lib.fidelity.fit import SPLIT, fits
-from spica_lib.fidelity.protocol import MEASURED, SEARCH_DEFAULT
+from spica_lib.fidelity.protocol import CHUNK_2048, MEASURED, SEARCH_DEFAULT
 from spica_lib.fidelity.silicon import aggregated_rows, tokens_per_second_per_gpu
 from spica_lib.trial.evaluate import prepare_trial
 
@@ -62,15 +62,22 @@ def test_a_row_is_replayed_as_measured_and_its_errors_are_relative_to_the_measur
     assert saved["row"]["id"] == QWEN_H100 and saved["replayed"]["ttft_ms"] == pytest.approx(check.replayed.ttft_ms)
 
 
-def test_the_measured_protocol_replays_the_chunked_prefill_budget_that_reproduces_the_row_s_ttft(tmp_path, capsys):
+def test_protocols_set_the_engine_as_the_measurement_did_and_the_default_one_reproduces_the_row_s_ttft(
+    tmp_path, capsys
+):
+    long = next(r for r in aggregated_rows() if r.id.startswith("qwen_qwen3_32b") and r.isl == 4096 and r.concurrency == 64)
+    # aiconfigurator's benchmark rule for vLLM agg: batch size + ISL + 1500 tokens per step, batch capped at c.
+    assert MEASURED.settings(long) == {"max_num_batched_tokens": 64 + 4096 + 1500, "max_num_seqs": 64}
+    assert CHUNK_2048.settings(long) == {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
     measured, search = check_row(row(QWEN_H100), protocol=MEASURED), check_row(row(QWEN_H100), protocol=SEARCH_DEFAULT)
-    assert measured.engine["max_num_batched_tokens"] == 2048 and search.engine["max_num_batched_tokens"] == 8192
-    assert (measured.protocol, search.protocol) == ("measured", "search-default")
+    assert measured.engine == {"max_num_batched_tokens": 8 + 1024 + 1500, "max_num_seqs": 8}
+    assert search.engine == {"max_num_batched_tokens": 8192, "max_num_seqs": 256}
+    assert (measured.protocol, search.protocol) == ("aiconfigurator-benchmark", "search-default")
     # 8 prompts of 1k in one 8192-token step stay in lockstep: every request waits for the whole wave.
     truth = measured.measured.ttft_ms
     assert search.replayed.ttft_ms > 2 * truth
     assert abs(measured.replayed.ttft_ms - truth) < 0.5 * abs(search.replayed.ttft_ms - truth)
-    # Without the opening wave (all 8 sent at time 0) the 2048 budget's loop has drifted out of step: shorter.
+    # Without the opening wave (all 8 sent at time 0) the smaller budget's loop has drifted out of step: shorter.
     assert measured.ttft_after_opening_wave_ms < measured.replayed.ttft_ms
     # aiconfigurator's own agg estimate of the row, at the same budget.
     assert measured.aiconfigurator is not None and measured.aiconfigurator_failed is None
@@ -79,11 +86,12 @@ def test_the_measured_protocol_replays_the_chunked_prefill_budget_that_reproduce
     argv = ["fidelity", "--system", "h100_sxm", "--model", "Qwen/Qwen3-32B", "--limit", "1", "--compare-protocols"]
     assert main([*argv, "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "TTFT by replay protocol" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B | 1 | " in printed
+    assert "By replay protocol" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B | 1 | " in printed
+    assert "| h100_sxm | vllm | Qwen/Qwen3-32B | 1024/128 | 1 | " in printed  # and per ISL/OSL
     saved = json.loads(out.read_text())
-    assert sorted(c["protocol"] for c in saved) == ["measured", "search-default"]
+    assert sorted(c["protocol"] for c in saved) == ["aiconfigurator-benchmark", "chunk-2048", "search-default"]
     capsys.readouterr()
-    assert main([*argv, "--from-json", str(out), "--protocol", "search-default"]) == 0  # both read back, no replay
+    assert main([*argv, "--from-json", str(out), "--protocol", "search-default"]) == 0  # every run read back, no replay
     assert "'search-default' protocol: max_num_batched_tokens 8192" in capsys.readouterr().out
 
 
@@ -97,6 +105,31 @@ def test_a_calibration_scales_the_replay_s_step_times_through_the_mocker_s_speed
     assert scaled.replayed.ttft_ms == pytest.approx(2 * plain.replayed.ttft_ms, rel=0.05)
     assert 0.45 < scaled.replayed.tpot_ms / plain.replayed.tpot_ms < 0.7
     assert scaled.estimated.ttft_ms > plain.estimated.ttft_ms  # the static estimate is scaled alike
+
+
+def test_the_protocol_chosen_per_group_is_the_one_of_least_error_on_the_fitting_half():
+    from spica_lib.fidelity.check import Point, RowCheck
+    from spica_lib.fidelity.protocol_study import protocol_choice_table
+    from spica_lib.fidelity.silicon import SiliconRow
+
+    base = row(QWEN_H100)
+    ids = [f"row{i}" for i in range(40)]
+    fitting = [i for i in ids if fits(SiliconRow(**{**base.model_dump(), "id": i}))][:3]
+    held = [i for i in ids if not fits(SiliconRow(**{**base.model_dump(), "id": i}))][:2]
+
+    def run(protocol, factor_fit, factor_held):
+        checks = []
+        for i in fitting + held:
+            r = SiliconRow(**{**base.model_dump(), "id": i, "ttft_ms": 100.0})
+            ttft = 100.0 * (factor_fit if i in fitting else factor_held)
+            point = Point(ttft_ms=ttft, tpot_ms=r.tpot_ms, tokens_per_second_per_gpu=1.0)
+            checks.append(RowCheck(row=r, measured=point.model_copy(update={"ttft_ms": 100.0}), replayed=point,
+                                   protocol=protocol, ttft_after_opening_wave_ms=300.0))  # fmt: skip
+        return checks
+
+    # "b" is exact on the fitting half (a is 50 % off, and both are 200 % off without the opening wave).
+    table = protocol_choice_table({"a": run("a", 1.5, 1.0), "b": run("b", 1.0, 1.1)})
+    assert "| h100_sxm | vllm | Qwen/Qwen3-32B | b | 0 % (3 rows) | 10 % (2 rows) |" in table
 
 
 def test_the_split_is_fixed_and_halves_the_rows():
@@ -117,6 +150,7 @@ def test_fit_writes_scales_a_config_can_opt_into_and_every_trial_records_them(tm
     assert written.scale_for("h100_sxm", "vllm", "Qwen/Qwen3-32B") == scale
     assert written.scale_for("h100_sxm", "vllm", "openai/gpt-oss-120b") == system_wide  # no rows of its own
     assert written.split == SPLIT and "silicon_sample.csv" in written.source
+    assert written.protocol == MEASURED.name  # the rows were replayed by the default protocol
     data = config_data(search_space={"hardware_sku": "h100_sxm", "backend": ["vllm"]})
     data["calibration"] = path.name  # relative to the config's folder
     config = build(data, base_dir=tmp_path)

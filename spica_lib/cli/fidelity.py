@@ -15,11 +15,11 @@ from spica_lib.fidelity.check import (
     group_errors,
     held_out_table,
     markdown_table,
-    protocol_table,
     select_rows,
 )
 from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
 from spica_lib.fidelity.protocol import MEASURED, PROTOCOLS, SEARCH_DEFAULT, ReplayProtocol
+from spica_lib.fidelity.protocol_study import protocol_choice_table, protocol_table
 from spica_lib.fidelity.ranking import ranking_groups, ranking_table
 from spica_lib.fidelity.silicon import aggregated_rows, silicon_source
 
@@ -45,16 +45,25 @@ def fidelity_command(
         return 2
     chosen = PROTOCOLS[protocol]
     checks = _read_checks(from_json, rows, chosen) if from_json else _replay_rows(rows, chosen, jobs)
-    print(f"Replayed by the {chosen.name!r} protocol: max_num_batched_tokens {chosen.max_num_batched_tokens} "
-          f"({chosen.why}).\n")  # fmt: skip
+    print(f"Replayed by the {chosen.name!r} protocol: {chosen.describe()}.\n")
     print(markdown_table(group_errors(checks)))
     compared: list[RowCheck] = []
     if compare_protocols:
-        other = SEARCH_DEFAULT if chosen == MEASURED else MEASURED
-        compared = _read_checks(from_json, rows, other) if from_json else _replay_rows(rows, other, jobs)
-        print(f"\nTTFT by replay protocol: MAPE (signed bias), {other.name} -> {chosen.name}; the last column is "
-              f"{chosen.name} without each loop's opening wave (a client that discards its warm-up):\n")  # fmt: skip
-        print(protocol_table(compared, checks))
+        others = [p for p in PROTOCOLS.values() if p != chosen]
+        runs = [_read_checks(from_json, rows, p) if from_json else _replay_rows(rows, p, jobs) for p in others]
+        compared = [check for run in runs for check in run]
+        order = " -> ".join(p.name for p in [*others, chosen])
+        print(f"\nBy replay protocol: MAPE (signed bias), {order}; the opening-wave column is {chosen.name} "
+              "without each loop's first `concurrency` requests (a client that discards its warm-up), and "
+              f"aiconfigurator's TTFT is its own agg estimate at {chosen.name}'s budget:\n")  # fmt: skip
+        for protocol_name, other in zip([p.name for p in others], others, strict=True):
+            print(f"- {protocol_name}: {other.describe()}")
+        print(f"- {chosen.name}: {chosen.describe()}\n")
+        print(protocol_table([*runs, checks]))
+        print("\nThe same, per ISL/OSL:\n")
+        print(protocol_table([*runs, checks], by_shape=True))
+        print("\nTTFT by the protocol of least error on each group's fitting half, and on its held-out half:\n")
+        print(protocol_choice_table({p.name: run for p, run in zip([*others, chosen], [*runs, checks], strict=True)}))
     if ranking:
         print("\nRanking, per group of rows measured alike (tokens/s/GPU; then goodput under TTFT <= 2000 ms, "
               "TPOT <= 50 ms):\n")  # fmt: skip
@@ -104,9 +113,10 @@ def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int)
     if not scales:
         print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
         return 1
-    calibration = CalibrationFile(source=silicon_source(), split=SPLIT, scales=scales, versions=package_versions())
+    calibration = CalibrationFile(source=silicon_source(), split=SPLIT, protocol=protocol.name, scales=scales,
+                                  versions=package_versions())  # fmt: skip
     write_model(path, calibration)
-    print(f"\nscales written to {path} ({SPLIT}):")
+    print(f"\nscales written to {path} ({SPLIT}; rows replayed by the {protocol.name!r} protocol):")
     for s in scales:
         print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: prefill x{s.prefill:.3f}, "
               f"decode x{s.decode:.3f} ({s.fit_rows} rows)")  # fmt: skip

@@ -79,14 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     fidelity.add_argument(
         "--protocol",
         choices=sorted(PROTOCOLS),
-        default="measured",
-        help="the engine settings rows are replayed with (default: measured, the chunked-prefill budget that "
-        "reproduces the rows' TTFT; search-default: the search's first max_num_batched_tokens)",
+        default="aiconfigurator-benchmark",
+        help="the engine settings rows are replayed with (default: aiconfigurator-benchmark, what aiconfigurator's "
+        "generator writes for a vLLM agg benchmark; chunk-2048: a 2048-token prefill budget; search-default: the "
+        "search's first max_num_batched_tokens, 8192)",
     )
     fidelity.add_argument(
         "--compare-protocols",
         action="store_true",
-        help="also replay every row by the other protocol and print the TTFT errors side by side",
+        help="also replay every row by the other protocols and print the errors side by side",
     )
     fidelity.add_argument("--jobs", type=int, default=1, help="rows replayed at a time (default 1)")
     fidelity.add_argument(

@@ -39,6 +39,7 @@ class CalibrationFile(BaseModel):
     schema_version: int = SCHEMA_VERSION
     source: str  # the measured rows: file and package version
     split: str  # which rows fitted the scales (the others are held out to judge them)
+    protocol: str | None = None  # the replay protocol the rows were replayed by (fidelity/protocol.py; None: before it)
     scales: list[StepScale]
     versions: dict[str, str] = Field(default_factory=dict)
 

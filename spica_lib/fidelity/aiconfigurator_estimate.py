@@ -22,12 +22,9 @@ def aiconfigurator_estimate(row: SiliconRow, version: str, ctx_tokens: int) -> t
     from aiconfigurator_core.sdk.backends.factory import get_backend
     from aiconfigurator_core.sdk.models import get_model
 
-    moe = row.moe_tp * row.moe_ep > 1
+    # MoE widths are given even when 1: aiconfigurator refuses a MoE model without them, and a dense one ignores them.
     shape = config.ModelConfig(
-        tp_size=row.tp,
-        attention_dp_size=row.attention_dp,
-        moe_tp_size=row.moe_tp if moe else None,
-        moe_ep_size=row.moe_ep if moe else None,
+        tp_size=row.tp, attention_dp_size=row.attention_dp, moe_tp_size=row.moe_tp, moe_ep_size=row.moe_ep
     )
     session = InferenceSession(get_model(row.model, shape, row.backend), _database(row.system, row.backend, version),
                                get_backend(row.backend))  # fmt: skip

@@ -104,8 +104,7 @@ def row_config(
                 "backend": [row.backend],
                 "router_mode": ["round_robin"],
                 "planner_scaling_policy": ["disabled"],
-                "agg_max_num_seqs": [max(256, row.concurrency)],
-                "agg_max_num_batched_tokens": [protocol.max_num_batched_tokens],
+                **{f"agg_{name}": [value] for name, value in protocol.settings(row).items()},
             },
             "workload": {
                 "isl": row.isl,
@@ -164,7 +163,7 @@ def _prepare(
     measured = Point(ttft_ms=row.ttft_ms, tpot_ms=row.tpot_ms, tokens_per_second_per_gpu=row.tokens_per_second_per_gpu)
     reason = unsupported_reason(row)
     if reason is not None:
-        return RowCheck(row=row, measured=measured, skipped=reason)
+        return RowCheck(row=row, measured=measured, protocol=protocol.name, skipped=reason)
     version = resolve_backend_version(row.system, row.backend)
     config = row_config(row, scale, protocol)
     choices = branch_knob_choices(config.search_space, "agg")
@@ -206,7 +205,7 @@ def _aiconfigurator(row: SiliconRow, version: str, protocol: ReplayProtocol) -> 
     from spica_lib.fidelity.aiconfigurator_estimate import aiconfigurator_estimate
 
     try:
-        ttft, tpot, tokens = aiconfigurator_estimate(row, version, protocol.max_num_batched_tokens)
+        ttft, tpot, tokens = aiconfigurator_estimate(row, version, protocol.settings(row)["max_num_batched_tokens"])
     except Exception as exc:  # its failure on one row is reported with the row, not raised
         return None, f"{type(exc).__name__}: {exc}"
     return Point(ttft_ms=ttft, tpot_ms=tpot, tokens_per_second_per_gpu=tokens), None
@@ -324,50 +323,3 @@ def held_out_table(before: list[RowCheck], *after: list[RowCheck]) -> str:
         cells = [" -> ".join(f"{e.replay_mape[m]:.0f} % ({e.replay_bias[m]:+.0f} %)" for e in steps) for m in METRICS]
         lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def protocol_table(before: list[RowCheck], after: list[RowCheck]) -> str:
-    """Per group, TTFT, TPOT and tokens/s/GPU MAPE (bias) on the rows both protocols replayed: `before` ->
-    `after`, then `after`'s TTFT without the opening wave; last, the rows of the fitting and held-out halves."""
-    from spica_lib.fidelity.fit import fits
-
-    done = {c.row.id for c in before if c.replayed is not None} & {c.row.id for c in after if c.replayed is not None}
-    both = [[c for c in checks if c.row.id in done] for checks in (before, after)]
-    lines = [
-        "| system | backend | model | rows | TTFT | TTFT without the opening wave | TPOT | tok/s/GPU |",
-        "|---|---|---|---:|---|---|---|---|",
-    ]
-    new = {(g.system, g.backend, g.model): g for g in group_errors(both[1])}
-    for g in group_errors(both[0]):
-        after_group = new[(g.system, g.backend, g.model)]
-        members = [c for c in both[1] if (c.row.system, c.row.backend, c.row.model) == (g.system, g.backend, g.model)]
-        cells = [_step(g, after_group, "ttft_ms"), _opening_wave_error(members)]
-        cells += [_step(g, after_group, m) for m in METRICS[1:]]
-        lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} | " + " | ".join(cells) + " |")
-    for half, keep in (("fitting half", True), ("held-out half", False)):
-        parts = [[c for c in checks if fits(c.row) == keep] for checks in both]
-        if parts[0]:
-            cells = [_ttft_error(part) for part in parts]
-            lines.append(f"| {half} | | | {len(parts[0])} | {' -> '.join(cells)} | | | |")
-    return "\n".join(lines)
-
-
-def _ttft_error(checks: list[RowCheck]) -> str:
-    mape, bias = _errors(checks, "replayed", "ttft_ms")
-    return f"{mape:.0f} % ({bias:+.0f} %)"
-
-
-def _step(before: GroupError, after: GroupError, metric: str) -> str:
-    return " -> ".join(f"{e.replay_mape[metric]:.0f} % ({e.replay_bias[metric]:+.0f} %)" for e in (before, after))
-
-
-def _opening_wave_error(checks: list[RowCheck]) -> str:
-    """TTFT MAPE (bias) of the replay's mean without each loop's opening wave, over the rows that have it."""
-    relative = [
-        (c.ttft_after_opening_wave_ms - c.measured.ttft_ms) / c.measured.ttft_ms
-        for c in checks
-        if c.ttft_after_opening_wave_ms is not None
-    ]
-    if not relative:
-        return "-"
-    return f"{100 * statistics.fmean(abs(r) for r in relative):.0f} % ({100 * statistics.fmean(relative):+.0f} %)"
