@@ -16,7 +16,7 @@ from spica_lib.cli.main import main
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.report.deploy import DeploymentFiles, differences
 from spica_lib.report.manifest import RunManifest
-from spica_lib.report.status import run_status
+from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status
 from spica_lib.report.view import RunView
 from spica_lib.results.ranking import pareto_front
 from spica_lib.trial.store import read_trial
@@ -64,8 +64,10 @@ def test_a_sweep_writes_the_report_its_plots_the_manifest_and_top_k_deployments(
     assert manifest.versions["ai-dynamo"] == "1.5.1" and manifest.perf_db_versions == validated.catalog.perf_db_versions
     assert manifest.sha256["config_normalised"] == validated.config_sha256 and manifest.sha256["lock"]
     assert manifest.started_at <= manifest.finished_at and manifest.seed == validated.config.sweep.seed
-    # One progress line per told round, naming the branch, the round and the best so far.
+    # One progress line per told round, naming the branch, the round and the best so far, then the progress.
     assert done.stdout.count("spica agg round ") == 2 and "new trial(s), best" in done.stdout
+    rounds = [line for line in done.stdout.splitlines() if " round " in line and "trials done" in line]
+    assert len(rounds) == 4 and "the search's trials are done" in rounds[-1]  # two rounds of two branches
 
 
 def test_the_plots_show_the_candidates_the_sla_misses_and_the_best_so_far(default_run):
@@ -130,6 +132,24 @@ def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeyp
     assert main(["report", str(run)]) == 0 and (run / "report" / "report.md").is_file()
 
 
+def test_the_time_left_is_the_trials_left_at_the_pace_of_the_trials_this_invocation_finished():
+    def branch(finished, here, expected):
+        return BranchStatus(branch="agg", rounds_told=1, rounds_total=4, stalled=False, trials_finished=finished,
+                            trials_running=2, trials_interrupted=0, trials_failed=0, trials_expected=expected,
+                            trials_finished_this_run=here, replay_seconds=50.0, best_score=None, best_key=None)  # fmt: skip
+
+    from spica_lib.run.status import _remaining
+
+    # 10 finished before a resume, 10 by this invocation in 100 s: 20 left take about 200 s.
+    status = RunStatus(state="running", snakemake="pid 1 on h", branches=[branch(20, 10, 40)], running_seconds=100.0)
+    status.remaining_seconds = _remaining(status)
+    assert status.remaining_seconds == pytest.approx(200.0)
+    assert progress_text(status) == ("20 of about 40 trials done, 2 running; 50 s of replays; about 3 min left for "
+                                     "the search's trials at this run's pace")  # fmt: skip
+    status = RunStatus(state="running", snakemake="pid 1 on h", branches=[branch(20, 0, 40)], running_seconds=5.0)
+    assert _remaining(status) is None  # no trial of this invocation has ended: no pace yet
+
+
 def test_status_of_a_run_stopped_after_one_round(tmp_path):
     data = default_config(rounds=3, per_round=2)
     data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
@@ -138,6 +158,10 @@ def test_status_of_a_run_stopped_after_one_round(tmp_path):
     round_zero = json.loads((run / "rounds" / "agg" / "0" / "suggestions.json").read_text())
     assert status.rounds_told == 1 and status.rounds_total == 3
     assert status.trials_finished == len(round_zero["new_keys"]) and status.trials_running == 0
+    # Two rounds not suggested yet, two trials each: the search will run about four more.
+    assert status.trials_expected == len(round_zero["new_keys"]) + 2 * 2
+    text = progress_text(run_status(run))
+    assert f"{status.trials_finished} of about {status.trials_finished + 4} trials done" in text and "left" not in text
     assert not (run / "rounds" / "agg" / "1" / "suggestions.json").exists()
 
 

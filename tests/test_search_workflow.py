@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import REPO, WALL_CLOCK_METRICS, write_yaml
 
-from spica_lib.report.status import run_status, status_text
+from spica_lib.run.status import run_status, status_text
 from spica_lib.config.narrow import narrowed
 
 pytestmark = pytest.mark.slow
@@ -120,7 +120,8 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     deadline = time.time() + 300
     while time.time() < deadline and len(list(trials.glob("*/rounds/*/*/trials/*/*.json"))) < 2:
         time.sleep(0.5)
-    assert run_status(run_dir(killed)).state == "running"
+    live = run_status(run_dir(killed))
+    assert live.state == "running" and live.running_seconds > 0
     os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     assert not list(trials.glob("*/summary.json")), "the sweep finished before it was killed"
@@ -129,6 +130,7 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     status = run_status(run_dir(killed))
     assert status.state == "stopped" and all(b.trials_running == 0 for b in status.branches)
     assert "stopped: its Snakemake is gone" in status_text(run_dir(killed), status)
+    assert status.remaining_seconds is None and f"{status.trials_finished} of about" in status_text(run_dir(killed), status)
     # What a write killed half-way leaves: a temporary beside its artifact.
     torn = run_dir(killed) / "rounds" / ".observations.json.k1ll3d.tmp"
     torn.write_text("{")

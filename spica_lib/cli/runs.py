@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from spica_lib.cli.reports import trial_report
-from spica_lib.report.status import run_status, status_text
+from spica_lib.run.status import run_status, status_text
 from spica_lib.report.view import RunView
 from spica_lib.run.layout import RESULTS_ROOT, RunFiles
 from spica_lib.trial.describe import describe

@@ -31,6 +31,7 @@ from spica_lib.results.merge import CandidateRow, apply_finish, collect_candidat
 from spica_lib.results.stress import StressResult
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
+from spica_lib.run.status import progress_text, run_status
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, refill_round, suggest_round, tell_round
 from spica_lib.replay.warm_up import failures as warm_up_failures
@@ -222,10 +223,19 @@ def tell(job: JobArgs) -> None:
             + (f" ({tally.refills} refill pass(es) for failed replays)" if tally.refills else "")
             + f", best {best}"
         )
+        progress += f"; {_progress(files.dir)}"
         print(progress, flush=True)
         log.info("%s; %s", progress, tally.counts)
         if updated.stalled and (history is None or not history.stalled):
             log.info("branch %s stops: %s", updated.deployment_mode, updated.stall_reason)
+
+
+def _progress(run_dir: str) -> str:
+    """The sweep's progress for the per-round line (run/status.py); never fails the round."""
+    try:
+        return progress_text(run_status(run_dir))
+    except Exception as error:  # a progress line is not worth a failed round
+        return f"progress unknown ({type(error).__name__})"
 
 
 class RankedRun(NamedTuple):
