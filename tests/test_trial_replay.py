@@ -427,8 +427,11 @@ def test_an_overloaded_candidate_is_screened_on_its_prefix_and_its_trial_says_so
     ((record, source),) = job([spec], tmp_path, attempt=1, last_attempt=1).values()
     result = record.result
     assert source == "replayed" and result.status == "infeasible" and result.screen.screened
-    assert result.reason.startswith("screened: mean_ttft_ms") and "on the first 80 of 400 requests" in result.reason
-    assert result.metrics["completed_requests"] == 80 and result.sla_miss == result.screen.ratio >= 2.0
+    # Judged inside the one replay: its prefill queue runs away long before the 80 requests of its screen
+    # complete, and the time spent queued alone puts its mean TTFT past twice the bound.
+    assert result.reason.startswith("screened: ") and "requests were waiting for prefill" in result.reason
+    assert "at least 2x the mean_ttft_ms bound" in result.reason and result.screen.metric == "mean_ttft_ms"
+    assert result.metrics["completed_requests"] < 80 and result.sla_miss == result.screen.ratio >= 2.0
     # Resumed or retried, the screen is restored from the journal, never replayed again.
     ((again, source),) = job([spec], tmp_path, attempt=2, last_attempt=2).values()
     assert source == "journal" and again.result == result
@@ -464,7 +467,8 @@ def test_an_open_loop_trace_is_screened_on_the_first_part_of_its_simulated_time(
 
 def test_a_replay_stopped_at_its_limit_after_its_prefix_says_what_the_prefix_showed_and_tells_the_miss():
     data = config_data(workload={"isl": 2048, "osl": 256, "request_rate": 40.0, "num_request_ratio": 600})
-    data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
+    # An ITL bound only: the in-replay screen's TTFT rules (a run-away queue) would stop it before its limit.
+    data["goal"] = {"target": "throughput_per_gpu", "sla": {"itl_ms": SLA["itl_ms"], "percentile": 99}}
     data["sweep"] = {"screen_fraction": 0.02, "screen_margin": 1000}  # a prefix that never stops it
     cfg = build(data)
     result = evaluate_trial(spec_for(cfg, agg(1, 1)), max_eval_seconds=3)  # 24,000 requests on one GPU
@@ -486,7 +490,7 @@ def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefi
     monkeypatch.setattr(stall_module, "STALL_FLOOR_SECONDS", 3.0)
     data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
                                  "trace_path": str(TRACE), "arrival_speedup_ratio": 0.5})  # fmt: skip
-    data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 60}}
+    data["goal"] = {"target": "throughput_per_gpu", "sla": {"itl_ms": 60, "percentile": 99}}  # no TTFT bound for the screen to judge
     data["sweep"] = {"screen_margin": 1000}  # never screened: the pace alone decides
     cfg = build(data)
     layout = DisaggConfig(prefill=agg(4, 1), decode=agg(4, 1))
@@ -498,6 +502,36 @@ def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefi
     assert result.status == "timed_out" and result.reason.startswith("stalled: the full replay ran past"), result.reason
     assert result.wall_seconds < 60 and not result.screen.screened
     assert "its prefix (first " in result.reason and result.sla_miss == result.screen.ratio
+
+
+def trace_at_half_speed():
+    data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
+                                 "trace_path": str(TRACE), "arrival_speedup_ratio": 0.5})  # fmt: skip
+    data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 60}}
+    return build(data)
+
+
+def test_a_replay_whose_prefill_queue_runs_away_is_stopped_from_inside_well_before_its_limit():
+    # SGLang 1 x TP4 prefill + 1 x TP4 decode under the shipped trace at half speed: its prefix passes,
+    # then its queue runs away and the replay would crawl for minutes (the pace test above).
+    cfg = trace_at_half_speed()
+    layout = DisaggConfig(prefill=agg(4, 1), decode=agg(4, 1))
+    sel = {"deployment_mode": "disagg", "backend": "sglang", "router_mode": "round_robin",
+           "planner_scaling_policy": "disabled", **DISAGG_KNOBS}  # fmt: skip
+    estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"sglang": "0.5.14"})
+    spec = prepare_trial(cfg, sel, layout, backend_version="0.5.14", estimator=estimator)
+    result = evaluate_trial(spec, max_eval_seconds=300)
+    assert result.status == "infeasible" and result.reason.startswith("screened: the TTFTs of its first"), result.reason
+    assert "whatever the rest does" in result.reason  # the completed requests alone rule it out
+    assert result.wall_seconds < 30, result.wall_seconds
+    assert result.screen.screened and result.sla_miss == result.screen.ratio >= 1.0
+    assert result.metrics["completed_requests"] < 3993
+
+
+def test_a_healthy_replay_of_the_whole_trace_is_not_stopped_and_keeps_its_screen_verdict():
+    result = evaluate_trial(spec_for(trace_at_half_speed(), agg(4, 2)), max_eval_seconds=300)  # 2 x TP4 keeps up
+    assert result.status == "feasible" and result.metrics["completed_requests"] == 3993, result.reason
+    assert result.screen is not None and not result.screen.screened and result.screen.ratio < 2.0
 
 
 def test_a_replay_watched_for_its_progress_scores_exactly_as_one_without(monkeypatch):

@@ -6,9 +6,12 @@ traffic's kwargs}, "engines": {kwarg: MockEngineArgs kwargs}, "router_config": K
 "pace": {"requests", and from the worker "limit_seconds", "floor_seconds"} | null (replay/progress.py)}.
 Kept free of heavy imports so the child process that runs it starts fast (it runs once per trial).
 
-With a screen, the prefix is replayed first; when its worst SLA ratio reaches the margin, the full
-replay is skipped (the prefix's metrics are returned, marked screened): a hopeless candidate costs
-seconds, not the minutes a deep queue makes the simulator crawl for.
+With a screen and no planner, the one replay is judged from inside as it runs (replay/sla_watch.py):
+it stops where its SLA rules it out, and a candidate that passes is not replayed twice. With a
+planner (whose scaling policy takes the callback), the prefix is replayed first; when its worst SLA
+ratio reaches the margin, the full replay is skipped (the prefix's metrics are returned, marked
+screened). Either way a hopeless candidate costs seconds, not the minutes a deep queue makes the
+simulator crawl for.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ def execute_call(
     screen = call.get("screen")
     if not screen:
         return _replay(call, per_request_path)
+    if call["kwargs"].get("planner_config") is None:  # the screen judges from inside the one replay
+        return _replay(call, per_request_path, screen, on_screen)
     prefix_call = {
         **call,
         "args": screen.get("args", call["args"]),
@@ -78,7 +83,12 @@ def import_dynamo() -> None:
     import dynamo.replay  # noqa: F401
 
 
-def _replay(call: dict[str, Any], per_request_path: str | None) -> dict[str, Any]:
+def _replay(
+    call: dict[str, Any],
+    per_request_path: str | None,
+    screen: dict[str, Any] | None = None,
+    on_screen: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
     os.environ.setdefault("DYN_LOG", "error")
     from dynamo.llm import KvRouterConfig
     from dynamo.mocker import MockEngineArgs
@@ -91,11 +101,24 @@ def _replay(call: dict[str, Any], per_request_path: str | None) -> dict[str, Any
     kwargs["capture_per_request"] = per_request_path is not None
     started = time.perf_counter()
     pace = call.get("pace") or {}
-    if pace.get("limit_seconds") and kwargs.get("planner_config") is None:  # a planner takes the policy slot
+    if (pace.get("limit_seconds") or screen) and kwargs.get("planner_config") is None:  # a planner takes the slot
         from spica_lib.replay.progress import ProgressWatch, watched_replay
+        from spica_lib.replay.sla_watch import ReplayScreened, SlaWatch
 
-        watch = ProgressWatch(pace["requests"], pace["limit_seconds"], pace["floor_seconds"])
-        report = watched_replay(call["function"], call["args"], kwargs, watch)
+        requests = pace.get("requests") or (int(call["args"][2]) if call["function"] == "synthetic" else 1)
+        sla = SlaWatch(screen, requests, on_screen) if screen else None
+        watch = ProgressWatch(requests, pace.get("limit_seconds"), pace.get("floor_seconds"), sla)
+        try:
+            report = watched_replay(call["function"], call["args"], kwargs, watch)
+        except ReplayScreened as screened:  # ruled out by its SLA on the way: its running metrics stand
+            return {"metrics": screened.metrics, "scaling_events": [], "screen": screened.verdict,
+                    "replay_seconds": time.perf_counter() - started}  # fmt: skip
+        if sla is not None:
+            seconds = time.perf_counter() - started
+            if per_request_path is not None:
+                _write_per_request(report, per_request_path)
+            outcome = _plain_outcome(report, seconds)
+            return {**outcome, "screen": sla.final_verdict(outcome["metrics"])}
     else:
         function = run_trace_replay if call["function"] == "trace" else run_synthetic_trace_replay
         report = function(*call["args"], **kwargs)

@@ -10,14 +10,17 @@ A queue that runs away makes the simulator slower with every request, so a linea
 on the side of letting a replay go on: what it stops could not have finished in time.
 
 It applies to every replay without a planner (the planner's own scaling policy takes the same
-slot; those replays keep the CPU-time checks of replay/stall.py). Kept free of heavy imports: it
-runs in the replay child.
+slot; those replays keep the CPU-time checks of replay/stall.py). With a screen it also carries the
+SLA's watch (replay/sla_watch.py), which stops a replay the SLA has already ruled out. Kept free of
+heavy imports: it runs in the replay child.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from spica_lib.replay.sla_watch import ReplayScreened, SlaWatch
 
 FIRST_TICK_MS = 100.0  # simulated time to the first look; then the tick adapts to the replay's speed
 MIN_TICK_MS, MAX_TICK_MS = 10.0, 60_000.0
@@ -35,10 +38,14 @@ class ReplayStalled(Exception):
 class ProgressWatch:
     """A do-nothing scaling policy that watches a replay's pace (see the module docstring)."""
 
-    def __init__(self, requests: int, limit_seconds: float, floor_seconds: float):
+    def __init__(
+        self, requests: int, limit_seconds: float | None, floor_seconds: float | None, sla: SlaWatch | None = None
+    ):
         self.requests = max(1, int(requests))
-        self.limit_seconds = float(limit_seconds)
-        self.floor_seconds = float(floor_seconds)
+        self.limit_seconds = float(limit_seconds) if limit_seconds else None  # None: no limit to pace against
+        self.floor_seconds = float(floor_seconds or 0.0)
+        self.sla = sla
+        self.screened: ReplayScreened | None = None
         self.arrived = 0
         self.finished = 0
         self.ticks = 0
@@ -53,17 +60,27 @@ class ProgressWatch:
     def on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         self.ticks += 1
         now_ms = float(snapshot["now_ms"])
-        self.arrived += int((snapshot.get("traffic") or {}).get("num_req", 0) or 0)
-        self.finished = max(self.finished, self.arrived - _held(snapshot))
+        traffic = snapshot.get("traffic") or {}
+        self.arrived += int(traffic.get("num_req", 0) or 0)
+        held = _held(snapshot)
+        self.finished = max(self.finished, self.arrived - held)
         cpu = time.process_time()
         if self._started is None:
             self._started = self._last_cpu = cpu
-        self._judge(cpu - self._started, now_ms)
+        if self.sla is not None:
+            try:
+                self.sla.on_tick(now_ms, traffic, _queued_for_prefill(snapshot), self.finished)
+            except ReplayScreened as screened:
+                self.screened = screened
+                raise
+        if self.limit_seconds is not None:
+            self._judge(cpu - self._started, now_ms)
         self._adapt(cpu - self._last_cpu)
         self._last_cpu = cpu
         return {"target_prefill": None, "target_decode": None, "next_tick_ms": now_ms + self._tick_ms}
 
     def _judge(self, cpu: float, now_ms: float) -> None:
+        assert self.limit_seconds is not None
         if cpu < self.floor_seconds:
             return
         done = self.finished / self.requests
@@ -94,11 +111,18 @@ def _held(snapshot: dict[str, Any]) -> int:
     return sum(int(worker.get(name, 0) or 0) for worker in workers for name in fields)
 
 
+def _queued_for_prefill(snapshot: dict[str, Any]) -> int:
+    """Requests waiting for their prefill on some worker (an agg worker's too; a decode worker has none)."""
+    workers = [*(snapshot.get("prefill_fpm_snapshots") or []), *(snapshot.get("decode_fpm_snapshots") or [])]
+    return sum(int(worker.get("num_queued_prefill", 0) or 0) for worker in workers)
+
+
 def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch: ProgressWatch) -> Any:
     """The replay Dynamo's `run_*_trace_replay` runs without a planner, with `watch` as its scaling policy.
 
     The public entry points pass no policy without a planner; their native calls take one. Raises
-    ReplayStalled when the watch stopped the replay, and Dynamo's errors otherwise.
+    ReplayStalled when the watch stopped the replay for its pace, ReplayScreened when its SLA watch did,
+    and Dynamo's errors otherwise.
     """
     from dynamo._core import run_mocker_synthetic_trace_replay, run_mocker_trace_replay
     from dynamo.replay.api import _materialize_offline_report
@@ -113,6 +137,8 @@ def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch
     try:
         result = native(*args, **native_kwargs, scaling_policy=watch)
     except Exception as exc:
+        if watch.screened is not None:
+            raise watch.screened from exc
         if watch.stopped is not None:
             raise ReplayStalled(watch.stopped) from exc
         raise

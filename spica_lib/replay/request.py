@@ -36,7 +36,8 @@ class ScreenPlan(BaseModel):
 
 
 class ScreenOutcome(BaseModel):
-    """What the prefix replay showed: the worst bound's metric, value and ratio, and whether it stopped there."""
+    """What the prefix showed (replayed first, or judged inside the one replay): the worst bound's metric,
+    value and ratio, and whether it stopped there and why."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -47,6 +48,7 @@ class ScreenOutcome(BaseModel):
     prefix: str
     replay_seconds: float
     cpu_seconds: float = 0.0  # the prefix's CPU time in its child
+    why: str | None = None  # judged inside the replay and stopped: the rule that stopped it (replay/sla_watch.py)
 
 
 class ReplayRequest(BaseModel):

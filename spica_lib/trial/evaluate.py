@@ -303,9 +303,13 @@ def _screened(spec: TrialSpec, outcome: ReplayOutcome, base: dict[str, Any]) -> 
     """A trial the prefix already showed hopeless: infeasible, with how far it missed (told to the designer)."""
     screen = outcome.screen
     shown = "no request completed" if screen.ratio >= NO_REQUEST_DONE else f"{screen.metric} {screen.value:.4g}"
+    if screen.why is not None:  # stopped from inside the replay: the watch says which rule
+        reason = f"screened: {screen.why}"
+    else:
+        reason = f"screened: {shown} on the {screen.prefix} (at least {spec.replay.screen.margin:g}x its bound)"
     return TrialResult(
         status="infeasible",
-        reason=f"screened: {shown} on the {screen.prefix} (at least {spec.replay.screen.margin:g}x its bound)",
+        reason=reason,
         metrics={k: v for k, v in outcome.metrics.items() if math.isfinite(v)},
         sla_miss=screen.ratio,
         screen=screen,
