@@ -492,16 +492,19 @@ def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefi
                                  "trace_path": str(TRACE), "arrival_speedup_ratio": 0.5})  # fmt: skip
     data["goal"] = {"target": "throughput_per_gpu", "sla": {"itl_ms": 60, "percentile": 99}}  # no TTFT bound for the screen to judge
     data["sweep"] = {"screen_margin": 1000}  # never screened: the pace alone decides
-    cfg = build(data)
+    result = evaluate_trial(queueing_disagg(build(data)), max_eval_seconds=300)
+    assert result.status == "timed_out" and result.reason.startswith("stalled: the full replay ran past"), result.reason
+    assert result.wall_seconds < 60 and not result.screen.screened
+    assert "its prefix (first " in result.reason and result.sla_miss == result.screen.ratio
+
+
+def queueing_disagg(cfg):
+    """SGLang 1 x TP4 prefill + 1 x TP4 decode: under the shipped trace at half speed its queue runs away."""
     layout = DisaggConfig(prefill=agg(4, 1), decode=agg(4, 1))
     sel = {"deployment_mode": "disagg", "backend": "sglang", "router_mode": "round_robin",
            "planner_scaling_policy": "disabled", **DISAGG_KNOBS}  # fmt: skip
     estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"sglang": "0.5.14"})
-    spec = prepare_trial(cfg, sel, layout, backend_version="0.5.14", estimator=estimator)
-    result = evaluate_trial(spec, max_eval_seconds=300)
-    assert result.status == "timed_out" and result.reason.startswith("stalled: the full replay ran past"), result.reason
-    assert result.wall_seconds < 60 and not result.screen.screened
-    assert "its prefix (first " in result.reason and result.sla_miss == result.screen.ratio
+    return prepare_trial(cfg, sel, layout, backend_version="0.5.14", estimator=estimator)
 
 
 def trace_at_half_speed():
@@ -514,13 +517,7 @@ def trace_at_half_speed():
 def test_a_replay_whose_prefill_queue_runs_away_is_stopped_from_inside_well_before_its_limit():
     # SGLang 1 x TP4 prefill + 1 x TP4 decode under the shipped trace at half speed: its prefix passes,
     # then its queue runs away and the replay would crawl for minutes (the pace test above).
-    cfg = trace_at_half_speed()
-    layout = DisaggConfig(prefill=agg(4, 1), decode=agg(4, 1))
-    sel = {"deployment_mode": "disagg", "backend": "sglang", "router_mode": "round_robin",
-           "planner_scaling_policy": "disabled", **DISAGG_KNOBS}  # fmt: skip
-    estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"sglang": "0.5.14"})
-    spec = prepare_trial(cfg, sel, layout, backend_version="0.5.14", estimator=estimator)
-    result = evaluate_trial(spec, max_eval_seconds=300)
+    result = evaluate_trial(queueing_disagg(trace_at_half_speed()), max_eval_seconds=300)
     assert result.status == "infeasible" and result.reason.startswith("screened: the TTFTs of its first"), result.reason
     assert "whatever the rest does" in result.reason  # the completed requests alone rule it out
     assert result.wall_seconds < 30, result.wall_seconds
