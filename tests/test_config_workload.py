@@ -200,3 +200,26 @@ def test_settings_a_workload_shape_cannot_use_are_refused():
     # Their defaults are what a dumped config holds: it reads back.
     config = build(config_data(workload=trace_workload(TRACE)))
     assert build(config.model_dump(mode="json")) == config
+
+
+def test_a_kept_scan_is_read_instead_of_the_trace_and_a_changed_trace_is_scanned_afresh(tmp_path, monkeypatch):
+    import shutil
+
+    from spica_lib.config import trace as trace_module
+
+    monkeypatch.setenv(trace_module.SPLIT_ROOT_ENV, str(tmp_path / "derived"))
+    copy = tmp_path / "trace.jsonl"
+    shutil.copy(TRACE, copy)
+    kept = trace_module.keep_scan(copy)
+    scan = trace_module.scan_trace(copy)
+    assert kept.is_file() and kept.parent == tmp_path / "derived" / "scans"
+    saved = trace_module.KeptScan.model_validate_json(kept.read_text())
+    assert (saved.sha256, saved.records) == (scan.sha256, scan.records) == (trace_module.scan_trace(TRACE).sha256, 3993)
+    # Another process (a fresh cache here) reads the kept scan, not the trace: a doctored one shows it.
+    kept.write_text(saved.model_copy(update={"records": 7}).model_dump_json())
+    trace_module._scan.cache_clear()
+    assert trace_module.scan_trace(copy).records == 7
+    # The trace changes: its size and time no longer match the kept scan, so it is scanned again.
+    copy.write_text(copy.read_text() + TRACE.read_text().splitlines()[0] + "\n")
+    trace_module._scan.cache_clear()
+    assert trace_module.scan_trace(copy).records == 3994

@@ -42,8 +42,15 @@ class TraceScan(NamedTuple):
     output_tokens: int = 0
 
 
+# Derived traces (a held-out split) and kept scans live next to the runs, on the file system every job of
+# a sweep sees (a SLURM job included); keyed by what they derive from, so any process can rebuild them.
+SPLIT_ROOT_ENV = "SPICA_TRACE_SPLITS"
+DEFAULT_SPLIT_ROOT = "results/.trace-splits"
+
+
 def scan_trace(path: str | Path) -> TraceScan:
-    """Parse every line of a Mooncake trace and hash the file, in one pass; once per file and process.
+    """Parse every line of a Mooncake trace and hash the file, in one pass; once per file and process,
+    and once per run where the run kept its scan (`keep_scan`).
 
     A bad line anywhere is reported with its number before any compute (not as a load-predictor
     crash or a sweep of failed trials), and the hash that names the run and every trial key is
@@ -54,8 +61,56 @@ def scan_trace(path: str | Path) -> TraceScan:
     return _scan(str(resolved), stat.st_size, stat.st_mtime_ns)
 
 
+class KeptScan(BaseModel):
+    """Artifact `<SPICA_TRACE_SPLITS>/scans/<key>.json`: a trace's scan, for the run's other processes (a
+    SLURM job included) to read instead of parsing and hashing the trace again. Keyed by the trace's
+    path, size and modification time: a changed file is scanned afresh."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: int
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    records: int
+    duration_ms: float
+    first_ms: float
+    input_tokens: int
+    output_tokens: int
+
+
+SCAN_FORMAT = 1  # bumped when TraceScan changes, so an older kept scan is never read
+
+
+def keep_scan(path: str | Path) -> Path:
+    """Scan the trace (if this process has not) and write the scan where the run's jobs look for it."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    scan = _scan(str(resolved), stat.st_size, stat.st_mtime_ns)
+    kept = KeptScan(format=SCAN_FORMAT, path=str(resolved), size=stat.st_size, mtime_ns=stat.st_mtime_ns,
+                    **scan._asdict())  # fmt: skip
+    target = _kept_path(str(resolved), stat.st_size, stat.st_mtime_ns)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, kept.model_dump_json(indent=1))
+    return target
+
+
+def _kept_path(path: str, size: int, mtime_ns: int) -> Path:
+    key = hashlib.sha256(f"{path}\0{size}\0{mtime_ns}\0{SCAN_FORMAT}".encode()).hexdigest()[:32]
+    return Path(os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve() / "scans" / f"{key}.json"
+
+
 @functools.cache
 def _scan(path: str, size: int, mtime_ns: int) -> TraceScan:  # size and mtime: a changed file is scanned again
+    kept = _kept_path(path, size, mtime_ns)
+    if kept.is_file():
+        try:
+            scan = KeptScan.model_validate_json(kept.read_text(encoding="utf-8"))
+        except (OSError, ValidationError):
+            scan = None  # torn or foreign: scan the trace itself
+        if scan is not None and (scan.path, scan.size, scan.mtime_ns) == (path, size, mtime_ns):
+            return TraceScan(**scan.model_dump(exclude={"format", "path", "size", "mtime_ns"}))
     digest = hashlib.sha256()
     records = 0
     first, last = float("inf"), float("-inf")
@@ -97,10 +152,6 @@ def parse_record(line: str, number: int) -> MooncakeRecord:
         raise TraceFormatError(f"line {number}: {field}: {error['msg']}") from None
 
 
-# Derived traces (a held-out split) live next to the runs, on the file system every job of a sweep sees
-# (a SLURM job included); keyed by the trace's content and the split, so any process can rebuild them.
-SPLIT_ROOT_ENV = "SPICA_TRACE_SPLITS"
-DEFAULT_SPLIT_ROOT = "results/.trace-splits"
 SPLIT_FORMAT = 1  # bumped when the split's rule changes, so an older split is never reused
 MIN_PART_RECORDS = 10
 

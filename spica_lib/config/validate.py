@@ -51,6 +51,11 @@ class ValidatedConfig(BaseModel):
     versions: dict[str, str]
     config: SmartSearchConfig
 
+    def trace_paths(self) -> list[str]:
+        """The traces the run's workloads replay (each once)."""
+        workloads = [self.config.workload, *(self.config.workloads or [])]
+        return list(dict.fromkeys(w.trace_path for w in workloads if w.trace_path))
+
 
 def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSearchConfig, CatalogFacts | None]:
     """Every check a config must pass before compute. Raises ConfigError listing all problems found."""
