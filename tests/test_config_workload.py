@@ -207,12 +207,14 @@ def test_a_kept_scan_is_read_instead_of_the_trace_and_a_changed_trace_is_scanned
 
     from spica_lib.config import trace as trace_module
 
-    monkeypatch.setenv(trace_module.SPLIT_ROOT_ENV, str(tmp_path / "derived"))
     copy = tmp_path / "trace.jsonl"
     shutil.copy(TRACE, copy)
+    monkeypatch.delenv(trace_module.SCANS_ENV, raising=False)
+    assert trace_module.keep_scan(copy) is None  # outside a sweep nothing is written
+    monkeypatch.setenv(trace_module.SCANS_ENV, str(tmp_path / "run" / ".trace-scans"))
     kept = trace_module.keep_scan(copy)
     scan = trace_module.scan_trace(copy)
-    assert kept.is_file() and kept.parent == tmp_path / "derived" / "scans"
+    assert kept.is_file() and kept.parent == tmp_path / "run" / ".trace-scans"
     saved = trace_module.KeptScan.model_validate_json(kept.read_text())
     assert (saved.sha256, saved.records) == (scan.sha256, scan.records) == (trace_module.scan_trace(TRACE).sha256, 3993)
     # Another process (a fresh cache here) reads the kept scan, not the trace: a doctored one shows it.

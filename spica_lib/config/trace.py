@@ -42,10 +42,12 @@ class TraceScan(NamedTuple):
     output_tokens: int = 0
 
 
-# Derived traces (a held-out split) and kept scans live next to the runs, on the file system every job of
-# a sweep sees (a SLURM job included); keyed by what they derive from, so any process can rebuild them.
+# Derived traces (a held-out split) live next to the runs, on the file system every job of a sweep sees
+# (a SLURM job included); keyed by the trace's content and the split, so any process can rebuild them.
 SPLIT_ROOT_ENV = "SPICA_TRACE_SPLITS"
 DEFAULT_SPLIT_ROOT = "results/.trace-splits"
+# Kept scans live in the run's folder (the workflow sets this for every job): none outside a sweep.
+SCANS_ENV = "SPICA_TRACE_SCANS"
 
 
 def scan_trace(path: str | Path) -> TraceScan:
@@ -62,7 +64,7 @@ def scan_trace(path: str | Path) -> TraceScan:
 
 
 class KeptScan(BaseModel):
-    """Artifact `<SPICA_TRACE_SPLITS>/scans/<key>.json`: a trace's scan, for the run's other processes (a
+    """Artifact `results/<run>/.trace-scans/<key>.json`: a trace's scan, for the run's other processes (a
     SLURM job included) to read instead of parsing and hashing the trace again. Keyed by the trace's
     path, size and modification time: a changed file is scanned afresh."""
 
@@ -83,28 +85,34 @@ class KeptScan(BaseModel):
 SCAN_FORMAT = 1  # bumped when TraceScan changes, so an older kept scan is never read
 
 
-def keep_scan(path: str | Path) -> Path:
-    """Scan the trace (if this process has not) and write the scan where the run's jobs look for it."""
+def keep_scan(path: str | Path) -> Path | None:
+    """Scan the trace (if this process has not) and write the scan where the run's jobs look for it
+    (`$SPICA_TRACE_SCANS`; None and nothing written outside a sweep)."""
     resolved = Path(path).resolve()
     stat = resolved.stat()
+    target = _kept_path(str(resolved), stat.st_size, stat.st_mtime_ns)
+    if target is None:
+        return None
     scan = _scan(str(resolved), stat.st_size, stat.st_mtime_ns)
     kept = KeptScan(format=SCAN_FORMAT, path=str(resolved), size=stat.st_size, mtime_ns=stat.st_mtime_ns,
                     **scan._asdict())  # fmt: skip
-    target = _kept_path(str(resolved), stat.st_size, stat.st_mtime_ns)
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target, kept.model_dump_json(indent=1))
     return target
 
 
-def _kept_path(path: str, size: int, mtime_ns: int) -> Path:
+def _kept_path(path: str, size: int, mtime_ns: int) -> Path | None:
+    folder = os.environ.get(SCANS_ENV)
+    if not folder:
+        return None
     key = hashlib.sha256(f"{path}\0{size}\0{mtime_ns}\0{SCAN_FORMAT}".encode()).hexdigest()[:32]
-    return Path(os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve() / "scans" / f"{key}.json"
+    return Path(folder).resolve() / f"{key}.json"
 
 
 @functools.cache
 def _scan(path: str, size: int, mtime_ns: int) -> TraceScan:  # size and mtime: a changed file is scanned again
     kept = _kept_path(path, size, mtime_ns)
-    if kept.is_file():
+    if kept is not None and kept.is_file():
         try:
             scan = KeptScan.model_validate_json(kept.read_text(encoding="utf-8"))
         except (OSError, ValidationError):
