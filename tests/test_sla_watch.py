@@ -12,6 +12,9 @@ def traffic(completed=0, ttft=0.0, itl=0.0):
     return {"ttft_count": completed, "avg_ttft_ms": ttft, "itl_count": completed, "avg_itl_ms": itl}
 
 
+SCREEN_TTFT = {**SYNTHETIC, "bounds": [["mean_ttft_ms", 1000.0], ["mean_itl_ms", 50.0]]}
+
+
 def test_time_queued_for_prefill_rules_a_candidate_out_once_it_alone_passes_the_margin():
     told = []
     watch = SlaWatch(SYNTHETIC, requests=100, on_screen=told.append)
@@ -38,17 +41,24 @@ def test_the_completed_requests_ttfts_alone_can_rule_out_a_mean_bound_whatever_t
 
 def test_at_its_screen_point_a_candidate_within_the_margin_is_told_and_goes_on_and_one_past_it_stops():
     told = []
-    watch = SlaWatch(SYNTHETIC, requests=100, on_screen=told.append)
-    watch.on_tick(0.0, traffic(completed=19, ttft=500.0, itl=60.0), queued=0, finished=19)  # 19 < 20: not yet
+    watch = SlaWatch(SCREEN_TTFT, requests=100, on_screen=told.append)
+    watch.on_tick(0.0, traffic(completed=19, ttft=1500.0, itl=900.0), queued=0, finished=19)  # 19 < 20: not yet
     assert told == []
-    watch.on_tick(1000.0, traffic(completed=1, ttft=500.0, itl=60.0), queued=0, finished=20)
+    watch.on_tick(1000.0, traffic(completed=1, ttft=1500.0, itl=900.0), queued=0, finished=20)
     (verdict,) = told
-    assert not verdict["screened"] and verdict["metric"] == "mean_itl_ms" and verdict["ratio"] == pytest.approx(1.2)
+    # The ticks' ITL is not the SLA's statistic: only the TTFT bound is judged (1.5x, within the margin).
+    assert not verdict["screened"] and verdict["metric"] == "mean_ttft_ms" and verdict["ratio"] == pytest.approx(1.5)
     assert watch.final_verdict({}) == verdict  # a replay that runs to its end keeps the verdict told
-    over = SlaWatch(SYNTHETIC, requests=100, on_screen=told.append)
+    over = SlaWatch(SCREEN_TTFT, requests=100, on_screen=told.append)
     with pytest.raises(ReplayScreened) as stop:
-        over.on_tick(0.0, traffic(completed=20, ttft=500.0, itl=120.0), queued=0, finished=20)
-    assert "mean_itl_ms 120 on the first 20 of 100 requests (its first 20 completed" in stop.value.verdict["why"]
+        over.on_tick(0.0, traffic(completed=20, ttft=2500.0, itl=10.0), queued=0, finished=20)
+    assert "mean_ttft_ms 2500 on the first 20 of 100 requests (its first 20 completed" in stop.value.verdict["why"]
+
+
+def test_a_replay_too_short_to_tick_at_its_screen_point_is_judged_on_its_own_statistics_every_bound_included():
+    watch = SlaWatch(SCREEN_TTFT, requests=100, on_screen=None)
+    verdict = watch.final_verdict({"completed_requests": 100, "mean_ttft_ms": 500.0, "mean_itl_ms": 75.0})
+    assert not verdict["screened"] and verdict["metric"] == "mean_itl_ms" and verdict["ratio"] == pytest.approx(1.5)
 
 
 def test_a_trace_is_judged_at_its_prefix_s_simulated_time_and_nothing_done_by_then_is_hopeless():

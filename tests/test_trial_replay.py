@@ -467,8 +467,8 @@ def test_an_open_loop_trace_is_screened_on_the_first_part_of_its_simulated_time(
 
 def test_a_replay_stopped_at_its_limit_after_its_prefix_says_what_the_prefix_showed_and_tells_the_miss():
     data = config_data(workload={"isl": 2048, "osl": 256, "request_rate": 40.0, "num_request_ratio": 600})
-    # An ITL bound only: the in-replay screen's TTFT rules (a run-away queue) would stop it before its limit.
-    data["goal"] = {"target": "throughput_per_gpu", "sla": {"itl_ms": SLA["itl_ms"], "percentile": 99}}
+    # A p99 TTFT bound and a margin of 1000: no rule of the in-replay screen stops it before its limit.
+    data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": SLA["ttft_ms"], "percentile": 99}}
     data["sweep"] = {"screen_fraction": 0.02, "screen_margin": 1000}  # a prefix that never stops it
     cfg = build(data)
     result = evaluate_trial(spec_for(cfg, agg(1, 1)), max_eval_seconds=3)  # 24,000 requests on one GPU
@@ -490,7 +490,7 @@ def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefi
     monkeypatch.setattr(stall_module, "STALL_FLOOR_SECONDS", 3.0)
     data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
                                  "trace_path": str(TRACE), "arrival_speedup_ratio": 0.5})  # fmt: skip
-    data["goal"] = {"target": "throughput_per_gpu", "sla": {"itl_ms": 60, "percentile": 99}}  # no TTFT bound for the screen to judge
+    data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": 3000, "percentile": 99}}  # p99: never certain
     data["sweep"] = {"screen_margin": 1000}  # never screened: the pace alone decides
     result = evaluate_trial(queueing_disagg(build(data)), max_eval_seconds=300)
     assert result.status == "timed_out" and result.reason.startswith("stalled: the full replay ran past"), result.reason

@@ -1,8 +1,8 @@
 """The prefix screen, judged from inside the replay: one pass instead of a prefix replay and a full one.
 
 A replay without a planner reports its progress every tick (replay/progress.py): the requests each
-worker holds, queued or running, and the tick's `traffic`, which holds the mean TTFT and ITL of the
-requests that completed in the last window, with their count. With a screen, `SlaWatch` judges them
+worker holds, queued or running, and the tick's `traffic`, which holds the mean TTFT of the requests
+that completed in the last window, with their count. With a screen, `SlaWatch` judges them
 against the SLA's bounds:
 
 - **A queue that has run away** (any time): a request waiting in a prefill queue has no first token
@@ -19,8 +19,11 @@ against the SLA's bounds:
   completed requests is compared with `margin x bound`, as the prefix replay's was. Below it, that
   verdict is told (the worker paces the rest by it) and the replay goes on; at or over it, it stops.
 
-An end-to-end bound is not judged from inside (the ticks carry no e2e latency); the finished
-replay's metrics judge it. A stop raises `ReplayScreened` with the verdict (screened, metric, value,
+Only TTFT bounds are judged from inside. The ticks' ITL is each request's mean time per output
+token, weighted by request, while the SLA's ITL statistic weights every token alike, and on a trace
+of mixed lengths the two differ severalfold. So an ITL bound, like an end-to-end bound (the ticks
+carry no e2e latency), is left to the finished replay's metrics.
+ A stop raises `ReplayScreened` with the verdict (screened, metric, value,
 ratio, prefix, why) and the running metrics, which the trial is recorded with. Kept free of heavy
 imports: it runs in the replay child.
 """
@@ -55,17 +58,16 @@ class SlaWatch:
         self.requests = max(1, int(requests))
         self.on_screen = on_screen
         self.verdict: dict[str, Any] | None = None  # told at the screen's point
-        self._sums = {"ttft": [0.0, 0], "itl": [0.0, 0]}
+        self._sums = {"ttft": [0.0, 0]}
         self._queued_ms = 0.0  # requests x simulated ms spent waiting for prefill (a lower bound on summed TTFT)
         self._last: tuple[float, int] | None = None  # the previous tick's (now_ms, queued)
         self._started, self._cpu = time.perf_counter(), time.process_time()
 
     def on_tick(self, now_ms: float, traffic: dict[str, Any], queued: int, finished: int) -> None:
         """One tick: `traffic` as the replay reports it, `queued` the requests waiting for prefill now."""
-        for name in ("ttft", "itl"):
-            count = int(traffic.get(f"{name}_count", 0) or 0)
-            self._sums[name][0] += float(traffic.get(f"avg_{name}_ms", 0.0) or 0.0) * count
-            self._sums[name][1] += count
+        count = int(traffic.get("ttft_count", 0) or 0)
+        self._sums["ttft"][0] += float(traffic.get("avg_ttft_ms", 0.0) or 0.0) * count
+        self._sums["ttft"][1] += count
         if self._last is not None:  # the fewer of the two ends over the interval: no more than was queued
             self._queued_ms += min(self._last[1], queued) * max(0.0, now_ms - self._last[0])
         self._last = (now_ms, queued)
@@ -79,7 +81,8 @@ class SlaWatch:
         short to tick there) its whole-run metrics judged as the prefix's would have been."""
         if self.verdict is not None:
             return self.verdict
-        metric, value, ratio = self._worst(metrics, done=bool(metrics.get("completed_requests")))
+        done = bool(metrics.get("completed_requests"))
+        metric, value, ratio = self._worst(metrics, done, every_bound=True)  # the replay's own statistics
         return self._verdict(False, metric, value, ratio, self.prefix, None)
 
     def _queue_ran_away(self, now_ms: float, queued: int, finished: int) -> None:
@@ -130,11 +133,11 @@ class SlaWatch:
         means = {name: total / count for name, (total, count) in self._sums.items() if count}
         return {metric: means[kind] for metric, _ in self.bounds if (kind := _kind(metric)) in means}
 
-    def _worst(self, values: dict[str, float], done: bool) -> tuple[str, float, float]:
+    def _worst(self, values: dict[str, float], done: bool, every_bound: bool = False) -> tuple[str, float, float]:
         worst = ("", 0.0, 0.0)
         for metric, bound in self.bounds:
-            if _kind(metric) is None:
-                continue  # an e2e bound: judged on the finished replay only
+            if _kind(metric) is None and not every_bound:
+                continue  # an ITL or e2e bound: judged on the finished replay only
             value = values.get(metric)
             candidate = (metric, 0.0, NO_REQUEST_DONE) if not done or value is None else (metric, value, value / bound)
             worst = max(worst, candidate, key=lambda w: w[2])
@@ -152,8 +155,5 @@ class SlaWatch:
 
 
 def _kind(metric: str) -> str | None:
-    """Which running mean judges a bound's metric: "ttft", "itl", or None (e2e)."""
-    for kind in ("ttft", "itl"):
-        if f"_{kind}_" in f"_{metric}_":
-            return kind
-    return None
+    """Which running mean judges a bound's metric: "ttft", or None (ITL and e2e: see the module docstring)."""
+    return "ttft" if "_ttft_" in f"_{metric}_" else None
