@@ -31,12 +31,12 @@ def test_time_queued_for_prefill_rules_a_candidate_out_once_it_alone_passes_the_
 
 
 def test_the_completed_requests_ttfts_alone_can_rule_out_a_mean_bound_whatever_the_rest_does():
-    watch = SlaWatch({**SYNTHETIC, "margin": 1000.0}, requests=100, on_screen=None)
-    watch.on_tick(0.0, traffic(completed=10, ttft=5000.0), queued=0, finished=10)  # 50 s of 100 s allowed
+    watch = SlaWatch(SYNTHETIC, requests=100, on_screen=None)  # margin 2: 2 x 100 x 1 s may be spent
+    watch.on_tick(0.0, traffic(completed=10, ttft=15000.0), queued=0, finished=10)  # 150 s
     with pytest.raises(ReplayScreened) as stop:
-        watch.on_tick(1000.0, traffic(completed=10, ttft=6000.0), queued=0, finished=20)  # 110 s > 100 x 1 s
-    assert stop.value.verdict["value"] == pytest.approx(1100.0) and "whatever the rest does" in stop.value.verdict["why"]
-    assert stop.value.metrics["completed_requests"] == 20 and stop.value.metrics["mean_ttft_ms"] == 5500.0
+        watch.on_tick(1000.0, traffic(completed=10, ttft=6000.0), queued=0, finished=20)  # 210 s > 200 s
+    assert stop.value.verdict["value"] == pytest.approx(2100.0) and "whatever the rest does" in stop.value.verdict["why"]
+    assert stop.value.metrics["completed_requests"] == 20 and stop.value.metrics["mean_ttft_ms"] == 10500.0
 
 
 def test_at_its_screen_point_a_candidate_within_the_margin_is_told_and_goes_on_and_one_past_it_stops():

@@ -518,10 +518,10 @@ def test_a_replay_whose_prefill_queue_runs_away_is_stopped_from_inside_well_befo
     # SGLang 1 x TP4 prefill + 1 x TP4 decode under the shipped trace at half speed: its prefix passes,
     # then its queue runs away and the replay would crawl for minutes (the pace test above).
     result = evaluate_trial(queueing_disagg(trace_at_half_speed()), max_eval_seconds=300)
-    assert result.status == "infeasible" and result.reason.startswith("screened: the TTFTs of its first"), result.reason
-    assert "whatever the rest does" in result.reason  # the completed requests alone rule it out
+    assert result.status == "infeasible" and result.reason.startswith("screened: "), result.reason
+    assert "requests were waiting for prefill at" in result.reason  # the time queued alone rules it out
     assert result.wall_seconds < 30, result.wall_seconds
-    assert result.screen.screened and result.sla_miss == result.screen.ratio >= 1.0
+    assert result.screen.screened and result.sla_miss == result.screen.ratio >= 2.0
     assert result.metrics["completed_requests"] < 3993
 
 
