@@ -101,6 +101,7 @@ def _replay(
     kwargs["capture_per_request"] = per_request_path is not None
     started = time.perf_counter()
     pace = call.get("pace") or {}
+    sla = None
     if (pace.get("limit_seconds") or screen) and kwargs.get("planner_config") is None:  # a planner takes the slot
         from spica_lib.replay.progress import ProgressWatch, watched_replay
         from spica_lib.replay.sla_watch import ReplayScreened, SlaWatch
@@ -113,19 +114,16 @@ def _replay(
         except ReplayScreened as screened:  # ruled out by its SLA on the way: its running metrics stand
             return {"metrics": screened.metrics, "scaling_events": [], "screen": screened.verdict,
                     "replay_seconds": time.perf_counter() - started}  # fmt: skip
-        if sla is not None:
-            seconds = time.perf_counter() - started
-            if per_request_path is not None:
-                _write_per_request(report, per_request_path)
-            outcome = _plain_outcome(report, seconds)
-            return {**outcome, "screen": sla.final_verdict(outcome["metrics"])}
     else:
         function = run_trace_replay if call["function"] == "trace" else run_synthetic_trace_replay
         report = function(*call["args"], **kwargs)
     seconds = time.perf_counter() - started
     if per_request_path is not None:
         _write_per_request(report, per_request_path)
-    return _plain_outcome(report, seconds)
+    outcome = _plain_outcome(report, seconds)
+    if sla is not None:  # ran to its end: the verdict told at its screen's point, or its own statistics'
+        outcome["screen"] = sla.final_verdict(outcome["metrics"])
+    return outcome
 
 
 def _plain_outcome(report: Any, seconds: float) -> dict[str, Any]:

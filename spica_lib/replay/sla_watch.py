@@ -36,7 +36,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-NO_REQUEST_DONE = 1e6  # the ratio told when nothing finished by the screen's point (as replay/call.py)
+from spica_lib.replay.call import NO_REQUEST_DONE  # the ratio told when nothing finished by the screen's point
+
 
 
 class ReplayScreened(Exception):
