@@ -93,6 +93,9 @@ def test_protocols_set_the_engine_as_the_measurement_did_and_the_default_one_rep
     capsys.readouterr()
     assert main([*argv, "--from-json", str(out), "--protocol", "search-default"]) == 0  # every run read back, no replay
     assert "'search-default' protocol: max_num_batched_tokens 8192" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:  # nothing to replay: --jobs would change nothing
+        main([*argv, "--from-json", str(out), "--jobs", "2"])
+    assert refused.value.code == 2 and "nothing is replayed" in capsys.readouterr().err
 
 
 def test_a_calibration_scales_the_replay_s_step_times_through_the_mocker_s_speed_up_ratios():

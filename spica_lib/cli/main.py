@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "fidelity":
         from spica_lib.cli.fidelity import fidelity_command
 
+        if args.from_json and not args.fit and args.jobs != 1:
+            parser.error("--jobs sets how many rows replay at a time; with --from-json and no --fit nothing is replayed")
+
         return fidelity_command(
             args.system, args.backend, args.model, args.limit, args.json, args.fit, args.ranking, args.from_json,
             args.protocol, args.compare_protocols, args.jobs,
