@@ -372,3 +372,64 @@ def test_a_layout_the_replay_refused_is_not_replayed_again_under_other_knobs():
     assert later and {(s.outcome, s.layout) for s in later} == {("unsupported", layout(1, 4).label())}
     refusals = [o for o in history.observations if o.status == "failed"]
     assert [(o.layout, o.backend) for o in refusals] == [(layout(1, 4).label(), "vllm")]
+
+
+def windowed_sweep(config, spec, pool, replay):
+    """Rounds in flight driven the way the workflow orders them: round k is suggested from round k - W's
+    history with rounds k - W + 1 .. k - 1 suggested and not yet told; tell goes round by round."""
+    from spica_lib.search.rounds import tell_round
+    from spica_lib.trial.spec import TrialRecord
+
+    context, window = SearchContext(config=config), config.sweep.rounds_in_flight
+    histories, passes, store = [], [], {}
+    for k in range(config.sweep.max_rounds):
+        told = histories[k - window] if k >= window else None
+        results = {o.key: store[o.key].result for o in (told.observations if told else []) if o.key in store}
+        suggestions, specs = suggest_round(
+            context, spec, pool, k, told, results, in_flight=passes[max(0, k - window + 1) : k]
+        )
+        passes.append(suggestions)
+        # The replays of round k end before round k + 1's tell (which is all the window needs here).
+        store.update({s.key(): TrialRecord(key=s.key(), spec=s, result=replay(s)) for s in specs})
+        results = {key: r.result for key, r in store.items()}
+        histories.append(tell_round(config.goal, [suggestions], results, histories[-1] if histories else None))
+    return histories[-1], passes, store
+
+
+def test_rounds_in_flight_never_suggest_a_trial_another_round_still_replays():
+    pool = [record(layout(2, 1))]  # 3 distinct trials in all
+    proposed_again = 0
+    for seed in range(5):
+        data = config_data(sweep={"algorithm": "random", "candidates_per_round": 1, "max_rounds": 3, "seed": seed,
+                                  "warm_start": False, "rounds_in_flight": 3})  # fmt: skip
+        config, replay = build(data), FakeReplay()
+        history, passes, store = windowed_sweep(config, branch(pool, knobs()), pool, replay)
+        # All three rounds were asked for before any was told, and still chose three different trials.
+        assert [p.in_flight for p in passes] == [[], [0], [0, 1]]
+        assert replay.calls == 3 and len({k for p in passes for k in p.new_keys}) == 3
+        # A proposal of an in-flight trial is a duplicate of the round that replays it, told (as a
+        # cache hit) once tell reaches its own round.
+        again = [(s, p.round) for p in passes for s in p.suggested if s.outcome == "duplicate"]
+        assert all(s.trial_round < round_ and s.key in passes[s.trial_round].new_keys for s, round_ in again)
+        hits = [o for o in history.observations if o.status == "cache_hit"]
+        assert len(hits) == len(again) and all(o.metrics for o in hits)
+        proposed_again += len(again)
+    assert proposed_again  # the designer did propose trials still in flight (random, 3 points)
+
+
+def test_rounds_in_flight_split_the_warm_start_between_the_rounds_that_start_together():
+    pool = [record(layout(1, r)) for r in (1, 2, 4, 8)]
+    sweep_ = {"algorithm": "random", "candidates_per_round": 1, "max_rounds": 4, "seed": 3, "rounds_in_flight": 2}
+    config = build(config_data(sweep={**sweep_, "warm_start": True}))
+    spec = branch(pool, knobs())
+    context = SearchContext(config=config)
+    first, _ = suggest_round(context, spec, pool, 0, None, {})
+    second, _ = suggest_round(context, spec, pool, 1, None, {}, in_flight=[first])
+    assert all(s.warm_start for s in first.suggested + second.suggested)
+    assert first.warm_start.picks[0].layout != second.warm_start.picks[0].layout  # the estimate's 1st, then 2nd
+    assert first.new_keys != second.new_keys
+
+
+def test_rounds_in_flight_cannot_exceed_the_rounds():
+    with pytest.raises(Exception, match="rounds_in_flight: 4 rounds at once is more than max_rounds"):
+        build(config_data(sweep={"max_rounds": 3, "rounds_in_flight": 4}))

@@ -23,7 +23,7 @@ SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
 def default_config(**sweep):
     data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
     # A small finish: these tests are about the rounds (tests/test_finish.py is about the finish).
-    data["sweep"].update(max_rounds=2, candidates_per_round=2, finish_top=2, finish_samples=2, **sweep)
+    data["sweep"].update({"max_rounds": 2, "candidates_per_round": 2, "finish_top": 2, "finish_samples": 2, **sweep})
     return data
 
 
@@ -102,9 +102,10 @@ def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
     assert status.trials_finished == status.trials_failed == len(trials) and status.stalled
 
 
-def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path):
+@pytest.mark.parametrize("in_flight", [1, 2], ids=["barrier rounds", "2 rounds in flight"])
+def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path, in_flight):
     # Round robin only: Dynamo's KV router breaks ties randomly, which would make the scores noisy.
-    data = default_config(seed=11)
+    data = default_config(seed=11, max_rounds=3 if in_flight > 1 else 2, rounds_in_flight=in_flight)
     data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     straight.mkdir(), killed.mkdir()
@@ -112,6 +113,12 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
 
     done = run(straight, path)
     assert done.returncode == 0, done.stderr[-3000:]
+    if in_flight > 1:  # round 1 was asked for before round 0 was told, and round 2 only after it
+        rounds = run_dir(straight) / "rounds" / "agg"
+        suggested, told = ({r: (rounds / str(r) / name).stat().st_mtime for r in range(3)} for name in NAMES)
+        assert suggested[1] < told[0] < suggested[2]
+        in_flight_of = [json.loads((rounds / str(r) / "suggestions.json").read_text())["in_flight"] for r in range(3)]
+        assert in_flight_of == [[], [0], [1]]
 
     process = subprocess.Popen(
         [*SPICA, str(path)], cwd=killed, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -144,6 +151,9 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     assert keys_by_round(run_dir(killed)) == keys_by_round(run_dir(straight))  # same trials, same order
     ranked = [pd.read_csv(run_dir(folder) / "ranked.csv") for folder in (straight, killed)]
     assert list(ranked[0]["key"]) == list(ranked[1]["key"]) and list(ranked[0]["score"]) == list(ranked[1]["score"])
+
+
+NAMES = ("suggestions.json", "observations.json")
 
 
 def replay_job_in_flight(launcher):

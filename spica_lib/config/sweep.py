@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from spica_lib.config.strict import StrictModel
 
@@ -40,6 +40,11 @@ class SweepConfig(StrictModel):
     max_rounds: StrictInt = Field(default=20, ge=1)
     parallel_evals: StrictInt = Field(default=16, ge=1)
     candidates_per_round: StrictInt | None = Field(default=None, ge=1)
+    # Rounds of a branch that replay at once. Round k is suggested as soon as round k - rounds_in_flight is
+    # told, from everything told up to it, and steers clear of the trials the rounds still in flight replay;
+    # so a slow replay holds back one round, not every slot. Which rounds a suggest sees is fixed by k,
+    # never by timing: a seed still fixes the search. 1: every round waits for the one before (barrier).
+    rounds_in_flight: StrictInt = Field(default=1, ge=1)
     # Required finite: without a limit a hung replay holds its job (and a SLURM allocation) indefinitely.
     # Left out, it is derived from the workload's size (`default_max_eval_seconds`) when the config is read.
     max_eval_seconds: StrictInt | StrictFloat = Field(default=UNKNOWN_SIZE_LIMIT_SECONDS, gt=0)
@@ -74,7 +79,16 @@ class SweepConfig(StrictModel):
     stress_top: StrictInt | None = Field(default=None, ge=0)
     stress_band: StrictFloat | None = Field(default=None, gt=0, lt=1)
 
+    @model_validator(mode="after")
+    def _rounds_in_flight_within_rounds(self) -> SweepConfig:
+        if self.rounds_in_flight > self.max_rounds:
+            raise ValueError(
+                f"rounds_in_flight: {self.rounds_in_flight} rounds at once is more than max_rounds "
+                f"({self.max_rounds}); the extra ones would never run: use at most {self.max_rounds}"
+            )
+        return self
+
     @property
     def per_round(self) -> int:
-        """Unique successful replays each round aims for."""
-        return self.candidates_per_round or self.parallel_evals
+        """Unique successful replays each round aims for: left out, the slots split between the rounds in flight."""
+        return self.candidates_per_round or max(1, self.parallel_evals // self.rounds_in_flight)

@@ -88,6 +88,8 @@ def config_sha256(config: SmartSearchConfig) -> str:
             workload["holdout"] = f"sha256:{scan_trace(workload['holdout']).sha256}"
         elif workload.get("holdout") is None:
             workload.pop("holdout", None)  # a config without one keeps the run id it had before holdouts
+    if data["sweep"].get("rounds_in_flight") == 1:
+        data["sweep"].pop("rounds_in_flight")  # the barrier rounds of before: their runs keep their ids
     if data.get("calibration") is not None:
         data["calibration"].pop("file")  # its scales and source say what it is, wherever the file lies
     return sha256_of(data)

@@ -53,7 +53,14 @@ def suggest(job: JobArgs) -> None:
         context = _context(job, config, spec)
         known_results = {k: r.result for k, r in known.items()}
         suggestions, specs = suggest_round(
-            context, spec, pool, round_index, history, known_results, trials_per_job=job.params["trials_per_job"]
+            context,
+            spec,
+            pool,
+            round_index,
+            history,
+            known_results,
+            trials_per_job=job.params["trials_per_job"],
+            in_flight=_in_flight(job),
         )
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)  # declared even when the round is empty
         for trial in specs:
@@ -82,7 +89,14 @@ def refill(job: JobArgs) -> None:
         results = {k: r.result for k, r in read_trials(files.trial_files(branch, places)).items()}
         context = _context(job, config, spec)
         suggestions, specs = refill_round(
-            context, spec, pool, history, passes, results, trials_per_job=job.params["trials_per_job"]
+            context,
+            spec,
+            pool,
+            history,
+            passes,
+            results,
+            trials_per_job=job.params["trials_per_job"],
+            in_flight=_in_flight(job),
         )
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)
         for trial in specs:
@@ -324,6 +338,11 @@ def merge(job: JobArgs) -> None:
         write_model(job.output["summary"], summary)
         log.info("%s", summary.line, extra={FILE_ONLY: True})
         print(summary.line)  # once, on stdout (the log file keeps its copy)
+
+
+def _in_flight(job: JobArgs) -> list[RoundSuggestions]:
+    """The first passes of the rounds that replay while this one is asked for (sweep.rounds_in_flight)."""
+    return [read_model(path, RoundSuggestions) for path in job.inputs("in_flight")]
 
 
 def _previous(job: JobArgs) -> BranchHistory | None:

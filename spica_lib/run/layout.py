@@ -181,6 +181,7 @@ class RunLayout(RunFiles):
     modes: list[str]
     predictor_jobs: list[tuple[int, str]]  # (throughput interval, candidate label) to score
     max_rounds: int
+    rounds_in_flight: int  # sweep.rounds_in_flight: round k is suggested once round k - this is told
     is_pareto: bool
     max_eval_seconds: float | None
     parallel_evals: int
@@ -244,6 +245,7 @@ def prepare_run(
         modes=list(dict.fromkeys(config.search_space.deployment_mode)),
         predictor_jobs=[(job.interval, job.label) for job in plan.jobs],
         max_rounds=config.sweep.max_rounds,
+        rounds_in_flight=config.sweep.rounds_in_flight,
         is_pareto=config.goal.is_pareto,
         max_eval_seconds=config.sweep.max_eval_seconds,
         parallel_evals=config.sweep.parallel_evals,

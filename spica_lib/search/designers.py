@@ -120,6 +120,13 @@ def vizier_trial(trial_id: int, params: dict[str, Any], metrics: dict[str, float
     return trial
 
 
+def active_trial(trial_id: int, params: dict[str, Any]) -> Any:
+    """A Vizier trial still being evaluated (a round in flight's), so the designer does not propose it again."""
+    from vizier import pyvizier as vz
+
+    return vz.Trial(id=trial_id, parameters=params)
+
+
 def plain_parameters(suggestion: Any) -> dict[str, Any]:
     """A Vizier suggestion's parameters as JSON values."""
     out = {}

@@ -30,7 +30,8 @@ class Suggested(BaseModel):
     reason: str | None = None
     projection_distance: float | None = None
     mode_projected: bool = False
-    trial_round: int | None = None  # where the trial file is (new, duplicate, cached): its round ...
+    trial_round: int | None = None  # where the trial file is (new, duplicate, cached): its round (a duplicate:
+    # this round's, or a round in flight's) ...
     trial_batch: int | None = None  # ... and the replay job of that round that wrote it
     warm_start: bool = False  # a seed of round 0 chosen by the static estimate, not by the designer
 
@@ -55,6 +56,9 @@ class RoundSuggestions(BaseModel):
     new_keys: list[str] = Field(default_factory=list)
     trials_per_job: int | None = None  # None: one replay job for all of the round's new trials
     warm_start: WarmStart | None = None  # round 0 with sweep.warm_start: how its seeds were chosen
+    # sweep.rounds_in_flight > 1: the rounds still replaying when this pass was asked for. Their new trials
+    # were the designer's active trials, and a suggestion of one of them is a duplicate of it.
+    in_flight: list[int] = Field(default_factory=list)
 
     def batches(self) -> list[list[str]]:
         """The new trials of each replay job of the pass, in order."""

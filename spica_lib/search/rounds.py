@@ -15,6 +15,11 @@ layout (the replay refused it, facts/replay_limits.py) is remembered for the bra
 and backend are answered `unsupported` under any other knobs, without a replay.
 With `sweep.warm_start`, round 0 first replays the seeds the static estimate picks
 (search/warm_start.py) and asks the designer only for what they leave to fill.
+With `sweep.rounds_in_flight` W > 1, round k is asked for once round k - W is told: its history is
+every round up to k - W, and the new trials of rounds k - W + 1 .. k - 1 (still in flight) are the
+designer's active trials; a suggestion of one of them is a duplicate of that round's trial (told
+once tell reaches this round, by when that round is told too). Rounds 0 .. W - 1 share the warm start's
+seeds in turn.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from spica_lib.facts.replay_limits import is_layout_refusal
 from spica_lib.pools.branches import BranchSpec, PoolRecord
 from spica_lib.search.designers import (
     WORST,
+    active_trial,
     make_designer,
     plain_parameters,
     problem_statement,
@@ -66,15 +72,22 @@ def suggest_round(
     history: BranchHistory | None,
     known_results: dict[str, TrialResult],
     trials_per_job: int | None = None,
+    in_flight: list[RoundSuggestions] | None = None,
 ) -> tuple[RoundSuggestions, list[TrialSpec]]:
     """Ask Vizier for this round's candidates; return the round file and the new trial specs.
 
-    The new trials go to replay jobs of `trials_per_job` each (all in one job when None).
+    The new trials go to replay jobs of `trials_per_job` each (all in one job when None). `in_flight`:
+    the first passes of the rounds that replay while this one is asked for (sweep.rounds_in_flight).
     """
     sweep = context.config.sweep
     target = sweep.per_round
+    in_flight = in_flight or []
     empty = RoundSuggestions(
-        deployment_mode=spec.deployment_mode, round=round_index, target=target, trials_per_job=trials_per_job
+        deployment_mode=spec.deployment_mode,
+        round=round_index,
+        target=target,
+        trials_per_job=trials_per_job,
+        in_flight=[p.round for p in in_flight],
     )
     if spec.status != "ready":
         return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
@@ -82,10 +95,14 @@ def suggest_round(
         return empty.model_copy(update={"skipped": f"branch stalled in an earlier round: {history.stall_reason}"}), []
     seeds: list[dict[str, Any]] = []
     space = BranchSpace(spec, pool)
-    if round_index == 0 and sweep.warm_start:
-        empty.warm_start, seeds = warm_start(context.config, space, target)
-        empty.optimizer_seconds += empty.warm_start.estimate_seconds
-    return _ask(context, space, empty, history, [], known_results, REPLACEMENT_FACTOR * target, seeds)
+    if round_index < sweep.rounds_in_flight and sweep.warm_start:
+        # The rounds that start together (no history yet) take the estimate's seeds in turn.
+        picked, seeds = warm_start(context.config, space, target * sweep.rounds_in_flight)
+        share = slice(round_index * target, (round_index + 1) * target)
+        seeds = seeds[share]
+        empty.warm_start = picked.model_copy(update={"picks": picked.picks[share]})
+        empty.optimizer_seconds += picked.estimate_seconds
+    return _ask(context, space, empty, history, [], known_results, REPLACEMENT_FACTOR * target, seeds, in_flight)
 
 
 def refill_round(
@@ -96,12 +113,15 @@ def refill_round(
     passes: list[RoundSuggestions],
     results: dict[str, TrialResult],
     trials_per_job: int | None = None,
+    in_flight: list[RoundSuggestions] | None = None,
 ) -> tuple[RoundSuggestions, list[TrialSpec]]:
     """The next pass of a round: replacements for the last pass's failed or timed-out replays.
 
     The designer is told everything the round's earlier passes found, failures included, then asked
     for one replacement per failure, within what is left of the round's 11x cap. `results` holds the
-    result of every trial the earlier passes name (and may hold more).
+    result of every trial the earlier passes name (and may hold more). `in_flight`: the same earlier
+    rounds as the round's first pass had in flight (a later round's trials are not known here: if a
+    replacement is one of them, both replay, and the later one is told as a cache hit).
     """
     first = passes[0]
     needed = replacements_needed(passes, results)
@@ -113,12 +133,13 @@ def refill_round(
         first_batch=sum(len(p.batches()) for p in passes),
         trials_per_job=trials_per_job,
         replaces=[key for key in passes[-1].new_keys if results[key].status in REPLACED_STATUSES],
+        in_flight=first.in_flight,
     )
     if needed == 0:
         return refill, []
     told = [_observed(item, first.round, context.config.goal, results) for p in passes for item in p.suggested]
     cap = REPLACEMENT_FACTOR * first.target - sum(p.attempts for p in passes)
-    return _ask(context, BranchSpace(spec, pool), refill, history, told, results, cap, [])
+    return _ask(context, BranchSpace(spec, pool), refill, history, told, results, cap, [], in_flight or [])
 
 
 def replacements_needed(passes: list[RoundSuggestions], results: dict[str, TrialResult]) -> int:
@@ -146,28 +167,38 @@ def _ask(
     known_results: dict[str, TrialResult],
     cap: int,
     seeds: list[dict[str, Any]],
+    in_flight: list[RoundSuggestions],
 ) -> tuple[RoundSuggestions, list[TrialSpec]]:
     """Fill `round_file` with new trials up to its target: seeds first, then the designer, asking again
-    (after telling it the answers) for what was answered without a replay, up to `cap` suggestions."""
+    (after telling it the answers) for what was answered without a replay, up to `cap` suggestions.
+
+    The designer numbers trials by position: the told ones, then the rounds in flight's (active), then
+    this pass's."""
     sweep = context.config.sweep
     target, round_index = round_file.target, round_file.round
     clock = time.perf_counter()
     objectives = search_objectives(context.config.goal)
     problem = problem_statement(space, objectives)
     past = [*(history.observations if history else []), *told]
+    active = [item for p in in_flight for item in p.suggested if item.outcome == "new"]
     designer = make_designer(
         sweep.algorithm,
         problem,
         round_seed(sweep.seed, space.spec.deployment_mode, round_index, round_file.refill),
         sweep.seed,
-        len(past),
+        len(past) + sum(p.attempts for p in in_flight),
     )
-    _tell(designer, [_completed(o, objectives, sweep.algorithm) for o in past])
+    _tell(
+        designer,
+        [_completed(o, objectives, sweep.algorithm, number) for number, o in enumerate(past, start=1)],
+        [active_trial(number, item.params) for number, item in enumerate(active, start=len(past) + 1)],
+    )
     known_keys = {o.key: o for o in past if o.key}
+    in_flight_trials = {item.key: item for item in active}
     refused = refused_layouts(past)
     optimizer = time.perf_counter() - clock
     specs: list[TrialSpec] = []
-    next_id = len(past) + 1
+    next_id = len(past) + len(active) + 1
     while len(specs) < target and round_file.attempts < cap:
         ask = min(target - len(specs), cap - round_file.attempts)
         clock = time.perf_counter()
@@ -180,7 +211,7 @@ def _ask(
         answered = []
         for params in batch:
             item, new_spec = _triage(
-                context, space, round_index, next_id, params, known_keys, known_results, specs, refused
+                context, space, round_index, next_id, params, known_keys, known_results, specs, refused, in_flight_trials
             )
             item.warm_start = bool(seeded)
             next_id += 1
@@ -190,7 +221,7 @@ def _ask(
             elif item.outcome != "duplicate":
                 stored = known_results[item.key] if item.outcome == "cached" else None
                 observed = observe(item, round_index, context.config.goal, stored)
-                answered.append(_completed(observed, objectives, sweep.algorithm))
+                answered.append(_completed(observed, objectives, sweep.algorithm, item.vizier_id))
         clock = time.perf_counter()
         _tell(designer, answered)
         optimizer += time.perf_counter() - clock
@@ -198,7 +229,7 @@ def _ask(
     round_file.optimizer_seconds += optimizer
     batch_of = {key: index for index, keys in zip(round_file.batch_numbers(), round_file.batches()) for key in keys}
     for item in round_file.suggested:
-        if item.outcome in ("new", "duplicate"):
+        if item.outcome in ("new", "duplicate") and item.trial_round == round_index:
             item.trial_batch = batch_of[item.key]
     return round_file, specs
 
@@ -222,6 +253,7 @@ def _triage(
     known_results: dict[str, TrialResult],
     pending: list[TrialSpec],
     refused: dict[tuple[str, str], str],
+    in_flight: dict[str, Suggested],
 ) -> tuple[Suggested, TrialSpec | None]:
     selection = space.decode(params)
     layout = selection.parallel_config
@@ -264,23 +296,27 @@ def _triage(
         return Suggested(**base, key=key, outcome="cached", **place), None
     if any(p.key() == key for p in pending):
         return Suggested(**base, key=key, outcome="duplicate", trial_round=round_index), None
+    if key in in_flight:  # another round replays it now; this round is told its result
+        elsewhere = in_flight[key]
+        place = {"trial_round": elsewhere.trial_round, "trial_batch": elsewhere.trial_batch}
+        return Suggested(**base, key=key, outcome="duplicate", **place), None
     return Suggested(**base, key=key, outcome="new", trial_round=round_index), trial
 
 
-def _completed(observation: Observation, objectives: list[tuple[str, bool]], algorithm: str) -> Any:
+def _completed(observation: Observation, objectives: list[tuple[str, bool]], algorithm: str, number: int) -> Any:
     if observation.metrics:
-        return vizier_trial(observation.vizier_id, observation.params, observation.metrics, None)
+        return vizier_trial(number, observation.params, observation.metrics, None)
     # NSGA2 ranks every trial by its metrics, so an infeasible one still needs (the worst) values.
     worst = {name: (-WORST if maximize else WORST) for name, maximize in objectives} if algorithm == "nsga2" else None
-    return vizier_trial(observation.vizier_id, observation.params, worst, observation.reason or observation.status)
+    return vizier_trial(number, observation.params, worst, observation.reason or observation.status)
 
 
-def _tell(designer: Any, trials: list[Any]) -> None:
-    if not trials:
+def _tell(designer: Any, trials: list[Any], active: list[Any] | None = None) -> None:
+    if not trials and not active:
         return
     from vizier import algorithms as vza
 
-    designer.update(vza.CompletedTrials(trials), vza.ActiveTrials())
+    designer.update(vza.CompletedTrials(trials), vza.ActiveTrials(active or []))
 
 
 def tell_round(
@@ -298,8 +334,12 @@ def tell_round(
     first = passes[0]
     previous = history or BranchHistory(deployment_mode=first.deployment_mode, round=-1)
     observations = list(previous.observations)
+    # Rounds in flight: a replacement of an earlier round may have replayed a later round's new trial too.
+    replayed_before = {o.key for o in observations if o.status in ("feasible", "infeasible", "failed", "timed_out")}
     counts: dict[str, int] = {}
     for item in (item for p in passes for item in p.suggested):
+        if item.outcome == "new" and item.key in replayed_before:
+            item = item.model_copy(update={"outcome": "duplicate"})
         observed = _observed(item, first.round, goal, results)
         observations.append(observed)
         counts[observed.status] = counts.get(observed.status, 0) + 1

@@ -5,6 +5,8 @@
 # When replays of a pass fail or time out, a refill checkpoint asks for replacements in the same round
 # (rounds/<branch>/<k>/refill/<p>/); their replay jobs continue the round's job numbers, and tell waits
 # for the last pass. Replay is a checkpoint so that tell can see whether another pass is needed.
+# With `sweep.rounds_in_flight` W > 1, round k's suggest waits for round k - W's tell, not round k - 1's,
+# and reads the suggestions of the rounds in between (still replaying); tell still goes round by round.
 import os
 
 from snakemake.exceptions import WorkflowError
@@ -24,8 +26,21 @@ wildcard_constraints:
 
 
 def previous_history(wildcards):
+    """The history tell appends this round to: the round before's."""
     r = int(wildcards.round)
     return [] if r == 0 else [RUN.observations(wildcards.branch, r - 1)]
+
+
+def told_history(wildcards):
+    """The history the round is suggested from: round k - rounds_in_flight's (the round before's, by default)."""
+    r = int(wildcards.round) - RUN.rounds_in_flight
+    return [] if r < 0 else [RUN.observations(wildcards.branch, r)]
+
+
+def rounds_in_flight(wildcards):
+    """The first passes of the rounds suggested after that history and before this round (they replay now)."""
+    r = int(wildcards.round)
+    return [RUN.suggestions(wildcards.branch, j) for j in range(max(0, r - RUN.rounds_in_flight + 1), r)]
 
 
 def trials_per_job():
@@ -105,7 +120,8 @@ checkpoint suggest:
         predictor=rules.load_predictor.output.result,
         branch=RUN.branch_json("{branch}"),
         pool=RUN.pool_parquet("{branch}"),
-        previous=previous_history,
+        previous=told_history,
+        in_flight=rounds_in_flight,
     output:
         suggestions=RUN.suggestions("{branch}", "{round}"),
         specs=directory(RUN.round_specs("{branch}", "{round}")),
@@ -127,7 +143,8 @@ checkpoint refill:
         predictor=rules.load_predictor.output.result,
         branch=RUN.branch_json("{branch}"),
         pool=RUN.pool_parquet("{branch}"),
-        previous=previous_history,
+        previous=told_history,
+        in_flight=rounds_in_flight,
         passes=earlier_passes,
         trials=earlier_trials,
     output:
@@ -175,9 +192,9 @@ checkpoint replay:
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
         last_attempt=last_replay_attempt,
-    # `parallel_evals` replays at once across the sweep, split between the branches, so their jobs
-    # (and the warm-ups that dominate short replays) run side by side.
-    threads: max(1, RUN.parallel_evals // len(RUN.modes))
+    # `parallel_evals` replays at once across the sweep, split between the branches and the rounds in
+    # flight, so their jobs (and the warm-ups that dominate short replays) run side by side.
+    threads: max(1, RUN.parallel_evals // (len(RUN.modes) * RUN.rounds_in_flight))
     resources:
         mem_mb=lambda wildcards, threads: 4000 * threads,
         runtime=replay_runtime,
