@@ -37,6 +37,7 @@ from spica_lib.replay.stall import (
     pace_stall,
     prefix_stall,
 )
+from spica_lib.replay.stand_in import wait_out_stand_in
 from spica_lib.replay.warm_up import warm_up
 
 STDERR_TAIL = 2000
@@ -242,7 +243,7 @@ def _messages(out: bytearray) -> list[dict[str, Any]]:
 
 def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int, err: int) -> None:
     """Body of a forked child: replay, report over the pipe, exit without running the parent's cleanup."""
-    code = 1
+    code, started = 1, time.monotonic()
     try:
         die_with_parent(parent, signal.SIGKILL)
         # A stop signal meant for the whole job (scancel, Ctrl-C reach every process of it) must not
@@ -259,6 +260,7 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
 
         try:
             report = {"ok": True, "outcome": execute_call(call, per_request, lambda v: send({"screen": v}))}
+            wait_out_stand_in(call, started)  # benchmarks of the control flow only (replay/stand_in.py)
         except ReplayStalled as stall:  # stopped by its own pace: timed out, not failed
             report = {"ok": False, "stalled": stall.reason}
         except Exception as exc:  # a replay error is a result: the trial is recorded as failed

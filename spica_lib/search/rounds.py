@@ -46,7 +46,7 @@ from spica_lib.search.designers import (
 from spica_lib.search.history import BranchHistory, Observation, RoundSuggestions, RoundTally, Suggested, observe
 from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
-from spica_lib.search.warm_start import warm_start
+from spica_lib.search.warm_start import share_of_round, warm_start
 from spica_lib.trial.evaluate import over_budget, prepare_failure, prepare_trial
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
@@ -95,13 +95,16 @@ def suggest_round(
         return empty.model_copy(update={"skipped": f"branch stalled in an earlier round: {history.stall_reason}"}), []
     seeds: list[dict[str, Any]] = []
     space = BranchSpace(spec, pool)
-    if round_index < sweep.rounds_in_flight and sweep.warm_start:
-        # The rounds that start together (no history yet) take the estimate's seeds in turn.
+    if round_index == 0 and sweep.warm_start:
+        # The rounds that start with round 0 (no history yet) take the estimate's seeds in turn.
         picked, seeds = warm_start(context.config, space, target * sweep.rounds_in_flight)
-        share = slice(round_index * target, (round_index + 1) * target)
-        seeds = seeds[share]
-        empty.warm_start = picked.model_copy(update={"picks": picked.picks[share]})
+        seeds = seeds[:target]
+        empty.warm_start = picked.model_copy(
+            update={"picks": picked.picks[:target], "left_for_rounds_in_flight": picked.picks[target:]}
+        )
         empty.optimizer_seconds += picked.estimate_seconds
+    elif round_index < sweep.rounds_in_flight and sweep.warm_start and in_flight[0].warm_start is not None:
+        empty.warm_start, seeds = share_of_round(space, in_flight[0].warm_start, round_index, target)
     return _ask(context, space, empty, history, [], known_results, REPLACEMENT_FACTOR * target, seeds, in_flight)
 
 

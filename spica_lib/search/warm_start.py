@@ -14,7 +14,7 @@ import math
 import time
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import OptimizationTarget, SmartSearchConfig
 from spica_lib.facts.parallel import ParallelConfig
@@ -49,6 +49,9 @@ class WarmStart(BaseModel):
     estimate_seconds: float = 0.0
     picks: list[WarmStartPick]
     note: str | None = None  # why there are no seeds, when there are none
+    # sweep.rounds_in_flight > 1: rounds 1 .. W - 1 start with round 0, before anything is told; round 0
+    # estimates once for all of them and leaves them these picks, `target` each, in turn.
+    left_for_rounds_in_flight: list[WarmStartPick] = Field(default_factory=list)
 
 
 class Ranked(NamedTuple):
@@ -169,6 +172,16 @@ def warm_start(config: SmartSearchConfig, space: BranchSpace, count: int) -> tup
         params.append(seed_parameters(space, item.config, item.backend))
     record = WarmStart(layouts_estimated=len(ranked), estimate_seconds=time.perf_counter() - clock, picks=picks)
     return record, params
+
+
+def share_of_round(
+    space: BranchSpace, round_zero: WarmStart, round_index: int, target: int
+) -> tuple[WarmStart, list[dict[str, Any]]]:
+    """Round `round_index`'s seeds (1 <= it < rounds_in_flight) from the picks round 0 left to it."""
+    picks = round_zero.left_for_rounds_in_flight[(round_index - 1) * target : round_index * target]
+    layouts = {record.config.label(): record.config for record in space.pool}
+    params = [seed_parameters(space, layouts[pick.layout], pick.backend) for pick in picks]
+    return WarmStart(layouts_estimated=round_zero.layouts_estimated, picks=picks, note=round_zero.note), params
 
 
 def _finite(value: float) -> float | None:
