@@ -81,10 +81,10 @@ def sweep(data: dict) -> dict:
     return {"wall": wall, "search": last - first, "busy": busy, "trials": len(trials), "best": summary["best_score"]}
 
 
-def simulated(in_flight: int, per_round: int, durations: list[float]) -> float:
+def simulated(in_flight: int, per_round: int, durations: list[float], slot_count: int = SLOTS) -> float:
     """Utilisation of rounds in flight with no overhead: round k starts once rounds <= k - W are done."""
     ends: list[float] = []
-    slots = [0.0] * SLOTS
+    slots = [0.0] * slot_count
     done_by = 0.0  # when every round up to k - W has ended
     for k in range(len(durations) // per_round):
         if k >= in_flight:
@@ -95,15 +95,15 @@ def simulated(in_flight: int, per_round: int, durations: list[float]) -> float:
             round_ends.append(start + d)
             heapq.heappush(slots, start + d)
         ends.append(max(round_ends))
-    return sum(durations) / (max(ends) * SLOTS)
+    return sum(durations) / (max(ends) * slot_count)
 
 
-def greedy(durations: list[float]) -> float:
+def greedy(durations: list[float], slot_count: int = SLOTS) -> float:
     """Utilisation when each trial starts the moment a slot frees (the bound for any online order)."""
-    slots = [0.0] * SLOTS
+    slots = [0.0] * slot_count
     for d in durations:
         heapq.heappush(slots, heapq.heappop(slots) + d)
-    return sum(durations) / (max(slots) * SLOTS)
+    return sum(durations) / (max(slots) * slot_count)
 
 
 def simulation(variants: list[tuple[int, int]]) -> None:

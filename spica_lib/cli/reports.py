@@ -69,7 +69,8 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
         lines += [f"            {limited.line(mode)}" for limited in spec.replay_limited]
     lines.append(
         f"  sweep      {sweep.max_rounds} rounds x {sweep.per_round} candidates per branch, "
-        f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments; "
+        + (f"{sweep.rounds_in_flight} rounds in flight, " if sweep.rounds_in_flight > 1 else "")
+        + f"algorithm {sweep.algorithm}, seed {sweep.seed}, top {sweep.top_k} deployments; "
         + ("round 0 warm-started from the static estimate" if sweep.warm_start else "no warm start")
     )
     lines.append(f"  limits     {_limit_line(config)}")

@@ -63,7 +63,8 @@ def _head(view: RunView) -> str:
             f"- **SLA**: {', '.join(bounds) if bounds else 'none'}"
             + (" (a hard constraint)" if sla is not None and sla.is_constraint else ""),
             f"- **Search**: {config.sweep.algorithm}, seed {config.sweep.seed}, "
-            f"{config.sweep.max_rounds} rounds × {config.sweep.per_round} per branch",
+            f"{config.sweep.max_rounds} rounds × {config.sweep.per_round} per branch"
+            + (f", {config.sweep.rounds_in_flight} rounds in flight" if config.sweep.rounds_in_flight > 1 else ""),
         ]
     )
 
