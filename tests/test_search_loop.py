@@ -433,3 +433,25 @@ def test_rounds_in_flight_split_the_warm_start_between_the_rounds_that_start_tog
 def test_rounds_in_flight_cannot_exceed_the_rounds():
     with pytest.raises(Exception, match="rounds_in_flight: 4 rounds at once is more than max_rounds"):
         build(config_data(sweep={"max_rounds": 3, "rounds_in_flight": 4}))
+
+
+def test_a_refill_beside_rounds_in_flight_needs_no_result_of_their_trials():
+    from spica_lib.search.rounds import refill_round
+
+    pool = [record(layout(2, 1))]  # 3 distinct trials in all
+    spec, checked = branch(pool, knobs()), 0
+    for seed in range(10):
+        data = config_data(sweep={"algorithm": "random", "candidates_per_round": 1, "max_rounds": 2, "seed": seed,
+                                  "warm_start": False, "rounds_in_flight": 2})  # fmt: skip
+        context = SearchContext(config=build(data))
+        first, _ = suggest_round(context, spec, pool, 0, None, {})
+        second, _ = suggest_round(context, spec, pool, 1, None, {}, in_flight=[first])
+        if not any(s.outcome == "duplicate" for s in second.suggested):
+            continue
+        # Round 1's own trial failed while round 0's is still replaying: its result is nowhere yet.
+        failed = TrialResult(status="failed", reason="replay error", used_gpus=2)
+        refill, specs = refill_round(context, spec, pool, None, [second], {second.new_keys[0]: failed}, in_flight=[first])
+        assert refill.in_flight == [0] and refill.replaces == second.new_keys
+        assert len(specs) == 1 and specs[0].key() not in (first.new_keys + second.new_keys)
+        checked += 1
+    assert checked  # some seed proposed round 0's trial again in round 1

@@ -33,7 +33,7 @@ from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
 from spica_lib.run.status import progress_text, run_status
 from spica_lib.search.history import BranchHistory, RoundSuggestions
-from spica_lib.search.rounds import SearchContext, refill_round, suggest_round, tell_round
+from spica_lib.search.rounds import SearchContext, in_flight_duplicate, refill_round, suggest_round, tell_round
 from spica_lib.replay.warm_up import failures as warm_up_failures
 from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
@@ -85,7 +85,8 @@ def refill(job: JobArgs) -> None:
         pool = read_pool(job.input["pool"], spec.deployment_mode)
         history = _previous(job)
         passes = [read_model(path, RoundSuggestions) for path in job.inputs("passes")]
-        places = [item for p in passes for item in p.suggested]
+        round_index = passes[0].round
+        places = [item for p in passes for item in p.suggested if not in_flight_duplicate(item, round_index)]
         results = {k: r.result for k, r in read_trials(files.trial_files(branch, places)).items()}
         context = _context(job, config, spec)
         suggestions, specs = refill_round(

@@ -140,9 +140,19 @@ def refill_round(
     )
     if needed == 0:
         return refill, []
-    told = [_observed(item, first.round, context.config.goal, results) for p in passes for item in p.suggested]
+    told = [
+        _observed(item, first.round, context.config.goal, results)
+        for p in passes
+        for item in p.suggested
+        if not in_flight_duplicate(item, first.round)  # still replaying: an active trial, no result yet
+    ]
     cap = REPLACEMENT_FACTOR * first.target - sum(p.attempts for p in passes)
     return _ask(context, BranchSpace(spec, pool), refill, history, told, results, cap, [], in_flight or [])
+
+
+def in_flight_duplicate(item: Suggested, round_index: int) -> bool:
+    """A suggestion of a trial that a round in flight replays (its result may not exist before tell)."""
+    return item.outcome == "duplicate" and item.trial_round != round_index
 
 
 def replacements_needed(passes: list[RoundSuggestions], results: dict[str, TrialResult]) -> int:
