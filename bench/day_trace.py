@@ -15,6 +15,9 @@ Per trace:
   peak resident memory (from `wait4`). The deployment is Qwen3-32B on H200, vLLM, aggregated,
   `REPLICAS` x TP1 engines, round robin, no planner, sized so the 500k trace's busiest hour is
   served. The same deployment replays every trace.
+Peak memory grows with the trace's input tokens (the replay keeps every request's token ids), so a
+line through the replayed rows gives MiB per input token; a trace the line says this machine cannot
+hold is not replayed (the kernel's OOM killer would end it) and its row says what it would need.
 
 Run: .venv/bin/python bench/day_trace.py [--counts 12000,100000,500000] [--runs 3]
 """
@@ -128,9 +131,17 @@ def measure_replay(call_path: Path) -> tuple[float, float, dict]:
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - started
     if status != 0:
-        raise SystemExit(f"the replay child failed (status {status})")
+        raise SystemExit(f"the replay child failed (status {status}, peak RSS {usage.ru_maxrss / 1024:.0f} MiB)")
     metrics = json.loads(out.read_text())
     return wall, usage.ru_maxrss / 1024, metrics
+
+
+def memory_fit(rows: list[tuple[int, float]]) -> tuple[float, float]:
+    """(MiB at no tokens, bytes per input token): a least-squares line through (input tokens, peak MiB)."""
+    n = len(rows)
+    mean_x, mean_y = sum(x for x, _ in rows) / n, sum(y for _, y in rows) / n
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in rows) / sum((x - mean_x) ** 2 for x, _ in rows)
+    return mean_y - slope * mean_x, slope * 2**20
 
 
 def measure_scan(trace: Path) -> float:
@@ -158,13 +169,23 @@ def main() -> None:
     runs = int(args[args.index("--runs") + 1]) if "--runs" in args else 3
     print(f"Qwen3-32B on H200, vLLM agg, {REPLICAS} x TP1, round robin; each replay in its own child, "
           f"median of {runs}\n")
-    print("| requests | trace MiB | scan (s) | replay wall, median (s) | runs (s) | peak RSS, max (MiB) "
-          "| completed | mean TTFT (ms) | mean ITL (ms) |")
-    print("|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    print("| requests | input tokens (M) | trace MiB | scan (s) | replay wall, median (s) | runs (s) "
+          "| peak RSS, max (MiB) | completed | mean TTFT (ms) | mean ITL (ms) |")
+    print("|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|")
+    measured: list[tuple[int, float]] = []  # (input tokens, peak MiB)
     with tempfile.TemporaryDirectory(prefix="spica-day-trace-") as folder:
         for count in counts:
             trace = day_trace(count)
             scan = measure_scan(trace)
+            tokens = scan_tokens(trace)
+            if len(measured) >= 2:  # a replay that cannot fit is not started: the kernel would kill it
+                base, per_token = memory_fit(measured)
+                need = base + per_token * tokens / 2**20
+                if need > available_mib():
+                    print(f"| {count:,} | {tokens / 1e6:,.0f} | {trace.stat().st_size / 2**20:.0f} | {scan:.1f} "
+                          f"| not run: needs about {need / 1024:.1f} GiB by the fit below, this machine has "
+                          f"{available_mib() / 1024:.1f} GiB free | | | | | |", flush=True)
+                    continue
             call_path = Path(folder) / f"{count}.json"
             call_path.write_text(json.dumps(replay_call(trace)))
             walls, peaks, metrics = [], [], {}
@@ -172,10 +193,27 @@ def main() -> None:
                 wall, peak, metrics = measure_replay(call_path)
                 walls.append(wall)
                 peaks.append(peak)
-            print(f"| {count:,} | {trace.stat().st_size / 2**20:.0f} | {scan:.1f} | {statistics.median(walls):.1f} | "
+            measured.append((tokens, max(peaks)))
+            print(f"| {count:,} | {tokens / 1e6:,.0f} | {trace.stat().st_size / 2**20:.0f} | {scan:.1f} "
+                  f"| {statistics.median(walls):.1f} | "
                   f"{', '.join(f'{w:.1f}' for w in sorted(walls))} | {max(peaks):.0f} | "
                   f"{int(metrics.get('completed_requests') or 0):,} | {metrics.get('mean_ttft_ms') or 0:.0f} | "
                   f"{metrics.get('mean_itl_ms') or 0:.1f} |", flush=True)
+    if len(measured) >= 2:
+        base, per_token = memory_fit(measured)
+        print(f"\nPeak RSS fit over the replayed rows: {base:.0f} MiB + {per_token:.2f} bytes per input token")
+
+
+def scan_tokens(trace: Path) -> int:
+    from spica_lib.config.trace import scan_trace
+
+    return scan_trace(trace).input_tokens
+
+
+def available_mib() -> float:
+    import psutil
+
+    return psutil.virtual_memory().available / 2**20
 
 
 if __name__ == "__main__":

@@ -145,3 +145,18 @@ def test_a_cluster_job_gets_the_time_of_every_workload_it_replays(tmp_path, monk
     assert replay_job_minutes(4, one.workloads, 2, 300) == 2 * 5 + 5
     assert replay_job_minutes(4, two.workloads, 2, 300) == 4 * 5 + 5
     assert replay_job_minutes(3, 2, 4, None) == 2 * 60 + 5  # no limit: an hour per replay
+
+
+def test_a_cluster_job_asks_for_the_memory_its_largest_trace_needs(tmp_path, monkeypatch):
+    from spica_lib.run.job_memory import FLOOR_MB_PER_REPLAY, replay_mb
+    from spica_lib.run.layout import prepare_run
+
+    monkeypatch.chdir(tmp_path)
+    # The shipped trace (61 M input tokens) and the default synthetic workload fit the floor.
+    synthetic = {"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None}
+    data = config_data(workload={"trace_path": str(TRACE), **synthetic})
+    assert prepare_run(str(write_yaml(tmp_path, data))).replay_mb == FLOOR_MB_PER_REPLAY
+    assert prepare_run(str(REPO / "config" / "default.yaml")).replay_mb == FLOOR_MB_PER_REPLAY
+    # A day of it: 100k requests (1.5 G tokens) measured at 6.2 GiB, 500k (7.7 G) past 24 GiB.
+    assert 6.2 * 2**30 < replay_mb(1_532_814_016) * 1e6 < 9 * 2**30
+    assert replay_mb(7_675_027_057) * 1e6 > 30 * 2**30

@@ -42,7 +42,7 @@ rule baselines:
     # As the finish: the branches' share of the sweep's parallel replays (a SLURM node must hold it), at most 3.
     threads: max(1, min(3, RUN.parallel_evals // len(RUN.modes)))
     resources:
-        mem_mb=lambda wildcards, threads: 4000 * threads,
+        mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         # Minutes: at most three baselines to replay, each on every workload.
         runtime=lambda wildcards, threads: replay_job_minutes(3, RUN.workloads, threads, RUN.max_eval_seconds),
     script:

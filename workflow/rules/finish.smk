@@ -19,7 +19,7 @@ rule finish:
         max_eval_seconds=RUN.max_eval_seconds,
     threads: max(1, RUN.parallel_evals // len(RUN.modes))
     resources:
-        mem_mb=lambda wildcards, threads: 4000 * threads,
+        mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         # Minutes: at most finish_top x finish_samples trials, each on every workload.
         runtime=lambda wildcards, threads: replay_job_minutes(
             RUN.finish_trials, RUN.workloads, threads, RUN.max_eval_seconds
@@ -46,7 +46,7 @@ rule stress:
         max_eval_seconds=RUN.max_eval_seconds,
     threads: max(1, RUN.parallel_evals // len(RUN.modes))
     resources:
-        mem_mb=lambda wildcards, threads: 4000 * threads,
+        mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         runtime=lambda wildcards, threads: replay_job_minutes(
             RUN.stress_trials, RUN.workloads, threads, RUN.max_eval_seconds
         ),

@@ -196,7 +196,7 @@ checkpoint replay:
     # flight, so their jobs (and the warm-ups that dominate short replays) run side by side.
     threads: max(1, RUN.parallel_evals // (len(RUN.modes) * RUN.rounds_in_flight))
     resources:
-        mem_mb=lambda wildcards, threads: 4000 * threads,
+        mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         runtime=replay_runtime,
         trial_attempt=lambda wildcards, attempt: attempt,  # 1, then +1 per retry (params cannot see it)
     script:
