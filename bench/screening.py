@@ -16,13 +16,11 @@ Run: .venv/bin/python bench/screening.py [--variants screened,unscreened]
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import yaml
+from timed_sweep import timed_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 CORES, RUNS = 2, 3
@@ -42,22 +40,12 @@ def config(screen: bool) -> dict:
 
 
 def sweep(data: dict) -> dict:
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch)
-        path = folder / "spica.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        started = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-m", "spica_lib.cli", "run", str(path), "--cores", str(CORES)],
-            cwd=folder, capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        wall = time.perf_counter() - started
-        if done.returncode not in (0, 1):
-            raise SystemExit(done.stderr[-3000:])
-        run = next((folder / "results").iterdir())
+    def read(run: Path) -> dict:
         trials = [json.loads(p.read_text())["result"] for p in run.glob("rounds/*/*/trials/*/*.json")]
-        summary = json.loads((run / "summary.json").read_text())
-    return {"wall": wall, "trials": trials, "best": summary["best_score"]}
+        return {"trials": trials, "best": json.loads((run / "summary.json").read_text())["best_score"]}
+
+    wall, found = timed_sweep(data, CORES, read, allowed=(0, 1))
+    return {"wall": wall, **found}
 
 
 def row(name: str, runs: list[dict]) -> str:

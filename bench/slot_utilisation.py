@@ -25,14 +25,11 @@ from __future__ import annotations
 import heapq
 import json
 import math
-import os
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import yaml
+from timed_sweep import timed_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -59,26 +56,16 @@ def config(in_flight: int, per_round: int) -> dict:
 
 
 def sweep(data: dict) -> dict:
-    with tempfile.TemporaryDirectory() as scratch:
-        folder = Path(scratch)
-        path = folder / "spica.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        started = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, "-m", "spica_lib.cli", "run", str(path), "--cores", str(SLOTS)],
-            cwd=folder, capture_output=True, text=True, check=False,
-            env={**os.environ, "SPICA_STAND_IN_DURATION": STAND_IN},
-        )  # fmt: skip
-        wall = time.perf_counter() - started
-        if done.returncode != 0:
-            raise SystemExit(done.stderr[-3000:])
-        run = next((folder / "results").iterdir())
+    def read(run: Path) -> dict:
         trials = [json.loads(p.read_text())["result"] for p in run.glob("rounds/*/*/trials/*/*.json")]
         first = (run / "rounds" / "agg" / "0" / "suggestions.json").stat().st_mtime
         last = max(p.stat().st_mtime for p in run.glob("rounds/agg/*/observations.json"))
-        summary = json.loads((run / "summary.json").read_text())
-    busy = sum(t["wall_seconds"] for t in trials)
-    return {"wall": wall, "search": last - first, "busy": busy, "trials": len(trials), "best": summary["best_score"]}
+        best = json.loads((run / "summary.json").read_text())["best_score"]
+        return {"search": last - first, "busy": sum(t["wall_seconds"] for t in trials), "trials": len(trials),
+                "best": best}  # fmt: skip
+
+    wall, found = timed_sweep(data, SLOTS, read, env={"SPICA_STAND_IN_DURATION": STAND_IN})
+    return {"wall": wall, **found}
 
 
 def simulated(in_flight: int, per_round: int, durations: list[float], slot_count: int = SLOTS) -> float:

@@ -52,15 +52,9 @@ def suggest(job: JobArgs) -> None:
         known = read_trials(files.trial_files(branch, history.observations if history else []))
         context = _context(job, config, spec)
         known_results = {k: r.result for k, r in known.items()}
+        per_job, in_flight = job.params["trials_per_job"], _in_flight(job)
         suggestions, specs = suggest_round(
-            context,
-            spec,
-            pool,
-            round_index,
-            history,
-            known_results,
-            trials_per_job=job.params["trials_per_job"],
-            in_flight=_in_flight(job),
+            context, spec, pool, round_index, history, known_results, trials_per_job=per_job, in_flight=in_flight
         )
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)  # declared even when the round is empty
         for trial in specs:
@@ -89,15 +83,9 @@ def refill(job: JobArgs) -> None:
         places = [item for p in passes for item in p.suggested if not in_flight_duplicate(item, round_index)]
         results = {k: r.result for k, r in read_trials(files.trial_files(branch, places)).items()}
         context = _context(job, config, spec)
+        per_job, in_flight = job.params["trials_per_job"], _in_flight(job)
         suggestions, specs = refill_round(
-            context,
-            spec,
-            pool,
-            history,
-            passes,
-            results,
-            trials_per_job=job.params["trials_per_job"],
-            in_flight=_in_flight(job),
+            context, spec, pool, history, passes, results, trials_per_job=per_job, in_flight=in_flight
         )
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)
         for trial in specs:
