@@ -2,7 +2,7 @@
 
 The sweep: Qwen3-32B on H200, agg, vLLM, round robin, on the 100k-request day trace of
 bench/day_trace.py, 2 rounds x 2 candidates on up to 16 GPUs, goodput per GPU under TTFT 3 s / ITL 60
-ms, no baselines, finish or stress test, `--profile profiles/slurm` as shipped. It runs once
+ms, no baselines or stress test (a trace under round robin has no finish: every replay is exact), `--profile profiles/slurm` as shipped. It runs once
 uninterrupted; then again from scratch, and once its first trial is journaled every SLURM job of
 the user is cancelled (`scancel --user`); Snakemake notices, and its retries (or, if the sweep
 stops, a rerun of the same command) finish the sweep. Printed: wall times, trials finished before
@@ -42,7 +42,7 @@ def config(folder: Path) -> Path:
     data["workload"] = {"trace_path": str(day_trace(100_000))}
     data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 60}}
     data["sweep"] = {"max_rounds": 2, "candidates_per_round": 2, "parallel_evals": 2, "seed": 5,
-                     "baselines": False, "stress_top": 0, "finish_samples": 0}  # fmt: skip
+                     "baselines": False, "stress_top": 0}  # fmt: skip
     path = folder / "spica.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
