@@ -25,9 +25,10 @@ Only TTFT bounds are judged from inside. The ticks' ITL is each request's mean t
 token, weighted by request, while the SLA's ITL statistic weights every token alike, and on a trace
 of mixed lengths the two differ severalfold. So an ITL bound, like an end-to-end bound (the ticks
 carry no e2e latency), is left to the finished replay's metrics.
- A stop raises `ReplayScreened` with the verdict (screened, metric, value,
-ratio, prefix, why) and the running metrics, which the trial is recorded with. Kept free of heavy
-imports: it runs in the replay child.
+
+A stop raises `ReplayScreened` with the verdict (screened, metric, value, ratio, prefix, why) and the
+running metrics, which the trial is recorded with. Kept free of heavy imports: it runs in the replay
+child.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from collections.abc import Callable
 from typing import Any
 
 from spica_lib.replay.call import NO_REQUEST_DONE  # the ratio told when nothing finished by the screen's point
-
 
 
 class ReplayScreened(Exception):
