@@ -1,9 +1,10 @@
 """Benchmark (c): what SLURM costs per trial, on the one-node cluster of .ci/slurm-up.sh.
 
 Runs one sweep (the embedded default, round robin only, 2 rounds x 4 candidates per branch) from
-scratch two ways, three times each: locally (`--cores 2`) and on SLURM with `profiles/slurm` as
-shipped (4 trials per replay job, 2 at once). Reports the median wall time, SLURM jobs submitted,
-and the extra wall per trial against the local run.
+scratch three ways, three times each: locally (`--cores 2`); on SLURM with `profiles/slurm` as
+shipped (pilot jobs run the replay jobs, 4 trials each, 2 at once); and on SLURM with the pilots
+off (every replay job its own SLURM job, as before the pilots). Reports the median wall time, SLURM
+jobs submitted (pilots included), and the extra wall per trial against the local run.
 Run: .venv/bin/python bench/slurm_overhead.py
 """
 
@@ -39,7 +40,8 @@ def timed(folder: Path, config: Path, extra: list[str]) -> tuple[float, int, int
     started = time.perf_counter()
     done = subprocess.run([*SPICA, str(config), *extra], cwd=folder, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - started
-    jobs = len(set(re.findall(r"submitted with SLURM jobid (\d+)", done.stdout + done.stderr)))
+    output = done.stdout + done.stderr
+    jobs = len(set(re.findall(r"(?:submitted with SLURM jobid|submitted pilot job) (\d+)", output)))
     summary = json.loads(next(folder.glob("results/*/summary.json")).read_text())
     return wall, summary["unique_trials"], jobs
 
@@ -47,7 +49,8 @@ def timed(folder: Path, config: Path, extra: list[str]) -> tuple[float, int, int
 def main() -> None:
     ways = {
         "local, --cores 2": ["--cores", "2"],
-        "SLURM, shipped profile (4 trials per job)": ["--profile", PROFILE],
+        "SLURM, shipped profile (pilots; 4 trials per replay job)": ["--profile", PROFILE],
+        "SLURM, pilots off (--set-resources replay:trials_per_job=4)": ["--profile", PROFILE, "--", "--set-resources", "replay:trials_per_job=4"],
     }
     rows = []
     for name, extra in ways.items():

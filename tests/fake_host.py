@@ -1,4 +1,5 @@
-"""A warm host serving fake jobs, to test the host's own control flow: `python tests/fake_host.py <owner pid>`.
+"""A warm host serving fake jobs, to test the host's own control flow: `python tests/fake_host.py <owner pid>`;
+`python tests/fake_host.py pilot <pilot arguments>` runs a pilot (spica_lib.pilot.node) with the same fakes.
 
 The jobs and warm-ups are fakes (named so); the server, its socket, its peer check, its warm-up
 thread and its forks are the real ones. Fake jobs:
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 from spica_lib.host import registry, server
+from spica_lib.pilot import node
 from spica_lib.replay import warm_up
 
 
@@ -62,7 +64,10 @@ def main() -> None:
         }
     )
     registry.preload = lambda: None  # nothing to import for fake jobs
-    server.serve(os.environ["SPICA_WARM_HOST"].partition("@")[0], int(sys.argv[1]))
+    if sys.argv[1] == "pilot":
+        node.main(sys.argv[2:])
+    else:
+        server.serve(os.environ["SPICA_WARM_HOST"].partition("@")[0], int(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
-"""The SLURM profile against a real one-node cluster (.ci/slurm-up.sh): replay jobs go through sbatch,
-several trials each; the result matches a local run; a hard kill plus scancel resumes without
-recomputing; a replay job SLURM kills mid-replay is retried, and the trials it had started are
-recorded as failed while the sweep goes on.
+"""The SLURM profile against a real one-node cluster (.ci/slurm-up.sh): replay jobs run in pilot jobs
+(warm hosts on the node that outlive a round), several trials each; the result matches a local run;
+the pilots end with the sweep, and die with it when Snakemake is SIGKILLed, leaving no process and
+no spool; a hard kill plus scancel resumes without recomputing; a pilot SLURM kills mid-replay has
+its job retried, and the trials it had started are recorded as failed while the sweep goes on.
 
 They submit and cancel jobs, so they run only when asked (SPICA_REQUIRE_SLURM=1, which `.ci/run`
 sets after starting the cluster) and only on the cluster `.ci/slurm-up.sh` made (ClusterName
 spica-ci); asked for elsewhere, they fail instead of touching another cluster's jobs.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
 import yaml
 from conftest import REPO, write_yaml
@@ -141,9 +144,38 @@ def job_state(job: str) -> str:
     return subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=10).stdout
 
 
-def running_jobs() -> list[str]:
-    done = subprocess.run(["squeue", "-h", "-t", "RUNNING", "-o", "%i"], capture_output=True, text=True, timeout=10)
+def running_jobs(name: str | None = None) -> list[str]:
+    named = ["-n", name] if name else []
+    done = subprocess.run(
+        ["squeue", "-h", "-t", "RUNNING", "-o", "%i", *named], capture_output=True, text=True, timeout=10
+    )
     return done.stdout.split()
+
+
+PILOT_NAME = "spica-pilot"
+
+
+def pilot_jobs() -> list[str]:
+    done = subprocess.run(["squeue", "-h", "-o", "%i", "-n", PILOT_NAME], capture_output=True, text=True, timeout=10)
+    return done.stdout.split()
+
+
+def pilot_processes() -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if any("spica_lib.pilot" in part for part in process.info["cmdline"] or []):
+                found.append(process)
+    return found
+
+
+def assert_pilots_gone(folder: Path, within: float = 60) -> None:
+    """No pilot job in SLURM, no pilot or keeper process, no spool folder: the sweep left nothing behind."""
+    deadline = time.time() + within
+    while time.time() < deadline and (pilot_jobs() or pilot_processes()):
+        time.sleep(0.5)
+    assert pilot_jobs() == [] and pilot_processes() == []
+    assert not list(folder.glob("results/*/.pilot"))
 
 
 def cancel_all() -> None:
@@ -187,10 +219,14 @@ def test_a_sweep_on_slurm_runs_its_trials_there_several_per_job_and_matches_the_
     trials = trial_files(tmp_path)
     assert len(trials) >= 4 and {t.stem for t in trials} == set(jobs)  # every trial ran inside a SLURM job
     assert len(set(jobs.values())) < len(jobs)  # several trials per job, not one sbatch job per trial
+    output = done.stdout + done.stderr
+    pilots = set(re.findall(r"submitted pilot job (\d+)", output))
+    assert set(jobs.values()) <= pilots  # the replays ran in pilots, not in a SLURM job each
     for job in set(jobs.values()):
         state = job_state(job)
-        assert "JobState=COMPLETED" in state and "JobName=" in state
-    assert "SLURM jobid" in done.stdout + done.stderr
+        assert "JobState=COMPLETED" in state and f"JobName={PILOT_NAME}" in state  # ended on the sweep's stop
+    assert "SLURM jobid" in output  # aiconfigurator's pick: a SLURM job of its own
+    assert_pilots_gone(tmp_path, within=0)
 
     assert [t.name for t in trials] == [t.name for t in trial_files(local)]
     pd.testing.assert_frame_equal(ranking(tmp_path), ranking(local))
@@ -208,6 +244,7 @@ def test_a_hard_kill_and_scancel_resume_without_recomputing_finished_trials(clus
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)  # the login session dies; its SLURM jobs would run on
     process.wait(timeout=60)
+    assert_pilots_gone(tmp_path)  # but its keeper scancels the pilots and removes their spool
     cancel_all()  # the cancelled group job's Snakemake may delete outputs it had just written
     finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in journaled(tmp_path)}
     assert 0 < len(finished) < len(trial_files(local))  # killed mid-sweep
@@ -251,8 +288,8 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     deadline = time.time() + 600
     cancelled = None
     while time.time() < deadline and cancelled is None and process.poll() is None:
-        jobs = running_jobs()
-        if jobs and started(tmp_path):  # a replay is in flight: cancel its job before it can finish
+        jobs = running_jobs(PILOT_NAME)
+        if jobs and started(tmp_path):  # a replay is in flight: cancel its pilot before it can finish
             cancelled = jobs[0]
             subprocess.run(["scancel", cancelled], check=True, timeout=10)
         time.sleep(0.1)
@@ -267,18 +304,22 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     assert killed and all("killed outside the replay in 1 attempt" in r["result"]["reason"] for r in killed)
     summary = json.loads((run_dir(tmp_path) / "summary.json").read_text())
     assert summary["tallies"]["failed"] == len(killed)
-    assert set(slurm_jobs_of_trials(tmp_path).values()) - {cancelled}  # the retry was a new SLURM job
+    assert set(slurm_jobs_of_trials(tmp_path).values()) - {cancelled}  # the retry ran in a new pilot
+    assert_pilots_gone(tmp_path, within=0)
 
 
-def test_partition_and_gpu_gres_set_for_replays_reach_their_slurm_jobs(cluster, tmp_path):
+@pytest.mark.parametrize("pilots", [0, 2])
+def test_partition_and_gpu_gres_set_for_replays_reach_their_slurm_jobs(cluster, tmp_path, pilots):
     data = sweep_config()
     data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     data["sweep"]["max_rounds"] = 1
     config = write_yaml(tmp_path, data)
     cluster_settings = ["--set-resources", "replay:slurm_partition=gpu", "replay:gres=gpu:1", "replay:mem_mb=4000"]
+    cluster_settings += [f"replay:pilots={pilots}"] if pilots else []  # the command line replaces the profile's
     on_slurm(tmp_path, config, *cluster_settings)
     jobs = set(slurm_jobs_of_trials(tmp_path).values())
     assert jobs
     for job in jobs:
         state = job_state(job)
         assert "Partition=gpu" in state and "TresPerNode=gres:gpu:1" in state, state
+        assert (f"JobName={PILOT_NAME}" in state) == bool(pilots)

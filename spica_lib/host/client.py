@@ -32,6 +32,14 @@ def run_job(name: str, smk: Any) -> None:
     from spica_lib.run.job import JobArgs
 
     job = JobArgs.from_snakemake(smk)
+    spool = pilot_spool(name)
+    if spool is not None:
+        from spica_lib.pilot.waiter import run_on_pilot
+
+        code = run_on_pilot(name, job, spool)
+        if code != 0:
+            sys.exit(code)
+        return
     code = delegate(name, job.model_dump(mode="json"))
     if code is None:
         from spica_lib.host.registry import run_job_here
@@ -39,6 +47,15 @@ def run_job(name: str, smk: Any) -> None:
         run_job_here(name, job)
     elif code != 0:
         sys.exit(code)
+
+
+def pilot_spool(name: str) -> str | None:
+    """The sweep's pilot spool when job `name` is one its pilots run (spica_lib.pilot), else None."""
+    from spica_lib.pilot.settings import PILOT_JOBS
+    from spica_lib.pilot.spool import SPOOL_VARIABLE
+
+    spool = os.environ.get(SPOOL_VARIABLE)
+    return spool if spool and name in PILOT_JOBS and "SLURM_JOB_ID" not in os.environ else None
 
 
 def host_address() -> str | None:

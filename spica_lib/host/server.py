@@ -344,6 +344,22 @@ def _prepare(prepare: Any, request: _Request) -> None:
 
 def _job_child(request: _Request) -> None:
     """Body of a forked job: become the rule script's stand-in, run the job, exit with its code."""
+    run_forked_job(request.name, request.job, request.cwd, request.env, request.descriptors, request.prepare_seconds)
+
+
+def run_forked_job(
+    name: str,
+    job: JobArgs,
+    cwd: str,
+    env: dict[str, str],
+    descriptors: list[int],
+    prepare_seconds: float,
+    pilot: str = "",
+) -> None:
+    """In a child forked from a warm process (this host, or a pilot): run job `name` and exit with its code.
+
+    `descriptors` are the job's stdout and stderr; `env` replaces the warm process's job variables.
+    """
     code = 1
     try:
         with contextlib.suppress(OSError):
@@ -351,20 +367,20 @@ def _job_child(request: _Request) -> None:
         die_with_parent(os.getppid(), signal.SIGKILL)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
-        os.dup2(request.descriptors[0], 1)
-        os.dup2(request.descriptors[1], 2)
-        for descriptor in request.descriptors:
+        os.dup2(descriptors[0], 1)
+        os.dup2(descriptors[1], 2)
+        for descriptor in descriptors:
             os.close(descriptor)
-        os.chdir(request.cwd)
+        os.chdir(cwd)
         for variable in job_environment(dict(os.environ)):
             del os.environ[variable]
-        os.environ.update(request.env)
+        os.environ.update(env)
         from spica_lib.host.registry import run_job_here
         from spica_lib.run.job import HOST
 
-        HOST.hosted, HOST.prepare_seconds = True, request.prepare_seconds
+        HOST.hosted, HOST.prepare_seconds, HOST.pilot = True, prepare_seconds, pilot
         try:
-            run_job_here(request.name, request.job)
+            run_job_here(name, job)
             code = 0
         except SystemExit as stop:
             code = stop.code if isinstance(stop.code, int) else 1

@@ -17,8 +17,11 @@ class Host(BaseModel):
 
     hosted: bool = False
     prepare_seconds: float = 0.0  # what the host spent loading for this job before it forked (a replay's warm-up)
+    pilot: str = ""  # the SLURM job id of the pilot that runs it (spica_lib.pilot), when one does
 
     def where(self) -> str:
+        if self.pilot:
+            return f"in pilot job {self.pilot}"
         return "in the sweep's warm host" if self.hosted else "in its own process"
 
 

@@ -45,5 +45,6 @@ rule baselines:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         # Minutes: at most three baselines to replay, each on every workload.
         runtime=lambda wildcards, threads: replay_job_minutes(3, RUN.workloads, threads, RUN.max_eval_seconds),
+    localrule: PILOT.on  # with pilots, a rule script here hands the job to one
     script:
         "../../scripts/baselines.py"

@@ -24,6 +24,7 @@ rule finish:
         runtime=lambda wildcards, threads: replay_job_minutes(
             RUN.finish_trials, RUN.workloads, threads, RUN.max_eval_seconds
         ),
+    localrule: PILOT.on  # with pilots, a rule script here hands the job to one
     script:
         "../../scripts/finish.py"
 
@@ -50,5 +51,6 @@ rule stress:
         runtime=lambda wildcards, threads: replay_job_minutes(
             RUN.stress_trials, RUN.workloads, threads, RUN.max_eval_seconds
         ),
+    localrule: PILOT.on  # with pilots, a rule script here hands the job to one
     script:
         "../../scripts/stress.py"

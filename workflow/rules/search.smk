@@ -199,6 +199,7 @@ checkpoint replay:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         runtime=replay_runtime,
         trial_attempt=lambda wildcards, attempt: attempt,  # 1, then +1 per retry (params cannot see it)
+    localrule: PILOT.on  # with pilots, a rule script here hands the job to one
     script:
         "../../scripts/replay.py"
 

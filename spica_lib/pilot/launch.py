@@ -1,0 +1,49 @@
+"""Start and stop the sweep's pilot keeper from the Snakefile (`onstart`, `onsuccess`, `onerror`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from spica_lib.pilot.settings import PilotSettings
+from spica_lib.pilot.spool import SPOOL_VARIABLE, Spool
+
+SPOOLS = ".pilot"  # under the run folder: one spool per sweep process
+_keeper: subprocess.Popen | None = None
+
+
+def start_keeper(run_dir: str | Path, settings: PilotSettings) -> None:
+    """Make this sweep's spool, start its keeper, and point the rule scripts (local jobs) at it."""
+    global _keeper
+    if _keeper is not None or not settings.on:
+        return
+    spools = Path(run_dir) / SPOOLS
+    shutil.rmtree(spools, ignore_errors=True)  # a killed sweep's (Snakemake's lock: no other sweep works here)
+    spool = Spool(spools / f"{os.getpid()}-{secrets.token_hex(4)}").create()
+    os.environ[SPOOL_VARIABLE] = str(spool.root.resolve())
+    command = [
+        sys.executable, "-m", "spica_lib.pilot.keeper", str(os.getpid()), str(spool.root.resolve()),
+        "--settings", settings.model_dump_json(), "--log-dir", str((Path(run_dir) / "logs" / "pilots").resolve()),
+    ]  # fmt: skip
+    _keeper = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def stop_keeper() -> None:
+    """End the pilots (the keeper scancels them and removes the spool) and wait for it."""
+    global _keeper
+    if _keeper is None:
+        return
+    os.environ.pop(SPOOL_VARIABLE, None)
+    _keeper.terminate()
+    try:
+        _keeper.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        _keeper.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            _keeper.wait(timeout=30)
+    _keeper = None
