@@ -17,7 +17,10 @@ the 64 durations): barrier rounds, rounds in flight, and an ideal that starts a 
 any slot frees (no round structure, no determinism). With 64 trials on 8 slots and this spread, even
 the ideal leaves slots idle while the last, longest trials finish.
 
-Run: .venv/bin/python bench/slot_utilisation.py [--variants 1x8,8x1,16x1,32x1]  (rounds in flight x per round)
+`--slurm`: the same on the one-node cluster of .ci/slurm-up.sh with the shipped profile (pilot jobs),
+on 2 slots (the node has 2 CPUs): 32 trials, 2 pilots of 1 CPU, one trial per replay job.
+
+Run: .venv/bin/python bench/slot_utilisation.py [--slurm] [--variants 1x8,8x1,16x1,32x1]  (rounds in flight x per round)
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ sys.path.insert(0, str(REPO))
 from spica_lib.config.narrow import narrowed  # noqa: E402
 SLOTS, TRIALS, RUNS = 8, 64, 3
 STAND_IN = "2.3,6.5"  # p50, p90 in seconds
+EXECUTOR: list[str] | None = None  # --cores SLOTS; --slurm sets the profile
+SLURM_SLOTS, SLURM_TRIALS = 2, 32
+SLURM = [
+    "--profile", str(REPO / "profiles" / "slurm"), "--",
+    "--set-threads", "replay=1",  # one CPU per replay job, so each pilot is one slot
+    "--set-resources", f"replay:pilots={SLURM_SLOTS}", "replay:trials_per_job=1",  # a trial per job: a slot each
+]  # fmt: skip
 
 
 def config(in_flight: int, per_round: int) -> dict:
@@ -64,13 +74,14 @@ def sweep(data: dict) -> dict:
         return {"search": last - first, "busy": sum(t["wall_seconds"] for t in trials), "trials": len(trials),
                 "best": best}  # fmt: skip
 
-    wall, found = timed_sweep(data, SLOTS, read, env={"SPICA_STAND_IN_DURATION": STAND_IN})
+    wall, found = timed_sweep(data, SLOTS, read, env={"SPICA_STAND_IN_DURATION": STAND_IN}, executor=EXECUTOR)
     return {"wall": wall, **found}
 
 
-def simulated(in_flight: int, per_round: int, durations: list[float], slot_count: int = SLOTS) -> float:
+def simulated(in_flight: int, per_round: int, durations: list[float], slot_count: int | None = None) -> float:
     """Utilisation of rounds in flight with no overhead: round k starts once rounds <= k - W are done."""
     ends: list[float] = []
+    slot_count = slot_count or SLOTS
     slots = [0.0] * slot_count
     done_by = 0.0  # when every round up to k - W has ended
     for k in range(len(durations) // per_round):
@@ -85,8 +96,9 @@ def simulated(in_flight: int, per_round: int, durations: list[float], slot_count
     return sum(durations) / (max(ends) * slot_count)
 
 
-def greedy(durations: list[float], slot_count: int = SLOTS) -> float:
+def greedy(durations: list[float], slot_count: int | None = None) -> float:
     """Utilisation when each trial starts the moment a slot frees (the bound for any online order)."""
+    slot_count = slot_count or SLOTS
     slots = [0.0] * slot_count
     for d in durations:
         heapq.heappush(slots, heapq.heappop(slots) + d)
@@ -99,7 +111,7 @@ def simulation(variants: list[tuple[int, int]]) -> None:
     p50, p90 = (float(v) for v in STAND_IN.split(","))
     rng = np.random.default_rng(0)
     draws = [list(rng.lognormal(math.log(p50), math.log(p90 / p50) / 1.2816, TRIALS)) for _ in range(1000)]
-    print("\nScheduling alone (simulated, no overhead; median over 1,000 draws of the 64 durations):\n")
+    print(f"\nScheduling alone (simulated, no overhead; median over 1,000 draws of the {TRIALS} durations):\n")
     print("| rounds | utilisation |\n|---|---|")
     for in_flight, per_round in variants:
         print(f"| {name_of(in_flight, per_round)} | {np.median([simulated(in_flight, per_round, d) for d in draws]):.0%} |")
@@ -123,8 +135,12 @@ def row(name: str, runs: list[dict]) -> str:
 
 
 def main() -> None:
+    global SLOTS, TRIALS, EXECUTOR
     args = sys.argv[1:]
-    given = args[args.index("--variants") + 1] if "--variants" in args else "1x8,8x1,16x1,32x1"
+    default = "1x8,8x1,16x1,32x1"
+    if "--slurm" in args:
+        SLOTS, TRIALS, EXECUTOR, default = SLURM_SLOTS, SLURM_TRIALS, SLURM, "1x2,8x1"
+    given = args[args.index("--variants") + 1] if "--variants" in args else default
     chosen = [tuple(int(n) for n in v.split("x")) for v in given.split(",")]
     print("| rounds | trials | sweep wall, median of 3 (s) | runs (s) | search wall (s) | replays, sum (s) "
           "| utilisation, sweep | utilisation, search | best score (all runs) |")  # fmt: skip

@@ -17,16 +17,23 @@ T = TypeVar("T")
 
 
 def timed_sweep(
-    data: dict, cores: int, read: Callable[[Path], T], env: dict[str, str] | None = None, allowed: tuple[int, ...] = (0,)
+    data: dict,
+    cores: int,
+    read: Callable[[Path], T],
+    env: dict[str, str] | None = None,
+    allowed: tuple[int, ...] = (0,),
+    executor: list[str] | None = None,
 ) -> tuple[float, T]:
-    """(wall seconds of `spica run` on config `data`, what `read` takes from its run folder before it is removed)."""
+    """(wall seconds of `spica run` on config `data`, what `read` takes from its run folder before it is removed).
+
+    `executor` replaces `--cores N` (e.g. `--profile profiles/slurm -- ...`)."""
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         path = folder / "spica.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
         started = time.perf_counter()
         done = subprocess.run(
-            [sys.executable, "-m", "spica_lib.cli", "run", str(path), "--cores", str(cores)],
+            [sys.executable, "-m", "spica_lib.cli", "run", str(path), *(executor or ["--cores", str(cores)])],
             cwd=folder, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})},
         )  # fmt: skip
         wall = time.perf_counter() - started

@@ -20,7 +20,7 @@ import pytest
 
 from spica_lib.pilot.launch import SPOOLS
 from spica_lib.pilot.settings import PilotSettings, PilotSettingsError, check_executor, pilot_settings
-from spica_lib.pilot.spool import PilotClass, Spool
+from spica_lib.pilot.spool import PilotBeat, PilotClass, PilotRequest, Spool
 from spica_lib.pilot.waiter import needs_of, run_on_pilot
 from spica_lib.run.job import JobArgs
 
@@ -240,20 +240,24 @@ def test_a_rule_script_stopped_before_a_pilot_took_its_job_takes_the_request_bac
     assert script.returncode == 1 and leftovers(sweep.spool) == []
 
 
-@pytest.mark.parametrize("ending", ["idle", "heartbeat stops", "stop file", "spool removed"])
+@pytest.mark.parametrize("ending", ["idle", "heartbeat stops", "stop file", "retired", "spool removed"])
 def test_a_pilot_ends_by_itself_when_idle_or_when_its_sweep_is_gone(sweep, ending):
     pilot = sweep.start_pilot(idle_seconds=2 if ending == "idle" else 60, sweep_lost_seconds=2)
     if ending == "heartbeat stops":
         sweep.beating.clear()
     elif ending == "stop file":
         sweep.spool.stop_file.write_text("stop")
+    elif ending == "retired":
+        (pilot_id,) = sweep.spool.beats()
+        sweep.spool.retire(pilot_id).touch()
     elif ending == "spool removed":
         sweep.spool.remove()
     pilot.wait(timeout=30)
     if ending != "spool removed":
         reason = sweep.beat()["gone"]
         expected = {"idle": "nothing to run for 2 s", "heartbeat stops": "the sweep's heartbeat stopped for 2 s",
-                    "stop file": "the sweep ended"}[ending]  # fmt: skip
+                    "stop file": "the sweep ended",
+                    "retired": "retired to make room for a pilot that can run a waiting job"}[ending]  # fmt: skip
         assert reason == expected
 
 
@@ -305,3 +309,62 @@ def test_when_slurm_takes_no_pilot_the_waiting_job_fails_saying_why(tmp_path, mo
         keeper.terminate()
         keeper.wait(timeout=30)
     assert not (tmp_path / SPOOLS).exists()
+
+
+class KeeperWithFakeSbatch:
+    """The keeper's submission policy with `sbatch` replaced by a list (a fake, named so)."""
+
+    def __init__(self, folder: Path, pilots: int):
+        from spica_lib.pilot.keeper import Keeper
+
+        self.spool = Spool(folder / SPOOLS / "sweep").create()
+        self.keeper = Keeper(self.spool, PilotSettings(pilots=pilots), folder / "logs")
+        self.submissions: list[PilotClass] = []
+
+        def fake_sbatch(needs, minutes):
+            job = str(100 + len(self.submissions))
+            self.submissions.append(needs)
+            self.keeper.submitted[job] = needs
+            return job
+
+        self.keeper._submit = fake_sbatch
+
+    def wait(self, request_id: str, needs: PilotClass) -> None:
+        request = PilotRequest(job="replay", args={}, cwd="/", env={}, needs=needs, runtime_minutes=5)
+        self.spool.request(request_id).write_text(request.model_dump_json())
+
+    def beat(self, job: str, running: str | None = None) -> None:
+        beat = PilotBeat(beat=1, pilot=job, node="n", needs=self.keeper.submitted[job], running=running,
+                         seconds_left=3600)  # fmt: skip
+        self.spool.beat(job).write_text(beat.model_dump_json())
+
+
+def test_the_keeper_submits_a_pilot_only_for_a_job_no_free_pilot_can_run_and_makes_room_at_its_limit(tmp_path):
+    small = PilotClass(cpus=1, mem_mb=4000, partition="cpu")
+    sweep = KeeperWithFakeSbatch(tmp_path, pilots=2)
+    sweep.wait("1", NEEDS)
+    sweep.keeper._submit_as_needed()
+    sweep.keeper._submit_as_needed()  # the pilot submitted for it is starting: not submitted twice
+    sweep.beat("100")
+    sweep.keeper._submit_as_needed()  # it is up and idle: it will take the job
+    assert sweep.submissions == [NEEDS]
+    take(sweep, "100", "1")
+    sweep.wait("2", small)  # the only pilot is busy: one of the job's own size is submitted
+    sweep.keeper._submit_as_needed()
+    assert sweep.submissions == [NEEDS, small]
+    take(sweep, "101", "2")
+    sweep.beat("100")  # done with its job
+    sweep.wait("3", small)  # the idle 2-CPU pilot can run it: nothing submitted
+    sweep.keeper._submit_as_needed()
+    assert sweep.submissions == [NEEDS, small]
+    take(sweep, "100", "3")
+    sweep.beat("101")
+    sweep.wait("4", NEEDS)  # at the limit; the idle pilot is too small for it: it is retired to make room
+    sweep.keeper._submit_as_needed()
+    assert sweep.submissions == [NEEDS, small] and sweep.spool.retire("101").exists()
+    assert not sweep.spool.retire("100").exists()  # the busy one runs on
+
+
+def take(sweep: KeeperWithFakeSbatch, pilot: str, request_id: str) -> None:
+    sweep.spool.request(request_id).unlink()
+    sweep.beat(pilot, running=request_id)

@@ -2,6 +2,7 @@
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,9 +24,13 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "workf
 PRE_SEARCH = ("branches", "load_predictor")  # rule names as targets: every stage before the search
 
 
-def snakemake(workdir: Path, *args: str, targets: tuple[str, ...] = PRE_SEARCH) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, targets: tuple[str, ...] = PRE_SEARCH, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     command = [*SNAKEMAKE, *targets, "--directory", str(workdir), *args]
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
+    return subprocess.run(
+        command, capture_output=True, text=True, check=False, timeout=900, env={**os.environ, **(env or {})}
+    )
 
 
 def test_default_config_runs_the_first_stages_and_a_rerun_does_nothing(tmp_path):
@@ -87,7 +92,7 @@ def test_a_config_no_layout_fits_stops_snakemake_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_load_predictor_stage_scores_each_candidate_as_its_own_job_and_resumes(tmp_path):
+def test_load_predictor_stage_scores_each_candidate_as_its_own_job_and_resumes_leaving_no_temporary_file(tmp_path):
     candidates = ["constant_last", "kalman_reactive_raw", "arima_raw", "prophet_w20_raw"]
     policy = {
         "enable_throughput_scaling": True,
@@ -106,8 +111,13 @@ def test_load_predictor_stage_scores_each_candidate_as_its_own_job_and_resumes(t
     )
     data["goal"] = {"target": "goodput", "sla": {"ttft_ms": 2000, "itl_ms": 50}}
     path = write_yaml(tmp_path, data)
-    done = snakemake(tmp_path, "--config", f"spica={path}", "run=lp", targets=("load_predictor",))
+    temporary = tmp_path / "tmp"  # the jobs import Dynamo's planner, whose import once left files here
+    temporary.mkdir()
+    done = snakemake(
+        tmp_path, "--config", f"spica={path}", "run=lp", targets=("load_predictor",), env={"TMPDIR": str(temporary)}
+    )
     assert done.returncode == 0, done.stderr
+    assert list(temporary.iterdir()) == []
     run = tmp_path / "results" / "lp"
     result = json.loads((run / "load_predictor.json").read_text())
     assert result["reason"] == "swept" and result["best_by_interval"]["60"] in candidates

@@ -10,12 +10,12 @@ Dynamo's own `MockEngineArgs` and `KvRouterConfig` judge it; the reference's set
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
 
+from spica_lib.base.dynamo_env import prepare_dynamo_import
 from spica_lib.config.fields import (
     ADMISSION_FIELDS,
     BACKENDS,
@@ -132,7 +132,7 @@ def _router_weight(name: str, value: Any) -> float:
 
 def engine_refusal(arguments: dict[str, Any]) -> str | None:
     """Why Dynamo's mocker engine refuses these `MockEngineArgs`, or None."""
-    os.environ.setdefault("DYN_LOG", "error")
+    prepare_dynamo_import()
     from dynamo.mocker import MockEngineArgs
 
     try:
@@ -148,7 +148,7 @@ def engine_refusal(arguments: dict[str, Any]) -> str | None:
 
 def router_refusal(arguments: dict[str, float]) -> str | None:
     """Why Dynamo's `KvRouterConfig` refuses these weights, or None."""
-    os.environ.setdefault("DYN_LOG", "error")
+    prepare_dynamo_import()
     from dynamo.llm import KvRouterConfig
 
     try:

@@ -64,7 +64,10 @@ class Keeper:
         return {job: needs for job, needs in self.submitted.items() if not (job in beats and beats[job].gone)}
 
     def _submit_as_needed(self) -> None:
-        """Each waiting request, oldest first, goes to a free pilot that can run it, or has one submitted for it."""
+        """Each waiting request, oldest first, goes to a free pilot that can run it, or has one submitted for it.
+
+        At the limit, a request that no pilot can run has an idle pilot too small for it retired, to make room.
+        """
         waiting = []
         for _, path in self.spool.waiting():
             with contextlib.suppress(OSError, ValueError):
@@ -73,13 +76,16 @@ class Keeper:
             return
         beats = self.spool.beats()
         active = self.active()
-        free = [needs for job, needs in active.items() if job not in beats or beats[job].running is None]
+        free = [job for job in active if job not in beats or beats[job].running is None]  # idle or starting
         for request in waiting:
-            taker = next((needs for needs in free if needs.holds(request.needs)), None)
+            taker = next((job for job in free if active[job].holds(request.needs)), None)
             if taker is not None:
                 free.remove(taker)
                 continue
             if len(active) >= self.settings.pilots:
+                idle = [job for job in free if job in beats and not active[job].holds(request.needs)]
+                if idle:
+                    self.spool.retire(idle[0]).touch()
                 return
             minutes = max(self.settings.minutes, math.ceil(request.runtime_minutes + SAFETY_SECONDS / 60 + 1))
             job = self._submit(request.needs, minutes)

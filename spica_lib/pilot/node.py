@@ -103,6 +103,8 @@ class Pilot:
             return f"nothing to run for {self.idle_seconds:g} s"
         if self.running is None and self.too_little_time:
             return self.too_little_time
+        if self.running is None and self.spool.retire(self.name).exists():
+            return "retired to make room for a pilot that can run a waiting job"
         return ""
 
     def seconds_left(self) -> float:

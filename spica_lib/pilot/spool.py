@@ -12,6 +12,7 @@ pilot a job or read one:
     results/<id>.json       how the job ended (PilotResult)
     cancel/<id>             the rule script was stopped: the pilot stops the job
     pilots/<pilot>.json     each pilot's beat (PilotBeat), rewritten every second while it lives
+    pilots/<pilot>.retire   the keeper needs room for a bigger pilot: this one ends when idle
 
 Liveness is read from a beat's counter changing, on the reader's own clock, so the nodes' clocks
 need not agree.
@@ -147,6 +148,9 @@ class Spool:
 
     def beat(self, pilot: str) -> Path:
         return self.root / "pilots" / f"{pilot}.json"
+
+    def retire(self, pilot: str) -> Path:
+        return self.root / "pilots" / f"{pilot}.retire"
 
     def waiting(self) -> list[tuple[str, Path]]:
         """(request id, file) of the requests no pilot has taken, oldest first."""

@@ -9,6 +9,7 @@ request back, or has the pilot stop the job.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -116,7 +117,8 @@ def _withdraw(spool: Spool, request_id: str) -> int:
         return 1
     except FileNotFoundError:
         pass
-    spool.cancel(request_id).touch()
+    with contextlib.suppress(OSError):  # the spool is gone: so is the pilot, and the job with it
+        spool.cancel(request_id).touch()
     deadline = time.monotonic() + CANCEL_SECONDS
     while time.monotonic() < deadline and _result(spool, request_id) is None and spool.claim_of(request_id):
         time.sleep(POLL_SECONDS)

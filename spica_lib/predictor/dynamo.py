@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from spica_lib.base.dynamo_env import prepare_dynamo_import
 from spica_lib.config.presets import (
     LoadPredictorSpec,
 )
@@ -72,7 +73,7 @@ PredictorFactory = Callable[[LoadPredictorSpec, int], Predictor]
 
 def dynamo_predictor(spec: LoadPredictorSpec, interval_s: int) -> Predictor:
     """Dynamo's own predictor for this spec, configured exactly as the planner would configure it."""
-    os.environ.setdefault("DYN_LOG", "error")
+    prepare_dynamo_import()
     from dynamo.planner.config.planner_config import PlannerConfig
     from dynamo.planner.core.load.predictors import LOAD_PREDICTORS
 

@@ -12,6 +12,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
+from spica_lib.base.dynamo_env import prepare_dynamo_import
 from spica_lib.config.presets import (
     CompositeEntry,
     LoadPredictorSpec,
@@ -51,6 +52,7 @@ def window_loss(predicted: Window, actual: Window) -> float:
 def build_windows(trace_path: str, interval_s: int, arrival_speedup_ratio: float = 1.0) -> list[Window]:
     """The trace as the planner will see it: one window per interval of replayed time (sped-up
     arrivals compress the trace), from the first busy window to the last, empty windows kept."""
+    prepare_dynamo_import()
     from dynamo.planner.offline.trace_data import extract_metrics_from_trace
 
     trace_seconds = max(1, round(interval_s * arrival_speedup_ratio))

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from spica_lib.base.artifacts import atomic_write_parquet
+from spica_lib.base.dynamo_env import prepare_dynamo_import
 
 
 def execute_call(
@@ -77,7 +78,7 @@ def _verdict(metrics: dict[str, float], screen: dict[str, Any], seconds: float) 
 
 def import_dynamo() -> None:
     """Import Dynamo's replay (a process that forks replays imports it once, before its first fork)."""
-    os.environ.setdefault("DYN_LOG", "error")
+    prepare_dynamo_import()
     import dynamo.llm  # noqa: F401
     import dynamo.mocker  # noqa: F401
     import dynamo.replay  # noqa: F401
@@ -89,7 +90,7 @@ def _replay(
     screen: dict[str, Any] | None = None,
     on_screen: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    os.environ.setdefault("DYN_LOG", "error")
+    prepare_dynamo_import()
     from dynamo.llm import KvRouterConfig
     from dynamo.mocker import MockEngineArgs
     from dynamo.replay import run_synthetic_trace_replay, run_trace_replay

@@ -7,11 +7,11 @@ aiconfigurator's native timing fields (`aic_*`), so every simulated step is time
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from spica_lib.base.dynamo_env import prepare_dynamo_import
 from spica_lib.config.fields import ROUTER_WEIGHTS
 from spica_lib.facts.calibration import speedup_ratios
 
@@ -157,7 +157,7 @@ def checked_by_dynamo(payload: dict[str, Any]) -> None:
     Called where the replay runs, just before it: there the planner is already loaded, while in
     the suggest step its import would cost about 1 s every round.
     """
-    os.environ.setdefault("DYN_LOG", "error")
+    prepare_dynamo_import()
     from dynamo.planner.config.planner_config import PlannerConfig
 
     PlannerConfig.model_validate(payload)
