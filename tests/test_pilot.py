@@ -365,6 +365,20 @@ def test_the_keeper_submits_a_pilot_only_for_a_job_no_free_pilot_can_run_and_mak
     assert not sweep.spool.retire("100").exists()  # the busy one runs on
 
 
+def test_an_idle_pilot_too_small_for_a_job_that_waits_for_a_starting_pilot_gives_its_cpus_back(tmp_path):
+    small = PilotClass(cpus=1, mem_mb=4000, partition="cpu")
+    sweep = KeeperWithFakeSbatch(tmp_path, pilots=4)
+    sweep.wait("1", small)
+    sweep.keeper._submit_as_needed()
+    take(sweep, "100", "1")
+    sweep.wait("2", NEEDS)  # the small pilot is busy: a big one is submitted, and starts later
+    sweep.keeper._submit_as_needed()
+    assert sweep.submissions == [small, NEEDS] and not sweep.spool.retire("100").exists()
+    sweep.beat("100")  # the small one is done while the big one still waits for CPUs
+    sweep.keeper._submit_as_needed()
+    assert sweep.submissions == [small, NEEDS] and sweep.spool.retire("100").exists()
+
+
 def take(sweep: KeeperWithFakeSbatch, pilot: str, request_id: str) -> None:
     sweep.spool.request(request_id).unlink()
     sweep.beat(pilot, running=request_id)

@@ -66,7 +66,8 @@ class Keeper:
     def _submit_as_needed(self) -> None:
         """Each waiting request, oldest first, goes to a free pilot that can run it, or has one submitted for it.
 
-        At the limit, a request that no pilot can run has an idle pilot too small for it retired, to make room.
+        Idle pilots too small for every job that waits for a pilot to start are retired: they would hold
+        the CPUs (or a place under the limit) that the pilot for those jobs needs.
         """
         waiting = []
         for _, path in self.spool.waiting():
@@ -77,21 +78,23 @@ class Keeper:
         beats = self.spool.beats()
         active = self.active()
         free = [job for job in active if job not in beats or beats[job].running is None]  # idle or starting
+        starved = []  # requests no running pilot will take now: they wait for a pilot to start
         for request in waiting:
             taker = next((job for job in free if active[job].holds(request.needs)), None)
             if taker is not None:
                 free.remove(taker)
-                continue
-            if len(active) >= self.settings.pilots:
-                idle = [job for job in free if job in beats and not active[job].holds(request.needs)]
-                if idle:
-                    self.spool.retire(idle[0]).touch()
-                return
-            minutes = max(self.settings.minutes, math.ceil(request.runtime_minutes + SAFETY_SECONDS / 60 + 1))
-            job = self._submit(request.needs, minutes)
-            if job is None:
-                return
-            active[job] = request.needs
+                if taker in beats:
+                    continue
+            starved.append(request)
+            if taker is None and len(active) < self.settings.pilots:
+                minutes = max(self.settings.minutes, math.ceil(request.runtime_minutes + SAFETY_SECONDS / 60 + 1))
+                job = self._submit(request.needs, minutes)
+                if job is not None:
+                    active[job] = request.needs
+        # An idle pilot that can run none of them holds CPUs (or a place under the limit) their pilot may need.
+        for job in free:
+            if job in beats and starved and not any(active[job].holds(r.needs) for r in starved):
+                self.spool.retire(job).touch()
 
     def _submit(self, needs: PilotClass, minutes: int) -> str | None:
         command = [
