@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -332,3 +333,21 @@ def test_the_warm_host_and_one_job_per_trial_give_the_trials_and_ranking_of_jobs
     for folder, where in ((hosted, "in the sweep's warm host"), (own, "in its own process")):
         logs = [p.read_text() for p in run_dir(folder).glob("logs/rounds/*/*/replay/*.log")]
         assert logs and all(where in log for log in logs)  # each path really ran where it says
+
+
+def test_every_replay_job_of_a_round_is_started_at_once_not_one_after_another(tmp_path):
+    # Two trials, a job each, one CPU each on two cores: Snakemake must start both before either ends.
+    # (Tell once asked for a round's jobs one at a time, so a round of n jobs took n replays' time.)
+    data = default_config(seed=2, max_rounds=1, candidates_per_round=2, baselines=False, stress_top=0, warm_start=False)
+    del data["sweep"]["finish_top"]
+    data["sweep"]["finish_samples"] = 0
+    data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"], router_mode=["round_robin"])
+    path = write_yaml(tmp_path, data)
+    done = run(
+        tmp_path, path, "--cores", "2", "--", "--set-resources", "replay:trials_per_job=1", "--set-threads", "replay=1"
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = (done.stdout + done.stderr).splitlines()
+    started = [i for i, line in enumerate(log) if re.search(r"Replaying job \d of round 0 of agg", line)]
+    first_end = next(i for i, line in enumerate(log) if "(Rule: replay)" in line)
+    assert len(started) == 2 and max(started) < first_end, "\n".join(log)

@@ -4,12 +4,13 @@
 # round's suggest reads. A replay job writes only its own rounds/<branch>/<k>/trials/<job>/ folder.
 # When replays of a pass fail or time out, a refill checkpoint asks for replacements in the same round
 # (rounds/<branch>/<k>/refill/<p>/); their replay jobs continue the round's job numbers, and tell waits
-# for the last pass. Replay is a checkpoint so that tell can see whether another pass is needed.
+# for the last pass. Replay is a checkpoint so that tell can see whether another pass is needed; all of a
+# pass's replay jobs are asked for at once, so they run side by side.
 # With `sweep.rounds_in_flight` W > 1, round k's suggest waits for round k - W's tell, not round k - 1's,
 # and reads the suggestions of the rounds in between (still replaying); tell still goes round by round.
 import os
 
-from snakemake.exceptions import WorkflowError
+from snakemake.exceptions import IncompleteCheckpointException, WorkflowError
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.run.time_limits import replay_job_minutes
@@ -91,11 +92,21 @@ def round_walk(wildcards):
         path, passed = round_pass(wildcards.branch, wildcards.round, len(passes))
         passes.append(passed)
         paths.append(path)
-        results = {}
+        results, replaying = {}, False
         for batch in passed.batch_numbers():
-            folder = checkpoints.replay.get(branch=wildcards.branch, round=wildcards.round, batch=batch).output.trials
+            folder = RUN.trial_batch(wildcards.branch, wildcards.round, batch)
             folders.append(folder)
+            try:
+                checkpoints.replay.get(branch=wildcards.branch, round=wildcards.round, batch=batch)
+            except IncompleteCheckpointException:
+                replaying = True  # not raised: every replay job of the pass must be asked for at once
+                continue
             results.update({key: read_trial(f"{folder}/{key}.json").result for key in passed.batch(batch)})
+        if replaying:
+            # The pass's folders as plain inputs: Snakemake runs all its replay jobs side by side (one raise
+            # would add one job, and tell would meet the next only after it ended), and evaluates this again
+            # when each of them ends, since tell depends on them.
+            return {"suggestions": paths, "trials": folders}
         if not passed.new_keys or not replacements_needed(passes, results):
             return {"suggestions": paths, "trials": folders}
 
