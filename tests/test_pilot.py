@@ -301,7 +301,8 @@ def test_when_slurm_takes_no_pilot_the_waiting_job_fails_saying_why(tmp_path, mo
     )  # fmt: skip
     try:
         script = subprocess.run(
-            [sys.executable, "-c", RULE_SCRIPT, str(spool.root), fake_job("sleep", tmp_path, seconds=1).model_dump_json(), "3"],
+            [sys.executable, "-c", RULE_SCRIPT, str(spool.root), fake_job("sleep", tmp_path, seconds=1).model_dump_json(),
+             "3"],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert script.returncode == 1 and "sbatch failed" in script.stderr, script.stderr

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import subprocess
 import sys
 
+from spica_lib.base.lifetime import end_child
 from spica_lib.host.client import ADDRESS_VARIABLE, OFF
 
 _host: subprocess.Popen | None = None
@@ -34,11 +34,5 @@ def stop_host() -> None:
     if _host is None:
         return
     os.environ.pop(ADDRESS_VARIABLE, None)
-    _host.terminate()
-    try:
-        _host.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        _host.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            _host.wait(timeout=30)
+    end_child(_host, grace_seconds=30)
     _host = None

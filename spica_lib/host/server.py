@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from spica_lib.base.lifetime import die_with_parent
+from spica_lib.base.lifetime import die_with_parent, signal_group
 from spica_lib.host.client import ADDRESS_VARIABLE, HEADER, STARTED, job_environment, peer_uid
 from spica_lib.run.job import JobArgs
 
@@ -236,7 +236,7 @@ class _Host:
     def _stop_job(self, job: _Job) -> None:
         self.selector.unregister(job.connection)
         job.stop_deadline = time.monotonic() + STOP_GRACE_SECONDS
-        _signal_job(job.pid, signal.SIGTERM)
+        signal_group(job.pid, signal.SIGTERM)
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -244,7 +244,7 @@ class _Host:
             ended, status = os.waitpid(pid, os.WNOHANG)
             if ended == 0:
                 if job.stop_deadline is not None and now > job.stop_deadline:
-                    _signal_job(pid, signal.SIGKILL)
+                    signal_group(pid, signal.SIGKILL)
                 continue
             del self.jobs[pid]
             with contextlib.suppress(KeyError, ValueError):
@@ -256,7 +256,7 @@ class _Host:
 
     def kill_all(self) -> None:
         for pid in self.jobs:
-            _signal_job(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
         for pid, job in self.jobs.items():
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
@@ -399,11 +399,6 @@ def _close(connection: socket.socket, descriptors: list[int]) -> None:
             os.close(descriptor)
     descriptors.clear()
     connection.close()
-
-
-def _signal_job(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signum)
 
 
 def _raise_stop(signum: int, frame: Any) -> None:

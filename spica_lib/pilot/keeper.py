@@ -116,7 +116,8 @@ class Keeper:
             return self._refuse(needs, f"sbatch failed: {done.stderr.strip() or done.stdout.strip()}")
         job = done.stdout.strip().split(";")[0]
         self.submitted[job] = needs
-        print(f"spica keeper: submitted pilot job {job} ({' '.join(needs.sbatch_options())}, {minutes} min)", flush=True)
+        options = " ".join(needs.sbatch_options())
+        print(f"spica keeper: submitted pilot job {job} ({options}, {minutes} min)", flush=True)
         return job
 
     def _refuse(self, needs: PilotClass, reason: str) -> None:

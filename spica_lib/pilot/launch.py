@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
@@ -10,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spica_lib.base.lifetime import end_child
 from spica_lib.pilot.settings import PilotSettings
 from spica_lib.pilot.spool import SPOOL_VARIABLE, Spool
 
@@ -39,11 +39,5 @@ def stop_keeper() -> None:
     if _keeper is None:
         return
     os.environ.pop(SPOOL_VARIABLE, None)
-    _keeper.terminate()
-    try:
-        _keeper.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        _keeper.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            _keeper.wait(timeout=30)
+    end_child(_keeper, grace_seconds=60)
     _keeper = None

@@ -29,6 +29,7 @@ import time
 import traceback
 from dataclasses import dataclass
 
+from spica_lib.base.lifetime import signal_group
 from spica_lib.pilot.spool import (
     BEAT_SECONDS,
     POLL_SECONDS,
@@ -178,9 +179,9 @@ class Pilot:
         now = time.monotonic()
         if running.stop_deadline is None and self.spool.cancel(running.request_id).exists():
             running.stop_deadline, running.reason = now + STOP_GRACE_SECONDS, "its rule script was stopped"
-            _signal_group(running.pid, signal.SIGTERM)
+            signal_group(running.pid, signal.SIGTERM)
         elif running.stop_deadline is not None and now > running.stop_deadline:
-            _signal_group(running.pid, signal.SIGKILL)
+            signal_group(running.pid, signal.SIGKILL)
 
     def _reap(self) -> None:
         running = self.running
@@ -207,11 +208,11 @@ class Pilot:
         running = self.running
         if running is None:
             return
-        _signal_group(running.pid, signal.SIGTERM)
+        signal_group(running.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while time.monotonic() < deadline and os.waitpid(running.pid, os.WNOHANG)[0] == 0:
             time.sleep(POLL_SECONDS)
-        _signal_group(running.pid, signal.SIGKILL)
+        signal_group(running.pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(running.pid, 0)
         self._report(running, 1, f"pilot job {self.name} was stopped while it ran this job: {reason}")
@@ -238,11 +239,6 @@ class Pilot:
 def _beat_until(pilot: Pilot, done: threading.Event) -> None:
     while not done.wait(BEAT_SECONDS):
         pilot.beat()
-
-
-def _signal_group(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signum)
 
 
 def _raise_stop(signum: int, frame: object) -> None:
