@@ -31,15 +31,11 @@ def run_job(name: str, smk: Any) -> None:
     """Run the rule script's job `name` (suggest, replay, tell) in the warm host, or here when there is none."""
     from spica_lib.run.job import JobArgs
 
-    job = JobArgs.from_snakemake(smk)
-    spool = pilot_spool(name)
-    if spool is not None:
-        from spica_lib.pilot.waiter import run_on_pilot
+    run_job_args(name, JobArgs.from_snakemake(smk))
 
-        code = run_on_pilot(name, job, spool)
-        if code != 0:
-            sys.exit(code)
-        return
+
+def run_job_args(name: str, job: Any) -> None:
+    """`run_job` for a job already read from its `snakemake` object (a JobArgs)."""
     code = delegate(name, job.model_dump(mode="json"))
     if code is None:
         from spica_lib.host.registry import run_job_here
@@ -47,15 +43,6 @@ def run_job(name: str, smk: Any) -> None:
         run_job_here(name, job)
     elif code != 0:
         sys.exit(code)
-
-
-def pilot_spool(name: str) -> str | None:
-    """The sweep's pilot spool when job `name` is one its pilots run (spica_lib.pilot), else None."""
-    from spica_lib.pilot.settings import PILOT_JOBS
-    from spica_lib.pilot.spool import SPOOL_VARIABLE
-
-    spool = os.environ.get(SPOOL_VARIABLE)
-    return spool if spool and name in PILOT_JOBS and "SLURM_JOB_ID" not in os.environ else None
 
 
 def host_address() -> str | None:

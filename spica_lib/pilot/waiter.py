@@ -1,5 +1,8 @@
 """The rule script's side of a pilot: hand the job to the spool, wait for a pilot to run it, exit with its code.
 
+The scripts of the replaying rules (replay, finish, stress, baselines) call `run_job` here: with no
+pilots it runs the job as every other rule script does (spica_lib.host.client).
+
 The job's stdout and stderr are printed here when it ends (its log file it writes itself, on the
 shared file system). The job fails here, so Snakemake retries it as it would a SLURM job, when the
 pilot running it is stopped (scancel, preemption) or goes quiet for `LOST_SECONDS` (node lost), and
@@ -19,8 +22,10 @@ import time
 from typing import Any
 
 from spica_lib.host.client import job_environment
+from spica_lib.pilot.settings import PILOT_JOBS
 from spica_lib.pilot.spool import (
     POLL_SECONDS,
+    SPOOL_VARIABLE,
     Liveness,
     PilotClass,
     PilotRequest,
@@ -39,6 +44,26 @@ DEFAULT_RUNTIME_MINUTES = 60
 
 class _Cancelled(BaseException):
     pass
+
+
+def run_job(name: str, smk: Any) -> None:
+    """A replaying rule's script: hand job `name` to the sweep's pilots when it has them, else run it as any job."""
+    from spica_lib.host.client import run_job_args
+
+    job = JobArgs.from_snakemake(smk)
+    spool = pilot_spool(name)
+    if spool is None:
+        run_job_args(name, job)
+        return
+    code = run_on_pilot(name, job, spool)
+    if code != 0:
+        sys.exit(code)
+
+
+def pilot_spool(name: str) -> str | None:
+    """The sweep's pilot spool when job `name` is one its pilots run and this is not a SLURM job, else None."""
+    spool = os.environ.get(SPOOL_VARIABLE)
+    return spool if spool and name in PILOT_JOBS and "SLURM_JOB_ID" not in os.environ else None
 
 
 def needs_of(job: JobArgs) -> PilotClass:
