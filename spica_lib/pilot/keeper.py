@@ -26,7 +26,15 @@ from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.base.lifetime import die_with_parent
 from spica_lib.pilot.node import SAFETY_SECONDS
 from spica_lib.pilot.settings import PilotSettings
-from spica_lib.pilot.spool import BEAT_SECONDS, PilotClass, PilotRequest, PilotResult, Spool, write_model_file
+from spica_lib.pilot.spool import (
+    BEAT_SECONDS,
+    PilotBeat,
+    PilotClass,
+    PilotRequest,
+    PilotResult,
+    Spool,
+    write_model_file,
+)
 
 LOOP_SECONDS = 0.1
 SQUEUE_SECONDS = 10.0
@@ -59,8 +67,8 @@ class Keeper:
             self._submit_as_needed()
             time.sleep(LOOP_SECONDS)
 
-    def active(self) -> dict[str, PilotClass]:
-        beats = self.spool.beats()
+    def active(self, beats: dict[str, PilotBeat]) -> dict[str, PilotClass]:
+        """The pilots submitted that have not said goodbye in `beats` (the spool's, read once by the caller)."""
         return {job: needs for job, needs in self.submitted.items() if not (job in beats and beats[job].gone)}
 
     def _submit_as_needed(self) -> None:
@@ -76,7 +84,7 @@ class Keeper:
         if not waiting:
             return
         beats = self.spool.beats()
-        active = self.active()
+        active = self.active(beats)
         free = [job for job in active if job not in beats or beats[job].running is None]  # idle or starting
         starved = []  # requests no running pilot will take now: they wait for a pilot to start
         for request in waiting:
@@ -145,9 +153,13 @@ class Keeper:
         with contextlib.suppress(OSError):
             atomic_write_text(self.spool.stop_file, "stop")
         deadline = time.monotonic() + STOP_WAIT_SECONDS
-        while time.monotonic() < deadline and any(job in self.spool.beats() for job in self.active()):
+        while time.monotonic() < deadline:
+            beats = self.spool.beats()
+            if not any(job in beats for job in self.active(beats)):
+                break
             time.sleep(LOOP_SECONDS)
-        left = list(self.active())  # pilots that said goodbye are leaving: a scancel would mark them CANCELLED
+        # Pilots that said goodbye are leaving: a scancel would mark them CANCELLED.
+        left = list(self.active(self.spool.beats()))
         if left:
             with contextlib.suppress(OSError, subprocess.TimeoutExpired):
                 subprocess.run(["scancel", *left], capture_output=True, timeout=COMMAND_SECONDS, check=False)
