@@ -17,7 +17,7 @@ def test_validate_prints_a_summary_and_exits_0(capsys):
     assert main(["validate", str(REPO / "config" / "default.yaml")]) == 0
     out = capsys.readouterr().out
     assert "valid — run id" in out
-    assert "Qwen/Qwen3-32B on h200_sxm, gpu_budget 8" in out
+    assert "Qwen/Qwen3-32B on h200_sxm, at most 8 GPUs" in out
     assert "vllm (perf DB" in out and "sglang (perf DB" in out
     assert "agg" in out and "disagg" in out and "knob combinations" in out
     assert "memory-feasible layouts (vllm" in out

@@ -97,6 +97,7 @@ def test_normalised_dump_round_trips():
         "examples/pinned_parallel.yaml",
         "examples/p99_sla.yaml",
         "examples/cost.yaml",
+        "examples/fleet.yaml",
         "examples/two_workloads.yaml",
     ],
 )

@@ -33,7 +33,7 @@ PICK_MEASURE = "tokens/s/gpu_cluster"  # aiconfigurator's own ranking measure
 def aiconfigurator_pick(config: SmartSearchConfig) -> AiconfiguratorPick:
     """aiconfigurator's best deployment for the sweep, or the reason there is none."""
     started = time.perf_counter()
-    space, sla = config.search_space, config.goal.sla
+    space, sla = config.search_space.largest_sku_space(), config.goal.sla
     traffics = [traffic_of(w) for w in config.workloads or [config.workload]]
     if any(t is None for t in traffics):
         return AiconfiguratorPick(problem="a kv_load_ratio workload has no fixed traffic to size a pick for")

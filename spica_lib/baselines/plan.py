@@ -21,6 +21,7 @@ from spica_lib.config import SmartSearchConfig
 from spica_lib.config.presets import CompositeEntry, scaling_policy
 from spica_lib.facts.catalog import resolve_backend_version
 from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.facts.parallel import on_sku
 from spica_lib.pools.knobs import branch_knob_choices
 from spica_lib.trial.describe import describe
 from spica_lib.trial.evaluate import prepare_trial
@@ -103,8 +104,12 @@ def _aiconfigurator(config: SmartSearchConfig, pick: AiconfiguratorPick, build: 
     selection.update({knob: values[0] for knob, values in branch_knob_choices(config.search_space, mode).items()})
     selection.update({"router_mode": DEFAULT_ROUTER, "planner_scaling_policy": NO_PLANNER})
     selection.update({f"{role}_max_num_seqs": seqs for role, seqs in pick.max_num_seqs.items()})
+    space = config.search_space
+    layout = pick.parallel_config
+    if space.is_fleet:  # the pick was made on the inventory's largest GPU type (SearchSpace.largest_sku_space)
+        layout = on_sku(layout, space.largest_sku_space().hardware_sku)
     try:
-        spec = build(selection, pick.parallel_config)
+        spec = build(selection, layout)
     except Exception as exc:
         note = f"aiconfigurator's pick could not be built for the replay: {type(exc).__name__}: {exc}"
         return BaselineCase(Baseline(name=name, label=LABELS[name], source="none", note=note))

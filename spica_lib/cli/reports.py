@@ -14,7 +14,7 @@ def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
     space = validated.config.search_space
     spec0 = branches[0].spec
     lines = [
-        f"{space.model_name} on {space.hardware_sku}, gpu_budget {space.gpu_budget}, sequences of {spec0.max_seq_len} tokens"
+        f"{space.model_name} on {space.hardware_text()}, sequences of {spec0.max_seq_len} tokens"
     ]
     for branch in branches:
         spec = branch.spec
@@ -40,7 +40,7 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
     backends = ", ".join(f"{b} (perf DB {v})" for b, v in versions.items())
     lines = [
         f"{path}: valid — run id {validated.run}",
-        f"  model      {space.model_name} on {space.hardware_sku}, gpu_budget {space.gpu_budget}"
+        f"  model      {space.model_name} on {space.hardware_text()}"
         + (f" (at least {space.min_gpu_budget})" if space.min_gpu_budget else ""),
         f"  backends   {backends}",
         f"  workload   {_workload_line(config)}",

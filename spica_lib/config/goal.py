@@ -129,6 +129,8 @@ class OptimizationGoal(StrictModel):
     target: OptimizationTarget = OptimizationTarget.THROUGHPUT
     sla: SLATarget | None = None
     pareto_objectives: list[OptimizationTarget] | None = None
+    # The least share of requests that must meet every SLA bound (0.99: 99 %), a hard constraint for any target.
+    sla_coverage: Number | None = Field(default=None, gt=0, le=1)
     # US dollars per GPU-hour: one price, or one per hardware SKU (the run's SKU must be listed).
     gpu_hour_usd: Number | dict[str, Number] | None = None
     # With several workloads: a candidate's score is its worst workload's (default) or their weighted mean.
@@ -147,6 +149,11 @@ class OptimizationGoal(StrictModel):
         if bad:
             raise ValueError(f"a GPU-hour price is a positive number of US dollars, got {bad}")
         return price
+
+    def coverage_miss(self, coverage: float) -> float:
+        """How far a replay's share of requests within the SLA is from the floor, as an SLA ratio: the share
+        that missed over the share allowed to miss (above 1: under the floor)."""
+        return (1.0 - coverage) / max(1.0 - float(self.sla_coverage), 1e-3)
 
     def gpu_hour_price(self, sku: str) -> float | None:
         """The price per GPU-hour on `sku`, or None when no price was given."""
@@ -181,13 +188,19 @@ class OptimizationGoal(StrictModel):
             raise ValueError(
                 f"{needing_sla} count only requests that meet an SLA: set goal.sla with ttft_ms and itl_ms, or e2e_ms"
             )
-        if self.sla is not None and not self.sla.is_constraint and not needing_sla:
+        if self.sla_coverage is not None and self.sla is None:
+            raise ValueError(
+                f"sla_coverage {self.sla_coverage} is the share of requests that meet goal.sla, and there is no "
+                "goal.sla: set its bounds (ttft_ms, itl_ms or e2e_ms), or remove sla_coverage"
+            )
+        if self.sla is not None and not self.sla.is_constraint and not needing_sla and self.sla_coverage is None:
             targets = ", ".join(t.value for t in self.objectives)
             raise ValueError(
                 f"goal.sla without a percentile only decides which requests count as goodput, and {targets} "
                 "counts no goodput: the bounds would change nothing but which candidates are screened out. "
-                "Make them a constraint with goal.sla.percentile (50 for the median, 90/95/99 for a tail), "
-                "or use a goodput target (goodput, goodput_per_gpu)"
+                "Make them a constraint with goal.sla.percentile (50 for the median, 90/95/99 for a tail) or "
+                "goal.sla_coverage (the share of requests that must meet them), or use a goodput target "
+                "(goodput, goodput_per_gpu)"
             )
         needing_price = sorted(t.value for t in self.objectives if t.needs_price)
         if needing_price and self.gpu_hour_usd is None:

@@ -25,6 +25,7 @@ DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
 # The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks.md, "Answers on fresh traffic").
 DEFAULT_FINISH_TOP = 4
 DEFAULT_STRESS_TOP = 3
+DEFAULT_CAPACITY_TOP = 3  # the recommendation and the next two, with an SLA coverage floor
 DEFAULT_STRESS_BAND = 0.15  # the error band of the replay's step times where no measured group says otherwise
 DEFAULT_FINISH_SAMPLES = 6
 
@@ -93,6 +94,7 @@ class SmartSearchConfig(StrictModel):
             )
         self._resolve_finish()
         self._resolve_stress()
+        self._resolve_capacity()
         self._resolve_warm_start()
         self._resolve_baselines()
         if self.calibration is not None:
@@ -104,12 +106,7 @@ class SmartSearchConfig(StrictModel):
             # Filled in place: assigning the field would validate this whole model again, and recurse.
             self.calibration.file, self.calibration.source = resolved.file, resolved.source
             self.calibration.scales = resolved.scales
-        prices = self.goal.gpu_hour_usd
-        sku = self.search_space.hardware_sku
-        if isinstance(prices, dict) and sku not in prices:
-            raise ValueError(
-                f"goal.gpu_hour_usd prices {sorted(prices)} but not search_space.hardware_sku {sku!r}; add it"
-            )
+        self._check_prices_and_fleet()
         if self.sweep.algorithm is None:
             default = DEFAULT_PARETO_ALGORITHM if self.goal.is_pareto else DEFAULT_ALGORITHM
             self.sweep.algorithm = default
@@ -119,6 +116,21 @@ class SmartSearchConfig(StrictModel):
                 f"use one of {list(MULTI_OBJECTIVE_ALGORITHMS)}"
             )
         return self
+
+    def _check_prices_and_fleet(self) -> None:
+        prices, space = self.goal.gpu_hour_usd, self.search_space
+        if isinstance(prices, dict):
+            unpriced = [sku for sku in space.inventory() if sku not in prices]
+            if unpriced:
+                where = f"search_space.hardware_sku {unpriced[0]!r}"
+                if space.is_fleet:
+                    where = f"{unpriced} of search_space.hardware"
+                raise ValueError(f"goal.gpu_hour_usd prices {sorted(prices)} but not {where}; add a price")
+        if space.is_fleet and self.calibration is not None:
+            raise ValueError(
+                f"calibration scales the steps of one GPU type, and search_space.hardware lists "
+                f"{list(space.hardware)}: remove calibration, or search one GPU type (hardware_sku + gpu_budget)"
+            )
 
     @classmethod
     def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -206,6 +218,28 @@ class SmartSearchConfig(StrictModel):
             sweep.stress_top = DEFAULT_STRESS_TOP
         if sweep.stress_band is None:
             sweep.stress_band = DEFAULT_STRESS_BAND
+
+    def _resolve_capacity(self) -> None:
+        sweep = self.sweep
+        problem = self.why_no_capacity()
+        if sweep.capacity_top is None:
+            sweep.capacity_top = DEFAULT_CAPACITY_TOP if problem is None and self.goal.sla_coverage is not None else 0
+        if sweep.capacity_top and problem:
+            raise ValueError(f"sweep.capacity_top {sweep.capacity_top}: {problem}; remove it, or set it to 0")
+
+    def why_no_capacity(self) -> str | None:
+        """Why the winners' capacity within the SLA cannot be bisected here, or None when it can."""
+        goal = self.goal
+        if goal.is_pareto:
+            return "a 'pareto' goal has a front, not a recommendation to size"
+        if goal.sla is None or not (goal.sla.is_constraint or goal.sla_coverage is not None):
+            return "capacity is the highest load within the SLA, and goal.sla has no percentile and no sla_coverage"
+        for workload in self.workloads or [self.workload]:
+            if workload.kv_load_ratio is not None or workload.concurrency is not None:
+                return "a closed-loop workload (concurrency, kv_load_ratio) has no arrival rate to raise"
+            if workload.is_trace_based and workload.replay_concurrency is not None:
+                return "a closed-loop trace (replay_concurrency) has no arrival rate to raise"
+        return None
 
     def _why_no_finish(self) -> str | None:
         """Why a finish could not change a ranking here, or None when it can."""

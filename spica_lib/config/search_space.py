@@ -201,6 +201,9 @@ class SearchSpace(StrictModel):
     model_name: str = Field(min_length=1)
     hardware_sku: str = Field(min_length=1)
     gpu_budget: StrictInt = Field(default=32, ge=1)
+    # An inventory of several GPU types (SKU -> GPUs available). hardware_sku + gpu_budget is its one-SKU
+    # shorthand; with an inventory they are derived (its first SKU, its total) and may be left out.
+    hardware: dict[str, StrictInt] | None = None
     min_gpu_budget: StrictInt | None = None
     min_endpoint: StrictInt | None = Field(default=None, ge=1)
     context_length: StrictInt | None = Field(default=None, ge=1)
@@ -248,6 +251,59 @@ class SearchSpace(StrictModel):
     planner_fpm_sampling: list[str | dict[str, Any]] = _presets("planner_fpm_sampling")
     planner_load_sensitivity: list[str | dict[str, Any]] = _presets("planner_load_sensitivity")
     load_predictor_candidates: list[str | dict[str, Any]] = _presets("load_predictor_candidates")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inventory_or_shorthand(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("hardware"), dict) or not data["hardware"]:
+            return data
+        counts = list(data["hardware"].values())
+        if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in counts):
+            return data  # the field's own check names the bad count
+        derived = {"hardware_sku": next(iter(data["hardware"])), "gpu_budget": sum(counts)}
+        given = {name: data[name] for name in derived if name in data}
+        if any(derived[name] != value for name, value in given.items()):
+            raise ValueError(
+                f"hardware {data['hardware']} is the GPU inventory and hardware_sku + gpu_budget its one-SKU "
+                f"shorthand: give one or the other (got {given}; the inventory means {derived})"
+            )
+        data = {**data, **derived}
+        if len(counts) == 1:  # one GPU type: exactly the shorthand, with the shorthand's run id
+            data["hardware"] = None
+        return data
+
+    @field_validator("hardware", mode="after")
+    @classmethod
+    def _inventory_counts(cls, hardware: dict[str, int] | None) -> dict[str, int] | None:
+        if hardware is None:
+            return None
+        bad = {sku: count for sku, count in hardware.items() if not sku or count < 1}
+        if bad or not hardware:
+            raise ValueError(f"an inventory maps each GPU type to the GPUs available (at least 1), got {hardware}")
+        return hardware
+
+    def inventory(self) -> dict[str, int]:
+        """GPUs available per GPU type: the inventory, or {hardware_sku: gpu_budget}."""
+        return dict(self.hardware) if self.hardware else {self.hardware_sku: self.gpu_budget}
+
+    def largest_sku_space(self) -> SearchSpace:
+        """This space on one GPU type: itself, or an inventory's type with the most GPUs (the first of a tie),
+        with all of them as the budget. aiconfigurator's own pick takes one system; this is the one it gets."""
+        if not self.hardware:
+            return self
+        sku = max(self.hardware, key=lambda name: self.hardware[name])
+        return self.model_copy(update={"hardware": None, "hardware_sku": sku, "gpu_budget": self.hardware[sku]})
+
+    def hardware_text(self) -> str:
+        """The GPUs searched, in words: `h200_sxm, at most 8 GPUs` or `4 x h200_sxm + 16 x h100_sxm`."""
+        if self.hardware:
+            return " + ".join(f"{count} x {sku}" for sku, count in self.hardware.items())
+        return f"{self.hardware_sku}, at most {self.gpu_budget} GPUs"
+
+    @property
+    def is_fleet(self) -> bool:
+        """Several GPU types: every layout names its roles' SKUs."""
+        return self.hardware is not None
 
     @field_validator(*KNOB_DEFAULTS, mode="after")
     @classmethod
@@ -299,6 +355,11 @@ class SearchSpace(StrictModel):
         self._check_role_knobs_used()
         self._check_kv_router_weights_used()
         self._check_parallel_pins_mode()
+        if self.is_fleet and self.parallel_configs:
+            raise ValueError(
+                f"parallel_configs pins layouts without a GPU type, and hardware {self.hardware} lists several: "
+                "pin them on a one-SKU space (hardware_sku + gpu_budget), or remove them"
+            )
         return self
 
     def _check_offload_unused(self) -> None:

@@ -78,6 +78,10 @@ class SweepConfig(StrictModel):
     # scalar goal, off for a Pareto goal. 0: off.
     stress_top: StrictInt | None = Field(default=None, ge=0)
     stress_band: StrictFloat | None = Field(default=None, gt=0, lt=1)
+    # Capacity (results/capacity.py): after the finish, the top `capacity_top` deployments' highest load within
+    # the SLA, by bisection with replays. Left out: DEFAULT_CAPACITY_TOP when goal.sla_coverage is set, else off.
+    # 0: off.
+    capacity_top: StrictInt | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _rounds_in_flight_within_rounds(self) -> SweepConfig:

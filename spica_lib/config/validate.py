@@ -18,7 +18,7 @@ from spica_lib.base.versions import package_versions
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.trace import scan_trace
-from spica_lib.facts.catalog import CatalogFacts, check_catalog
+from spica_lib.facts.catalog import CatalogFacts, check_catalog, check_inventory
 
 # 2: trial files under the replay job that wrote them (rounds/<b>/<k>/trials/<job>/), found by the
 # round and job recorded in each observation; a run folder of version 1 cannot be resumed.
@@ -65,6 +65,9 @@ def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSe
     if check_hardware:
         space = config.search_space
         facts, problems = check_catalog(space.hardware_sku, space.model_name, space.backend)
+        if space.is_fleet:  # the inventory's own check names its SKUs (the first stands in for hardware_sku)
+            problems = [p for p in problems if p[0] == "search_space.model_name"]
+            problems += check_inventory(space.inventory(), space.backend)
     try:
         apply_policy_filters(config)
     except ConfigError as exc:
@@ -88,6 +91,12 @@ def config_sha256(config: SmartSearchConfig) -> str:
             workload["holdout"] = f"sha256:{scan_trace(workload['holdout']).sha256}"
         elif workload.get("holdout") is None:
             workload.pop("holdout", None)  # a config without one keeps the run id it had before holdouts
+    if data["search_space"].get("hardware") is None:
+        data["search_space"].pop("hardware", None)  # one GPU type: the shorthand's run id of before inventories
+    if data["goal"].get("sla_coverage") is None:
+        data["goal"].pop("sla_coverage", None)  # no coverage floor: the run id of before the floor existed
+    if data["sweep"].get("capacity_top") == 0:
+        data["sweep"].pop("capacity_top")  # no capacity bisection: the run id of before it existed
     if data["sweep"].get("rounds_in_flight") == 1:
         data["sweep"].pop("rounds_in_flight")  # the barrier rounds of before: their runs keep their ids
     if data.get("calibration") is not None:

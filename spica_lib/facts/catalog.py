@@ -100,3 +100,28 @@ def check_catalog(sku: str, model_name: str, backends: list[str]) -> tuple[Catal
         return None, problems
     facts = CatalogFacts(hardware_sku=sku, model_name=model_name, model_source=source, perf_db_versions=versions)
     return facts, []
+
+
+def check_inventory(inventory: dict[str, int], backends: list[str]) -> list[tuple[str, str]]:
+    """Problems of an inventory of several GPU types: an unknown SKU, or one with no perf DB for a listed backend.
+
+    Every SKU must serve every listed backend: a layout is searched on any SKU with any backend, and a
+    backend that could run on only some of them would quietly search a smaller fleet.
+    """
+    databases = supported_databases()
+    problems = []
+    for sku in inventory:
+        if sku not in databases:
+            known = sorted(databases)
+            problems.append(("search_space.hardware", f"{sku!r} has no aiconfigurator perf data; known systems: {known}"))
+            continue
+        missing = [backend for backend in dict.fromkeys(backends) if not resolve_backend_version(sku, backend)]
+        if missing:
+            problems.append(
+                (
+                    "search_space.hardware",
+                    f"{sku!r} has no aiconfigurator perf database for backend(s) {missing}; remove the SKU "
+                    "or the backend(s) from search_space.backend",
+                )
+            )
+    return problems

@@ -68,6 +68,18 @@ class KvEstimator:
         self.calls = 0
         self._memo: dict[tuple[str, ParallelShape, KvSettings], KvEstimate] = {}
         self._blocks_memo: dict[tuple[str, ParallelShape, KvSettings, int], KvBlocks] = {}
+        self._other_skus: dict[str, KvEstimator] = {}
+
+    def on(self, sku: str | None) -> KvEstimator:
+        """The estimator of another GPU type of an inventory (this one for None or its own SKU)."""
+        if sku is None or sku == self.sku:
+            return self
+        if sku not in self._other_skus:
+            from spica_lib.facts.catalog import resolve_backend_version
+
+            versions = {backend: resolve_backend_version(sku, backend) for backend in self.backend_versions}
+            self._other_skus[sku] = KvEstimator(self.model_name, sku, versions)
+        return self._other_skus[sku]
 
     def version(self, backend: str) -> str:
         version = self.backend_versions.get(backend)

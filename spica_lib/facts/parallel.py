@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 GPU_LADDER = (1, 2, 4, 8, 16)
 Strategy = Literal["tp", "tep", "dep", "dtp", "mixed"]
@@ -75,22 +75,34 @@ class ParallelShape(BaseModel):
 
 
 class ReplicaConfig(BaseModel):
-    """`replicas` identical workers of one shape (an agg deployment, or one disagg role)."""
+    """`replicas` identical workers of one shape (an agg deployment, or one disagg role).
+
+    `sku` names the GPU type when the search space is an inventory of several; with one GPU type it
+    is None and left out of the JSON form, so a one-SKU layout hashes as it always did.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     shape: ParallelShape
     replicas: int = Field(default=1, ge=1)
+    sku: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_sku(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if self.sku is None:
+            data.pop("sku", None)
+        return data
 
     @property
     def total_gpus(self) -> int:
         return self.shape.gpus * self.replicas
 
-    def sort_key(self) -> tuple[int, ...]:
-        return (*self.shape.sort_key(), self.replicas)
+    def sort_key(self) -> tuple[Any, ...]:
+        return (*self.shape.sort_key(), self.replicas, self.sku or "")
 
     def label(self) -> str:
-        return f"{self.replicas}x{self.shape.label()}"
+        return f"{self.replicas}x{self.shape.label()}" + (f"@{self.sku}" if self.sku else "")
 
 
 class DisaggConfig(BaseModel):
@@ -105,7 +117,7 @@ class DisaggConfig(BaseModel):
     def total_gpus(self) -> int:
         return self.prefill.total_gpus + self.decode.total_gpus
 
-    def sort_key(self) -> tuple[int, ...]:
+    def sort_key(self) -> tuple[Any, ...]:
         return (*self.prefill.sort_key(), *self.decode.sort_key())
 
     def label(self) -> str:
@@ -113,6 +125,13 @@ class DisaggConfig(BaseModel):
 
 
 ParallelConfig = ReplicaConfig | DisaggConfig
+
+
+def on_sku(config: ParallelConfig, sku: str) -> ParallelConfig:
+    """The layout with every role on GPU type `sku`."""
+    if isinstance(config, DisaggConfig):
+        return DisaggConfig(prefill=on_sku(config.prefill, sku), decode=on_sku(config.decode, sku))
+    return config.model_copy(update={"sku": sku})
 
 
 def role_configs(config: ParallelConfig) -> dict[str, ReplicaConfig]:
@@ -227,6 +246,42 @@ def enumerate_disagg_configs(
             total = prefill.total_gpus + decode.total_gpus
             if total <= gpu_budget and (min_gpu_budget is None or total >= min_gpu_budget):
                 pairs.append(DisaggConfig(prefill=prefill, decode=decode))
+    return pairs
+
+
+def enumerate_inventory_configs(
+    inventory: dict[str, int],
+    mode: str,
+    is_moe: bool,
+    backend: str,
+    *,
+    min_gpu_budget: int | None = None,
+    allow_moe_pure_tp: bool = True,
+    moe_backend: str | None = None,
+) -> list[ParallelConfig]:
+    """Every layout an inventory of several GPU types (SKU -> GPUs) can hold, each role tagged with its SKU.
+
+    Agg runs on one SKU. Disagg takes a prefill SKU and a decode SKU independently: each role
+    within its SKU's count, and both within that count when they share it. `min_gpu_budget`
+    bounds the layout's total GPUs from below, whatever their types.
+    """
+    options = dict(is_moe=is_moe, backend=backend, allow_moe_pure_tp=allow_moe_pure_tp, moe_backend=moe_backend)
+    roles = {
+        sku: [config.model_copy(update={"sku": sku}) for config in enumerate_parallel_configs(count, **options)]
+        for sku, count in inventory.items()
+    }
+    low = min_gpu_budget or 0
+    if mode == "agg":
+        return [config for configs in roles.values() for config in configs if config.total_gpus >= low]
+    pairs = []
+    for prefill_sku, prefills in roles.items():
+        for decode_sku, decodes in roles.items():
+            shared = inventory[prefill_sku] if prefill_sku == decode_sku else None
+            for prefill in prefills:
+                for decode in decodes:
+                    total = prefill.total_gpus + decode.total_gpus
+                    if total >= low and (shared is None or total <= shared):
+                        pairs.append(DisaggConfig(prefill=prefill, decode=decode))
     return pairs
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from spica_lib.report.job import report
+from spica_lib.run.capacity_jobs import capacity, warm_up_for_capacity
 from spica_lib.run.baseline_jobs import aiconfigurator_pick, baselines, warm_up_for_baselines
 from spica_lib.run.job import JobArgs
 from spica_lib.run.stress_jobs import stress, warm_up_for_stress
@@ -31,6 +32,7 @@ JOBS: dict[str, tuple[Body, Body | None]] = {
     "tell": (tell, None),
     "finish": (finish, warm_up_for_finish),
     "stress": (stress, warm_up_for_stress),
+    "capacity": (capacity, warm_up_for_capacity),
     "aiconfigurator_pick": (aiconfigurator_pick, None),
     "baselines": (baselines, warm_up_for_baselines),
     "merge": (merge, None),

@@ -18,7 +18,7 @@ from spica_lib.config.fields import ROLES
 from spica_lib.facts.catalog import resolve_backend_version
 from spica_lib.facts.hardware import HardwareFacts, resolve_model_hardware
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
-from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig, parse_pinned_config
+from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig, parse_pinned_config, role_configs
 from spica_lib.facts.replay_limits import ReplayLimited, layout_limit, mode_limit
 from spica_lib.pools.build import BackendPool, DroppedShape, build_backend_pool, role_settings
 from spica_lib.pools.knobs import branch_knob_choices
@@ -113,6 +113,7 @@ def _refuse_settings_that_run_nowhere(config: SmartSearchConfig, branches: list[
         ("search_space.deployment_mode", f"{mode!r} has no viable layout: " + _reasons(why, mode=mode))
         for mode in (b.spec.deployment_mode for b in branches if b.spec.status == "skipped")
     ]
+    problems += _skus_that_run_nowhere(config, branches)
     running = {backend for b in branches for backend in b.spec.backends}
     problems += [
         ("search_space.backend", f"{backend!r} has no viable layout in any listed mode: " + _reasons(why, backend))
@@ -120,12 +121,33 @@ def _refuse_settings_that_run_nowhere(config: SmartSearchConfig, branches: list[
         if backend not in running
     ]
     if problems:
+        where, field = (
+            (f"hardware {space.hardware}", "hardware") if space.is_fleet else (space.hardware_sku, "gpu_budget")
+        )
         head = (
-            f"{space.model_name} on {space.hardware_sku} cannot run every listed mode and backend; raise "
-            "search_space.gpu_budget, lower context_length, or remove what cannot run"
+            f"{space.model_name} on {where} cannot run every listed mode and backend; raise "
+            f"search_space.{field}, lower context_length, or remove what cannot run"
         )
         lines = [head] + [f"  {path}: {message}" for path, message in problems]
         raise NoViableParallelConfig("\n".join(lines), problems)
+
+
+def _skus_that_run_nowhere(config: SmartSearchConfig, branches: list[Branch]) -> list[tuple[str, str]]:
+    """An inventory's GPU type that no layout of any branch uses would change nothing searched."""
+    space = config.search_space
+    if not space.is_fleet:
+        return []
+    used = {replica.sku for b in branches for record in b.pool for replica in role_configs(record.config).values()}
+    dropped = {d.shape.rpartition("@")[2]: d for b in branches for d in b.spec.dropped_shapes}
+    problems = []
+    for sku, count in space.inventory().items():
+        if sku in used:
+            continue
+        why = f"; e.g. {dropped[sku].shape}: {dropped[sku].reason}" if sku in dropped else ""
+        problems.append(
+            ("search_space.hardware", f"no listed mode and backend has a viable layout on {count} x {sku}{why}")
+        )
+    return problems
 
 
 def _reasons(why: dict[tuple[str, str], str], backend: str | None = None, mode: str | None = None) -> str:
@@ -155,7 +177,7 @@ def _branch(
         pool = build_backend_pool(space, mode, backend, facts.model, estimator, max_seq_len)
         if not pool.entries:
             skipped.append(
-                SkippedBackend(backend=backend, reason=_empty_pool_reason(space.gpu_budget, pool, max_seq_len))
+                SkippedBackend(backend=backend, reason=_empty_pool_reason(_budget(space), pool, max_seq_len))
             )
         pools.append(pool)
     if pins is not None:
@@ -209,14 +231,18 @@ def _unusable_backend(mode: str, backend: str, versions: dict[str, str | None]) 
     return None
 
 
-def _empty_pool_reason(gpu_budget: int, pool: BackendPool, max_seq_len: int) -> str:
+def _budget(space: Any) -> str:
+    return f"hardware={space.hardware}" if space.is_fleet else f"gpu_budget={space.gpu_budget}"
+
+
+def _empty_pool_reason(budget: str, pool: BackendPool, max_seq_len: int) -> str:
     if pool.enumerated == 0:
-        return f"no legal {pool.mode} layout fits in gpu_budget={gpu_budget} (a MoE worker needs at least 2 GPUs)"
+        return f"no legal {pool.mode} layout fits in {budget} (a MoE worker needs at least 2 GPUs)"
     if sum(limited.layouts for limited in pool.replay_limited) == pool.enumerated:
         return "every layout uses " + "; ".join(limited.reason for limited in pool.replay_limited)
     largest = max(pool.dropped, key=lambda d: d.gpus)
     return (
-        f"no layout within gpu_budget={gpu_budget} holds a {max_seq_len}-token sequence; "
+        f"no layout within {budget} holds a {max_seq_len}-token sequence; "
         f"the largest worker {largest.shape} ({largest.gpus} GPUs): {largest.reason}"
     )
 

@@ -23,6 +23,7 @@ from spica_lib.facts.parallel import (
     ParallelShape,
     ReplicaConfig,
     enumerate_disagg_configs,
+    enumerate_inventory_configs,
     enumerate_parallel_configs,
     role_configs,
 )
@@ -71,6 +72,9 @@ def role_settings(space: SearchSpace, role: str) -> KvSettings:
 
 
 def enumerate_mode(space: SearchSpace, mode: str, backend: str, is_moe: bool) -> list[ParallelConfig]:
+    if mode in ("agg", "disagg") and space.is_fleet:
+        inventory, low = space.inventory(), space.min_gpu_budget
+        return enumerate_inventory_configs(inventory, mode, is_moe, backend, min_gpu_budget=low)
     if mode == "agg":
         return list(enumerate_parallel_configs(space.gpu_budget, is_moe, backend, min_gpu_budget=space.min_gpu_budget))
     if mode == "disagg":
@@ -92,27 +96,28 @@ def build_backend_pool(
     enumerated = len(configs)
     configs, replay_limited = split_replayable(configs, backend)
     settings = {role: role_settings(space, role) for role in ROLES[mode]}
-    verdicts: dict[tuple[str, ParallelShape], int | str] = {}
+    verdicts: dict[tuple[str, ParallelShape, str | None], int | str] = {}
     dropped: list[DroppedShape] = []
-    for config in configs:  # first-seen order: one estimate per distinct (role, shape)
+    for config in configs:  # first-seen order: one estimate per distinct (role, shape, GPU type)
         for role, replica in role_configs(config).items():
-            key = (role, replica.shape)
+            key = (role, replica.shape, replica.sku)
             if key in verdicts:
                 continue
-            verdicts[key] = _verdict(replica.shape, backend, settings[role], model, estimator, max_seq_len)
+            on_sku = estimator.on(replica.sku)
+            verdicts[key] = _verdict(replica.shape, backend, settings[role], model, on_sku, max_seq_len)
             if isinstance(verdicts[key], str):
                 dropped.append(
                     DroppedShape(
                         backend=backend,
                         role=role,
-                        shape=replica.shape.label(),
+                        shape=replica.shape.label() + (f"@{replica.sku}" if replica.sku else ""),
                         gpus=replica.shape.gpus,
                         reason=verdicts[key],
                     )
                 )
     entries = []
     for config in configs:
-        tokens = {role: verdicts[(role, replica.shape)] for role, replica in role_configs(config).items()}
+        tokens = {role: verdicts[(role, r.shape, r.sku)] for role, r in role_configs(config).items()}
         if all(isinstance(value, int) for value in tokens.values()):
             entries.append(PoolEntry(config=config, kv_tokens=tokens))
     return BackendPool(

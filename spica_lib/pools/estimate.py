@@ -70,6 +70,18 @@ class StepModel:
         self._engines: dict[tuple[str, ParallelShape], Any] = {}
         self._prefill: dict[tuple[str, ParallelShape, int], float] = {}
         self._decode: dict[tuple[str, ParallelShape, int, int], float] = {}
+        self._other_skus: dict[str, StepModel] = {}
+
+    def on(self, sku: str | None) -> StepModel:
+        """The timings of another GPU type of an inventory (this model for None or its own SKU)."""
+        if sku is None or sku == self.sku:
+            return self
+        if sku not in self._other_skus:
+            from spica_lib.facts.catalog import resolve_backend_version
+
+            versions = {backend: resolve_backend_version(sku, backend) for backend in self.backend_versions}
+            self._other_skus[sku] = StepModel(self.model_name, sku, versions, self.step_scales)
+        return self._other_skus[sku]
 
     def _engine(self, backend: str, shape: ParallelShape) -> Any:
         key = (backend, shape)
@@ -148,6 +160,7 @@ class LayoutEstimate(BaseModel):
     layout: str
     backend: str
     gpus: int
+    gpus_by_sku: dict[str, int] = {}  # what a per-SKU price charges
     offered_rps: float
     served_rps: float  # what the deployment keeps up with: the offered rate, or its capacity below that
     sla_rps: float  # the most it serves within the SLA (the served rate when there is no SLA)
@@ -170,7 +183,9 @@ def deployment_load(
     model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, rate: float
 ) -> DeploymentLoad:
     """The deployment fed `rate` requests per second, spread round robin over each role's engines."""
-    loads = [engine_load(model, backend, r.shape, role, traffic, rate / r.replicas) for role, r in _roles(config)]
+    loads = [
+        engine_load(model.on(r.sku), backend, r.shape, role, traffic, rate / r.replicas) for role, r in _roles(config)
+    ]
     if not all(load.stable for load in loads):
         return DeploymentLoad(math.inf, math.inf, False)
     return DeploymentLoad(sum(load.ttft_ms for load in loads), max(load.itl_ms for load in loads), True)
@@ -193,6 +208,7 @@ def estimate_layout(
         layout=config.label(),
         backend=backend,
         gpus=config.total_gpus,
+        gpus_by_sku=_gpus_by_sku(model, config),
         offered_rps=rate,
         served_rps=served,
         sla_rps=within,
@@ -205,7 +221,7 @@ def estimate_layout(
 def _highest_rate(model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, accept: Any) -> float:
     """The highest deployment rate that is stable and accepted, by bisection (0 when none is)."""
     roles = _roles(config)
-    ceiling = min(r.replicas * _rate_ceiling(model, backend, r.shape, role, traffic) for role, r in roles)
+    ceiling = min(r.replicas * _rate_ceiling(model.on(r.sku), backend, r.shape, role, traffic) for role, r in roles)
     low, high = 0.0, ceiling
     for _ in range(BISECTIONS):
         rate = (low + high) / 2.0
@@ -222,6 +238,14 @@ def _rate_ceiling(model: StepModel, backend: str, shape: ParallelShape, role: Ro
         step = model.decode_step_ms(backend, shape, batch, traffic.isl + traffic.osl // 2)
         return batch * 1000.0 / (step * traffic.osl)
     return UTILISATION_LIMIT * 1000.0 * shape.attention_dp / model.prefill_ms(backend, shape, traffic.isl)
+
+
+def _gpus_by_sku(model: StepModel, config: ParallelConfig) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for _, replica in _roles(config):
+        sku = replica.sku or model.sku
+        out[sku] = out.get(sku, 0) + replica.total_gpus
+    return out
 
 
 def _roles(config: ParallelConfig) -> list[tuple[Role, ReplicaConfig]]:
@@ -265,9 +289,19 @@ def estimated_value(goal: OptimizationGoal, target: OptimizationTarget, estimate
         OptimizationTarget.GOODPUT_PER_GPU: within / gpus,
         OptimizationTarget.THROUGHPUT_PER_USER: 1000.0 / estimate.itl_ms if estimate.itl_ms > 0 else 0.0,
         OptimizationTarget.E2E_LATENCY: -estimate.e2e_ms,
-        OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS: -(gpus / served) if served > 0 else -math.inf,
+        OptimizationTarget.COST_PER_MILLION_OUTPUT_TOKENS: -(_hourly_usd(goal, estimate) / served)
+        if served > 0
+        else -math.inf,
     }
     return values[target]
+
+
+def _hourly_usd(goal: OptimizationGoal, estimate: LayoutEstimate) -> float:
+    """The deployment's price per hour (its GPU count when no price is known: the order is the same)."""
+    prices = {sku: goal.gpu_hour_price(sku) for sku in estimate.gpus_by_sku}
+    if not estimate.gpus_by_sku or any(price is None for price in prices.values()):
+        return float(estimate.gpus)
+    return sum(prices[sku] * gpus for sku, gpus in estimate.gpus_by_sku.items())
 
 
 def sla_miss(goal: OptimizationGoal, estimate: LayoutEstimate) -> float:

@@ -2,7 +2,8 @@
 
 Columns: `config_id`, `label`, `used_gpus`, `backends` (list), the shape of each role
 (`tp`, `attention_dp`, `moe_tp`, `moe_ep`, `pp`, `strategy`, `replicas`, `gpus_per_worker`; prefixed
-`prefill_` / `decode_` in a disagg pool), and `<role>_kv_tokens_<backend>` (KV tokens per rank; empty
+`prefill_` / `decode_` in a disagg pool; `sku` only with an inventory of several GPU types), and
+`<role>_kv_tokens_<backend>` (KV tokens per rank; empty
 where that backend cannot run the layout). `PoolRecord` (in `spica_lib.pools.branches`) is the row model.
 """
 
@@ -33,11 +34,14 @@ def pool_frame(records: list[PoolRecord], mode: str, backends: list[str]) -> pd.
             row[f"{prefix}strategy"] = replica.shape.strategy
             row[f"{prefix}replicas"] = replica.replicas
             row[f"{prefix}gpus_per_worker"] = replica.shape.gpus
+            row[f"{prefix}sku"] = replica.sku
         for role in ROLES[mode]:
             for backend in backends:
                 row[f"{role}_kv_tokens_{backend}"] = record.kv_tokens.get(backend, {}).get(role)
         rows.append(row)
     frame = pd.DataFrame(rows, columns=_columns(mode, backends))
+    if all(record.config == _without_skus(record.config) for record in records):
+        frame = frame.drop(columns=[c for c in frame.columns if c.endswith("sku")])  # one GPU type: as before
     for column in frame.columns:
         if "_kv_tokens_" in column:
             frame[column] = frame[column].astype("Int64")
@@ -48,7 +52,7 @@ def _columns(mode: str, backends: list[str]) -> list[str]:
     columns = ["config_id", "label", "used_gpus", "backends"]
     for role in ROLES[mode]:
         prefix = role_prefix(mode, role)
-        columns += [f"{prefix}{name}" for name in (*SHAPE_FIELDS, "strategy", "replicas", "gpus_per_worker")]
+        columns += [f"{prefix}{name}" for name in (*SHAPE_FIELDS, "strategy", "replicas", "gpus_per_worker", "sku")]
     columns += [f"{role}_kv_tokens_{backend}" for role in ROLES[mode] for backend in backends]
     return columns
 
@@ -73,4 +77,11 @@ def _record(row: dict, mode: str) -> PoolRecord:
 
 def _replica(row: dict, prefix: str) -> ReplicaConfig:
     shape = ParallelShape(**{name: int(row[f"{prefix}{name}"]) for name in SHAPE_FIELDS})
-    return ReplicaConfig(shape=shape, replicas=int(row[f"{prefix}replicas"]))
+    sku = row.get(f"{prefix}sku")
+    return ReplicaConfig(shape=shape, replicas=int(row[f"{prefix}replicas"]), sku=sku if isinstance(sku, str) else None)
+
+
+def _without_skus(config: ReplicaConfig | DisaggConfig) -> ReplicaConfig | DisaggConfig:
+    if isinstance(config, DisaggConfig):
+        return DisaggConfig(prefill=_without_skus(config.prefill), decode=_without_skus(config.decode))
+    return config.model_copy(update={"sku": None})

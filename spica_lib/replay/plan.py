@@ -83,16 +83,26 @@ def _dp_ranks(args: dict[str, Any] | None) -> int:
     return int((args or {}).get("aic_attention_dp_size") or 1)
 
 
+def role_sku(sample: dict[str, Any], role: str) -> str:
+    """The GPU type one role (`agg`, `prefill` or `decode`) runs on: its own in an inventory, else the run's."""
+    return sample.get("sku" if role == "agg" else f"{role}_sku") or sample["hardware_sku"]
+
+
 def engine_args(sample: dict[str, Any], role: str, backend_version: str) -> dict[str, Any]:
     """MockEngineArgs keyword arguments for one role (`agg`, `prefill` or `decode`)."""
     shape = "" if role == "agg" else f"{role}_"
     backend = sample["backend"]
+    system = role_sku(sample, role)
+    if system != sample["hardware_sku"]:  # another GPU type of the inventory has its own perf-DB version
+        from spica_lib.facts.catalog import resolve_backend_version
+
+        backend_version = resolve_backend_version(system, backend) or backend_version
     args: dict[str, Any] = {
         "worker_type": "aggregated" if role == "agg" else role,
         "engine_type": backend,
         "aic_backend": backend,
         "aic_backend_version": backend_version,
-        "aic_system": sample["hardware_sku"],
+        "aic_system": system,
         "aic_model_path": sample["model_name"],
         "aic_tp_size": sample[f"{shape}tp"],
         "aic_attention_dp_size": sample[f"{shape}attention_dp"],

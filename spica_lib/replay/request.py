@@ -96,7 +96,32 @@ def _router_and_engines(plan: DeploymentPlan) -> tuple[dict[str, Any], dict[str,
         kwargs["num_workers"] = plan.num_workers
         return kwargs, {"extra_engine_args": plan.agg_engine_args}
     kwargs.update(num_prefill_workers=plan.num_prefill_workers, num_decode_workers=plan.num_decode_workers)
+    if plan.planner_config is not None and _system(plan.prefill_engine_args) != _system(plan.decode_engine_args):
+        # Without it the planner models both roles from the decode engine's GPU (ai-dynamo 1.5.1).
+        kwargs["performance_model_metadata"] = {
+            "prefill": _performance_model(plan.prefill_engine_args),
+            "decode": _performance_model(plan.decode_engine_args),
+        }
     return kwargs, {"prefill_engine_args": plan.prefill_engine_args, "decode_engine_args": plan.decode_engine_args}
+
+
+def _system(args: dict[str, Any] | None) -> str | None:
+    return (args or {}).get("aic_system")
+
+
+def _performance_model(args: dict[str, Any]) -> dict[str, Any]:
+    """The planner's aiconfigurator identity of one role's engine (its own GPU type, backend and shape)."""
+    config = {
+        "backend": args["aic_backend"],
+        "backend_version": args["aic_backend_version"],
+        "system": args["aic_system"],
+        "model_path": args["aic_model_path"],
+        "tp_size": args["aic_tp_size"],
+        "attention_dp_size": args["aic_attention_dp_size"],
+    }
+    config.update({key: args[key] for key in ("aic_moe_tp_size", "aic_moe_ep_size", "aic_nextn") if key in args})
+    config = {key.removeprefix("aic_"): value for key, value in config.items()}
+    return {"provider": "aic", "config": config}
 
 
 def _load(request: ReplayRequest) -> tuple[str, list[Any], dict[str, Any]]:

@@ -12,16 +12,17 @@ from spica_lib.report.view import RunView
 LATENCY_TOP = 5
 
 
-def plot_names(is_pareto: bool) -> list[str]:
+def plot_names(is_pareto: bool, capacity: bool = False) -> list[str]:
     """The plots a run's report holds, in the order the report shows them."""
-    return ["tradeoff.png", "convergence.png", *(["pareto.png"] if is_pareto else []), "latency.png"]
+    pareto, load = (["pareto.png"] if is_pareto else []), (["capacity.png"] if capacity else [])
+    return ["tradeoff.png", "convergence.png", *pareto, "latency.png", *load]
 
 
 def write_report(view: RunView, report_dir: str | Path) -> list[Path]:
     """Draw every plot and write report.md; return the files written."""
     folder = Path(report_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    names = plot_names(view.config.goal.is_pareto)
+    names = plot_names(view.config.goal.is_pareto, bool(view.config.sweep.capacity_top))
     label = score_label(view)
     points = view.tradeoff_points()
     winner = next((p for p in points if view.ranked and p.key == view.ranked[0].key), None)
@@ -41,8 +42,34 @@ def write_report(view: RunView, report_dir: str | Path) -> list[Path]:
         (sla.ttft_ms if sla else None, sla.itl_ms if sla else None),
         folder / "latency.png",
     )
+    if "capacity.png" in names:
+        _capacity_plot(view, folder / "capacity.png")
     atomic_write_text(folder / "report.md", render(view, names))
     return [folder / "report.md", *(folder / name for name in names)]
+
+
+def _capacity_plot(view: RunView, path: Path) -> None:
+    """Latency against load for each sized deployment (results/capacity.py), from its bisection's replays."""
+    capacity, sla = view.capacity, view.config.goal.sla
+    rank = {row.key: position for position, row in enumerate(view.ranked, start=1)}
+    statistic = sla.statistic if sla is not None and sla.is_constraint else "mean"
+    prefix = {"mean": "mean", "p50": "mean"}.get(statistic, statistic)
+    curves: dict[str, list[tuple[float, float | None, float | None, bool]]] = {}
+    by_rate = capacity is not None and capacity.offered_rps is not None
+    for deployment in capacity.deployments if capacity is not None else []:
+        curves[f"#{rank.get(deployment.key, '?')}"] = [
+            (
+                p.factor * capacity.offered_rps if by_rate else p.factor,
+                p.metrics.get(f"{prefix}_ttft_ms"),
+                p.metrics.get(f"{prefix}_itl_ms"),
+                p.meets_sla,
+            )
+            for p in deployment.points
+        ]
+    offered = capacity.offered_rps if by_rate else 1.0
+    label = "arrival rate (req/s)" if by_rate else "load (x the offered)"
+    bounds = (sla.ttft_ms if sla else None, sla.itl_ms if sla else None)
+    plots.load_curve(curves, label, offered or 1.0, bounds, prefix, path)
 
 
 def pareto_axes(view: RunView) -> tuple[str, str]:

@@ -23,12 +23,14 @@ from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.config import SmartSearchConfig
 from spica_lib.config.fields import ROUTER_WEIGHTS
 from spica_lib.facts.parallel import ReplicaConfig, role_configs
+from spica_lib.replay.plan import role_sku
 from spica_lib.report.view import RunView
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
 
 SCHEMA_VERSION = 1
 DGD_FILE = "k8s_deploy.yaml"
+GPU_TYPE_LABEL = "spica.dev/gpu-sku"  # on each worker service: the GPU type its role was replayed on
 ROUTER_FLAG = {"kv_router": "kv", "round_robin": "round-robin"}
 # Where each backend's generated worker command carries a replayed setting: a `--flag value` pair, or a
 # `key: value` line of TRT-LLM's engine YAML. None: the backend's template has no place for it.
@@ -133,7 +135,9 @@ def _generate(record: TrialRecord, config: SmartSearchConfig, folder: Path) -> N
             roles={role: _sizing(sample, role, replica) for role, replica in roles.items()},
             workers={role: replica.replicas for role, replica in roles.items()},
         ),
-        platform=Platform(hardware_profile=sample["hardware_sku"]),
+        # Several GPU types: the generator takes one (the decode role's, as its --decode-system); each
+        # role's worker is then pinned to its own type below.
+        platform=Platform(hardware_profile=role_sku(sample, "agg" if mode == "agg" else "decode")),
         sla=SlaSpec(isl=workload.isl, osl=workload.osl),
         emit=EmitTargets(output_dir=str(folder)),
         overrides=Overrides(raw=raw),
@@ -145,6 +149,36 @@ def _generate(record: TrialRecord, config: SmartSearchConfig, folder: Path) -> N
     generate_from_request(request)
     if not (folder / DGD_FILE).is_file():
         raise FileNotFoundError(f"the generator wrote no {DGD_FILE}")
+    if any(replica.sku for replica in roles.values()):
+        _pin_role_gpus(folder / DGD_FILE, sample, mode)
+
+
+def gpu_node_selector(sku: str) -> dict[str, str] | None:
+    """The node labels aiconfigurator's generator schedules a GPU type's workers with (its hardware facts)."""
+    from aiconfigurator.generator.facts import request_resolution
+
+    facts = Path(request_resolution.__file__).with_name("hardware.yaml")
+    profiles = (yaml.safe_load(facts.read_text(encoding="utf-8")) or {}).get("profiles", {})
+    profile = profiles.get(request_resolution.hardware_key_for_system(sku)) or {}
+    return dict(profile["node_selector"]) if profile.get("node_selector") else None
+
+
+def _pin_role_gpus(path: Path, sample: dict[str, Any], mode: str) -> None:
+    """Give each worker service the node selector of its role's GPU type (and name the type in a label)."""
+    dgd = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for service in dgd.get("spec", {}).get("services", {}).values():
+        if service.get("componentType") != "worker":
+            continue
+        role = service.get("subComponentType") or "agg"
+        sku = role_sku(sample, "agg" if mode == "agg" else role)
+        pod = service.setdefault("extraPodSpec", {})
+        selector = gpu_node_selector(sku)
+        if selector is None:
+            pod.pop("nodeSelector", None)  # the decode type's labels would schedule this role on the wrong GPUs
+        else:
+            pod["nodeSelector"] = selector
+        service.setdefault("labels", {})[GPU_TYPE_LABEL] = sku
+    atomic_write_text(path, yaml.safe_dump(dgd, sort_keys=False))
 
 
 def _sizing(sample: dict[str, Any], role: str, replica: ReplicaConfig) -> Any:
@@ -178,6 +212,7 @@ def differences(record: TrialRecord, dgd: dict[str, Any]) -> list[str]:
             found.append(f"{role}: no worker service for this role in the DGD")
             continue
         found += _role_differences(role, replica, sample, backend, service)
+    found += _gpu_differences(sample, spec.deployment_mode, workers)
     found += _router_differences(sample, services.get("Frontend", {}))
     if spec.replay.plan.planner_config is not None:
         found.append("planner: the DGD has no planner; replayed.json → planner_config is the configuration replayed")
@@ -205,6 +240,18 @@ def _role_differences(
             found.append(f"{role}: {setting}={value} was replayed; the generated command leaves out {name.rstrip(':')}")
         elif not _same(emitted, value):
             found.append(f"{role}: {setting} {value} replayed, {emitted} in the DGD ({name.rstrip(':')})")
+    return found
+
+
+def _gpu_differences(sample: dict[str, Any], mode: str, workers: dict[str, dict[str, Any]]) -> list[str]:
+    """A role on a GPU type the generator has no node labels for runs wherever the cluster puts it."""
+    if "sku" not in sample and "prefill_sku" not in sample:
+        return []
+    found = []
+    for role, service in workers.items():
+        sku = role_sku(sample, "agg" if mode == "agg" else role)
+        if not service.get("extraPodSpec", {}).get("nodeSelector"):
+            found.append(f"{role}: replayed on {sku}; the generator knows no node label for it: add a nodeSelector")
     return found
 
 

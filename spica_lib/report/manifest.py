@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.versions import package_versions
+from spica_lib.config import SmartSearchConfig
 from spica_lib.config.calibration import Calibration
 from spica_lib.config.validate import ValidatedConfig
 
@@ -34,6 +35,7 @@ class RunManifest(BaseModel):
     sha256: dict[str, str | None]  # config (file as written), config_normalised, trace, lock, model_config
     seed: int
     gpu_hour_usd: float | None  # the price per GPU-hour used for the run's hardware SKU, if any
+    gpu_hour_usd_by_sku: dict[str, float] | None = None  # an inventory of several GPU types: each one's price
     host: str
     started_at: str  # when the run's config.json was written (its first start)
     finished_at: str  # when this manifest was written
@@ -66,10 +68,18 @@ def build_manifest(validated: ValidatedConfig, config_json: str | Path) -> RunMa
         calibration=config.calibration,
         seed=config.sweep.seed,
         gpu_hour_usd=config.goal.gpu_hour_price(config.search_space.hardware_sku),
+        gpu_hour_usd_by_sku=_fleet_prices(config),
         host=platform.node(),
         started_at=_iso(Path(config_json).stat().st_mtime),
         finished_at=_iso(datetime.datetime.now(datetime.UTC).timestamp()),
     )
+
+
+def _fleet_prices(config: SmartSearchConfig) -> dict[str, float] | None:
+    space, goal = config.search_space, config.goal
+    if not space.is_fleet or goal.gpu_hour_usd is None:
+        return None
+    return {sku: goal.gpu_hour_price(sku) for sku in space.inventory()}
 
 
 def file_sha256(path: str | Path) -> str | None:

@@ -41,7 +41,7 @@ def shown(view: RunView, score: float) -> str:
 
 def render(view: RunView, plots: list[str]) -> str:
     """The whole report; `plots` are the image file names written next to it."""
-    sections = [_head(view), _space(view), _tallies(view), _top(view), _stress(view), _baselines(view)]
+    sections = [_head(view), _space(view), _tallies(view), _top(view), _capacity(view), _stress(view), _baselines(view)]
     sections.append(_per_branch_backend(view))
     sections.append(_winner(view))
     sections.append("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plots))
@@ -58,7 +58,7 @@ def _head(view: RunView) -> str:
         [
             f"# Spica report — run `{view.validated.run}`",
             "",
-            f"- **Model / hardware**: {space.model_name} on {space.hardware_sku}, at most {space.gpu_budget} GPUs",
+            f"- **Model / hardware**: {space.model_name} on {space.hardware_text()}",
             f"- **Goal**: {'Pareto front of ' if goal.is_pareto else 'maximise '}{target}",
             f"- **SLA**: {', '.join(bounds) if bounds else 'none'}"
             + (" (a hard constraint)" if sla is not None and sla.is_constraint else ""),
@@ -136,6 +136,36 @@ def _top(view: RunView) -> str:
             f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
     lines += _finish_section(view, rows)
+    return "\n".join(lines)
+
+
+def _capacity(view: RunView) -> str:
+    """How much load the top deployments take within the SLA (results/capacity.py)."""
+    capacity = view.capacity
+    if capacity is None:
+        return ""
+    if not capacity.deployments:
+        return f"## Capacity\n\nNot sized: {capacity.note}" if capacity.note else ""
+    rank = {row.key: position for position, row in enumerate(view.ranked, start=1)}
+    deployments = {row.key: row for row in view.ranked}
+    goal = view.config.goal
+    floor = f"{100 * goal.sla_coverage:g} % of requests within every bound" if goal.sla_coverage else ""
+    rule = " and ".join(x for x in (floor, f"the {goal.sla.statistic} SLA" if goal.sla.is_constraint else "") if x)
+    offered = f"{capacity.offered_rps:.3g} req/s" if capacity.offered_rps else "the workload's own rate"
+    lines = ["## Capacity", "",
+             f"The highest load each keeps within the SLA ({rule}), by replays with the arrivals sped up from "
+             f"the offered {offered} (bisection to 10 %; latency against load in capacity.png).", "",
+             "| # | deployment | serves up to | headroom | breaks at | replays |",
+             "|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+    for index, d in enumerate(capacity.deployments):
+        at_least = "≥ " if d.broke_at_factor is None else ""
+        serves = f"{at_least}{d.capacity_factor * capacity.offered_rps:.3g} req/s" if capacity.offered_rps else "—"
+        broke = f"{d.broke_at_factor:.3g}×" if d.broke_at_factor is not None else "—"
+        row = deployments.get(d.key)
+        shown_as = describe(view.records[d.key].spec) if row is not None else d.key[:12]
+        lines.append(f"| {rank.get(d.key, '?')} | {shown_as} | {serves} | {at_least}{100 * d.headroom:.0f} % | "
+                     f"{broke} | {len(d.points) - 1} |")  # fmt: skip
+    lines += ["", f"The recommendation {capacity.sentence(0)}."]
     return "\n".join(lines)
 
 

@@ -115,3 +115,37 @@ def latency(names: list[str], ttft_ms: list[float], itl_ms: list[float], sla: tu
         axes.set_xlabel("rank")
         axes.grid(True, axis="y", alpha=0.3)
     _save(figure, path)
+
+
+def load_curve(curves: dict[str, list[tuple[float, float | None, float | None, bool]]], x_label: str, offered: float,
+               sla: tuple[float | None, float | None], statistic: str, path: str | Path) -> None:  # fmt: skip
+    """TTFT and ITL against load for each sized deployment (name -> [(load, ttft, itl, met the SLA)]); a load that
+    missed the SLA is hollow, the offered load a grey line."""
+    import matplotlib
+    import matplotlib.ticker
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(9.5, 4.2), dpi=110)
+    for column, (axes, bound, title) in enumerate(
+        ((left, sla[0], f"{statistic} TTFT (ms)"), (right, sla[1], f"{statistic} ITL (ms)"))
+    ):
+        for colour, (name, points) in zip(pyplot.rcParams["axes.prop_cycle"].by_key()["color"], curves.items()):
+            shown = [(load, values[column], met) for load, *values, met in points if values[column] is not None]
+            if not shown:
+                continue
+            axes.plot([p[0] for p in shown], [p[1] for p in shown], color=colour, alpha=0.6, label=name)
+            for load, value, met in shown:
+                axes.scatter([load], [value], color=colour if met else "white", edgecolors=colour, zorder=3)
+        axes.axvline(offered, color="grey", linestyle=":", label="offered load")
+        if bound is not None:
+            axes.axhline(bound, color="tab:red", linestyle="--", label=f"SLA {bound:g} ms")
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+        axes.set_xlabel(x_label)
+        axes.set_title(title)
+        axes.grid(True, alpha=0.3)
+        _legend(axes)
+    _save(figure, path)

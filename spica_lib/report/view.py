@@ -16,6 +16,7 @@ from spica_lib.base.artifacts import read_model
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.merge import CandidateRow, SweepSummary, apply_finish, collect_candidates, ordered
+from spica_lib.results.capacity import CapacityResult
 from spica_lib.results.stress import StressResult
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory
@@ -87,6 +88,11 @@ class RunView:
     def stress(self) -> StressResult | None:
         path = Path(self.files.stress_json)
         return read_model(path, StressResult) if path.is_file() else None
+
+    @property
+    def capacity(self) -> CapacityResult | None:
+        path = Path(self.files.capacity_json)
+        return read_model(path, CapacityResult) if path.is_file() else None
 
     @property
     def summary(self) -> SweepSummary | None:

@@ -25,6 +25,7 @@ from spica_lib.baselines.compare import BaselineRatio, compare, ratio_text
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
 from spica_lib.replay.request import WALL_CLOCK_METRICS
+from spica_lib.results.capacity import CapacityResult
 from spica_lib.results.confidence import FinishedRank, judge
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.ranking import pareto_front, rank
@@ -45,6 +46,7 @@ HEADLINE_METRICS = (
     "gpu_hours",
     "cost_per_million_output_tokens",  # only when goal.gpu_hour_usd gives a price
     "cost_usd",
+    "sla_coverage",  # the share of requests that met every SLA bound, with an SLA
     "duration_ms",
     "completed_requests",
 )
@@ -84,6 +86,8 @@ class SweepSummary(BaseModel):
     stress_survives: bool | None = None
     stress_flips: list[str] = Field(default_factory=list)
     stress_note: str | None = None
+    # Capacity (results/capacity.py): how much load the recommendation takes within the SLA.
+    capacity_note: str | None = None
 
 
 class CandidateRow(BaseModel):
@@ -178,6 +182,7 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
             key=row.key,
             score=c.score,
             used_gpus=c.used_gpus,
+            **role_skus(row.branch, c.config),
             average_gpus=row.average_gpus,
             selections=row.selections,
             notes="; ".join(row.notes) or None,
@@ -217,6 +222,13 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     return table
 
 
+def role_skus(mode: str, sample: dict[str, Any]) -> dict[str, str | None]:
+    """The GPU type of each role as replayed (an agg deployment names its one type in both)."""
+    prefill, decode = ("sku", "sku") if mode == "agg" else ("prefill_sku", "decode_sku")
+    run_sku = sample.get("hardware_sku")
+    return {"prefill_sku": sample.get(prefill) or run_sku, "decode_sku": sample.get(decode) or run_sku}
+
+
 def same_result_as(rows: list[CandidateRow]) -> list[int | None]:
     """Per row, the rank of the first earlier row with the very same score, GPUs and metrics, else None.
 
@@ -248,6 +260,7 @@ def summarise(
     baselines: BaselinesResult | None = None,
     finish: FinishResult | None = None,
     stress: StressResult | None = None,
+    capacity: CapacityResult | None = None,
 ) -> SweepSummary:
     """`best` is the ranking after the finish (apply_finish), `finish` what the finish replayed."""
     tallies = Counter({key: 0 for key in TALLY_KEYS})
@@ -297,6 +310,8 @@ def summarise(
         summary.baselines = compare(config.goal, best[0].candidate.score, baselines.baselines)
     if stress is not None and stress.sentence is not None:
         summary.stress_survives, summary.stress_flips, summary.stress_note = stress.survives, stress.flips, stress.sentence
+    if capacity is not None:
+        summary.capacity_note = capacity.sentence(0) or capacity.note
     summary.line = summary_line(config, summary)
     return summary
 
@@ -338,6 +353,8 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
         line += f"; best {score_text(summary.best_score, config.goal.target)}"
     if summary.stress_note:
         line += f"\nsimulator error: {summary.stress_note}"
+    if summary.capacity_note:
+        line += f"\ncapacity: {summary.capacity_note}"
     if summary.baselines:
         line += "\nbaselines: the winner is " + ", ".join(ratio_text(b) for b in summary.baselines)
     if summary.failure_reasons:

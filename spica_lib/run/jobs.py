@@ -28,6 +28,7 @@ from spica_lib.pools.table import read_pool
 from spica_lib.predictor.plan import LoadPredictorResult
 from spica_lib.results.finish import FinishResult, finished, sample_kind, sample_specs
 from spica_lib.results.merge import CandidateRow, apply_finish, collect_candidates, frame, ordered, summarise
+from spica_lib.results.capacity import CapacityResult
 from spica_lib.results.stress import StressResult
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
@@ -314,7 +315,7 @@ def merge(job: JobArgs) -> None:
         best = apply_finish(run.best, finished)
         atomic_write_parquet(job.output["candidates"], frame(run.rows))
         atomic_write_text(job.output["table"], frame(best, with_rank=True).to_csv(index=False))
-        baselines, stress = job.inputs("baselines"), job.inputs("stress")
+        baselines, stress, capacity = job.inputs("baselines"), job.inputs("stress"), job.inputs("capacity")
         summary = summarise(
             run.config,
             run.histories,
@@ -323,6 +324,7 @@ def merge(job: JobArgs) -> None:
             read_model(baselines[0], BaselinesResult) if baselines else None,
             finished,
             read_model(stress[0], StressResult) if stress else None,
+            read_model(capacity[0], CapacityResult) if capacity else None,
         )
         write_model(job.output["summary"], summary)
         log.info("%s", summary.line, extra={FILE_ONLY: True})

@@ -18,6 +18,7 @@ from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import ValidatedConfig, build_validated_config
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.predictor.plan import plan_predictor_jobs
+from spica_lib.results.capacity import MAX_STEPS as CAPACITY_STEPS
 from spica_lib.run.job_memory import largest_input_tokens, replay_mb
 
 RESULTS_ROOT = "results"
@@ -135,6 +136,11 @@ class RunFiles(BaseModel):
         return f"{self.dir}/stress.json"
 
     @property
+    def capacity_json(self) -> str:
+        """The top deployments' highest load within the SLA (results.capacity.CapacityResult)."""
+        return f"{self.dir}/capacity.json"
+
+    @property
     def aiconfigurator_pick_json(self) -> str:
         """aiconfigurator's own pick for the sweep (baselines.model.AiconfiguratorPick)."""
         return f"{self.dir}/baselines/aiconfigurator_pick.json"
@@ -191,6 +197,7 @@ class RunLayout(RunFiles):
     finish_trials: int = 0  # the finish's trial replays at most: finish_top x finish_samples
     baselines: bool = False  # sweep.baselines: replay the baselines next to the search
     stress_trials: int = 0  # the stress test's trial replays: stress_top x 4 perturbations (0: off)
+    capacity_trials: int = 0  # the capacity bisection's replays at most: capacity_top x MAX_STEPS (0: off)
 
     @property
     def last_round(self) -> int:
@@ -256,6 +263,7 @@ def prepare_run(
         finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_samples or 0),
         baselines=bool(config.sweep.baselines),
         stress_trials=(config.sweep.stress_top or 0) * 4,
+        capacity_trials=(config.sweep.capacity_top or 0) * CAPACITY_STEPS,
     )
     existing = Path(layout.config_json)
     if existing.is_file():

@@ -10,7 +10,7 @@ Progress: the trials a branch will run are those suggested so far plus a round's
 (`sweep.candidates_per_round`) for each round not suggested yet (none once it stalls). While the
 sweep runs, what remains is estimated at this invocation's own pace: the trials it finished over
 the wall time since its Snakemake started, which counts replays, their parallelism and the
-overheads between rounds alike. The finish, stress and baseline stages come after and are not in it.
+overheads between rounds alike. The finish, stress, capacity and baseline stages come after and are not in it.
 """
 
 from __future__ import annotations

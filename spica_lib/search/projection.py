@@ -1,8 +1,9 @@
 """Projection: from a point in a smooth feature space to a real layout of the branch's pool.
 
 Vizier searches a few continuous and categorical features of a layout — the share of the GPU
-budget used, GPUs per engine (log scale), attention and FFN parallel modes, and in disagg the
-prefill share of GPUs — instead of an index into a list of hundreds of layouts. `project` maps a
+budget used, GPUs per engine (log scale), attention and FFN parallel modes, in disagg the
+prefill share of GPUs, and with an inventory of several GPU types each role's type — instead of an
+index into a list of hundreds of layouts. `project` maps a
 requested point to the nearest layout the chosen backend can run: first the fewest mismatched
 modes, then the smallest normalised distance, then a fixed tie-break. It is deterministic and
 history-free: the same point always gives the same layout.
@@ -53,11 +54,13 @@ def _role_features(prefix: str, replica: ReplicaConfig, is_moe: bool) -> dict[st
     }
     if is_moe:
         out[f"{prefix}_ffn_mode"] = "ep" if shape.moe_ep > 1 else "tp"
+    if replica.sku is not None:  # an inventory of several GPU types: the role's is searched as a category
+        out[f"{prefix}_sku"] = replica.sku
     return out
 
 
 def _is_categorical(name: str) -> bool:
-    return name.endswith("_mode")
+    return name.endswith(("_mode", "_sku"))
 
 
 def _transform(name: str, value: float) -> float:
@@ -99,6 +102,8 @@ class ParallelConfigProjector:
     def _parameter(self, name: str, values: list[Any]) -> FeatureParameter | None:
         if _is_categorical(name):
             order = FFN_ORDER if "ffn" in name else ATTENTION_ORDER
+            if name.endswith("_sku"):
+                order = tuple(dict.fromkeys(values))  # the pool's order: the inventory's
             present = tuple(v for v in order if v in set(values))
             if len(present) < 2:
                 return None

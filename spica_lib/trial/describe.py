@@ -26,8 +26,12 @@ def describe(spec: TrialSpec) -> str:
 def _layout(config: ReplicaConfig | DisaggConfig) -> str:
     if isinstance(config, DisaggConfig):
         prefill, decode = config.prefill, config.decode
-        return f"disagg {prefill.replicas}×P({prefill.shape.label()}) + {decode.replicas}×D({decode.shape.label()})"
-    return f"agg {config.replicas}×({config.shape.label()})"
+        return f"disagg {prefill.replicas}×P({_shape(prefill)}) + {decode.replicas}×D({_shape(decode)})"
+    return f"agg {config.replicas}×({_shape(config)})"
+
+
+def _shape(replica: ReplicaConfig) -> str:
+    return replica.shape.label() + (f" on {replica.sku}" if replica.sku else "")
 
 
 def _engines(spec: TrialSpec) -> str:

@@ -19,7 +19,7 @@ from spica_lib.config.trace import scan_trace
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.call import NO_REQUEST_DONE
-from spica_lib.replay.plan import build_deployment, checked_by_dynamo
+from spica_lib.replay.plan import build_deployment, checked_by_dynamo, role_sku
 from spica_lib.replay.request import ReplayOutcome, ReplayRequest, ScreenOutcome, replay_call
 from spica_lib.replay.warm_up import warm_up
 from spica_lib.replay.worker import ChildOutcome, ReplayWorker
@@ -31,6 +31,7 @@ from spica_lib.trial.unroll import as_round_robin, unroll_sample
 from spica_lib.trial.workloads import combine_workloads, part_key, split_part_key
 
 GOODPUT_KEY = "goodput_output_throughput_tok_s"
+SLA_COVERAGE = "sla_coverage"  # the share of requests that met every SLA bound (Dynamo's goodput requests)
 
 
 def prepare_trial(
@@ -270,9 +271,11 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     if broken:
         reason = f"replay reported non-finite metric(s) {broken}"
         return TrialResult(status="failed", reason=reason, metrics=metrics, **base, **timing)
-    price = spec.goal.gpu_hour_price(spec.sample["hardware_sku"])
+    price = _price(spec)
     if price is not None:
         metrics.update(cost_metrics(metrics, price))
+    if spec.replay.sla is not None and metrics.get("num_requests"):
+        metrics[SLA_COVERAGE] = metrics.get("goodput_completed_requests", 0.0) / metrics["num_requests"]
     needs_goodput = [t for t in spec.goal.objectives if t.needs_sla]
     if needs_goodput and GOODPUT_KEY not in metrics:
         reason = f"replay reported no {GOODPUT_KEY} for a goodput objective (no per-request SLA accounting)"
@@ -286,9 +289,19 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     goal = spec.goal
     miss = sla_miss(metrics, goal) if goal.sla is not None else None
     misses = sla_misses(metrics, goal) if goal.sla is not None and goal.sla.is_constraint else []
+    reasons = [f"misses the {goal.sla.statistic} SLA: {', '.join(misses)}"] if misses else []
+    if goal.sla_coverage is not None:
+        coverage = metrics.get(SLA_COVERAGE, 0.0)
+        short = goal.coverage_miss(coverage)
+        miss = max(short, miss if goal.sla.is_constraint else 0.0)
+        if short > 1.0:
+            reasons.append(
+                f"{100 * coverage:.1f} % of requests meet every SLA bound, under the "
+                f"{100 * goal.sla_coverage:g} % floor (goal.sla_coverage)"
+            )
     return TrialResult(
-        status="infeasible" if misses else "feasible",
-        reason=f"misses the {goal.sla.statistic} SLA: {', '.join(misses)}" if misses else None,
+        status="infeasible" if reasons else "feasible",
+        reason="; ".join(reasons) or None,
         metrics=candidate.metrics,
         objectives=candidate.objectives,
         score=candidate.score,
@@ -297,6 +310,15 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
         **base,
         **timing,
     )
+
+
+def _price(spec: TrialSpec) -> float | dict[str, float] | None:
+    """The GPU-hour price: one, or one per disagg role when its roles' GPU types are priced differently."""
+    roles = ["agg"] if spec.deployment_mode == "agg" else ["prefill", "decode"]
+    prices = {role: spec.goal.gpu_hour_price(role_sku(spec.sample, role)) for role in roles}
+    if any(price is None for price in prices.values()):
+        return None
+    return next(iter(prices.values())) if len(set(prices.values())) == 1 else prices
 
 
 def _screened(spec: TrialSpec, outcome: ReplayOutcome, base: dict[str, Any]) -> TrialResult:

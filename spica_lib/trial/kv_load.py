@@ -56,7 +56,8 @@ def resolve_kv_load(
         if block <= 0:
             raise ValueError(f"{role}_block_size must be greater than zero, got {block}")
         settings = role_kv_settings(sample, role)
-        blocks = estimator.gpu_blocks(replica.shape, backend, settings, block)
+        on_sku = estimator if replica.sku is None else estimator.on(replica.sku)  # an inventory: the role's GPU
+        blocks = on_sku.gpu_blocks(replica.shape, backend, settings, block)
         if blocks.blocks_per_rank is None:
             raise InfeasibleKVCapacity(
                 f"no KV budget for backend={backend}, shape={replica.shape.label()}, "

@@ -21,13 +21,29 @@ MS_PER_HOUR = 3_600_000.0
 COST_PER_MILLION = "cost_per_million_output_tokens"
 
 
-def cost_metrics(report: dict[str, float], gpu_hour_usd: float) -> dict[str, float]:
+def role_gpu_hours(report: dict[str, float], role: str) -> float | None:
+    """GPU-hours one disagg role held in the replay (its worker-seconds times GPUs per worker)."""
+    seconds, gpus = report.get(f"{role}_worker_seconds"), report.get(f"{role}_gpus_per_worker")
+    return None if seconds is None or gpus is None else seconds * gpus / 3600.0
+
+
+def cost_metrics(report: dict[str, float], gpu_hour_usd: float | dict[str, float]) -> dict[str, float]:
     """What the replay's GPU-hours cost, in total and per million output tokens (time-averaged GPUs:
-    a planner that scales down is charged for what it held). Empty when the replay cannot tell."""
+    a planner that scales down is charged for what it held). Empty when the replay cannot tell.
+
+    `gpu_hour_usd` is one price, or one per disagg role when the roles run on GPU types of different
+    prices: each role is then charged its own GPU-hours at its own price.
+    """
     gpu_hours, tokens = report.get("gpu_hours"), report.get("total_output_tokens")
     if not gpu_hours or gpu_hours <= 0:
         return {}
-    cost = gpu_hours * gpu_hour_usd
+    if isinstance(gpu_hour_usd, dict):
+        hours = {role: role_gpu_hours(report, role) for role in gpu_hour_usd}
+        if any(value is None for value in hours.values()):
+            return {}
+        cost = sum(hours[role] * price for role, price in gpu_hour_usd.items())
+    else:
+        cost = gpu_hours * gpu_hour_usd
     per_million = {COST_PER_MILLION: cost / (tokens / 1e6)} if tokens and tokens > 0 else {}
     return {"cost_usd": cost, **per_million}
 

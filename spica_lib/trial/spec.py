@@ -76,6 +76,8 @@ class TrialSpec(BaseModel):
                 workload.pop("holdout", None)  # a trial without one keeps the key it had before holdouts
         if data.get("workloads") is None:
             data.pop("workloads", None)  # a one-workload trial keeps the key it had before workload lists
+        if data["goal"].get("sla_coverage") is None:
+            data["goal"].pop("sla_coverage", None)  # no coverage floor: the key of before the floor existed
         return sha256_of(data)
 
     def on_fresh_sample(self, index: int) -> TrialSpec:

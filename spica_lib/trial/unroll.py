@@ -13,7 +13,7 @@ from typing import Any
 from spica_lib.config import SearchSpace
 from spica_lib.config.fields import ADMISSION_FIELDS, ENGINE_KNOBS, ENGINE_PINS, ROLES, ROUTER_WEIGHTS, SHAPE_FIELDS
 from spica_lib.config.presets import CompositeEntry, fpm_sampling, load_predictor, load_sensitivity, scaling_policy
-from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig
+from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig, role_configs
 
 PINNED_FIELDS = (
     "model_name",
@@ -38,6 +38,10 @@ def unroll_sample(
     sample: dict[str, Any] = {"deployment_mode": mode, "backend": selection["backend"]}
     sample.update({name: getattr(space, name) for name in PINNED_FIELDS})
     sample.update(_parallel_fields(mode, parallel_config))
+    if space.is_fleet:
+        # The planner has one GPU ceiling for all roles: the GPUs of the types this deployment runs on.
+        types = {replica.sku for replica in role_configs(parallel_config).values()}
+        sample["gpu_budget"] = sum(space.inventory()[sku] for sku in types)
     sample.update(_engine_fields(space, selection, mode))
     sample.update(_router_fields(space, selection))
     sample.update(_planner_fields(selection, predictor_winners or {}))
@@ -62,6 +66,8 @@ def _role_shape(prefix: str, replica: ReplicaConfig) -> dict[str, Any]:
     fields = {f"{prefix}{name}": getattr(replica.shape, name) for name in SHAPE_FIELDS}
     fields[f"{prefix}strategy"] = replica.shape.strategy
     fields[f"{prefix}replicas"] = replica.replicas
+    if replica.sku is not None:  # an inventory of several GPU types: this role's
+        fields[f"{prefix}sku"] = replica.sku
     return fields
 
 

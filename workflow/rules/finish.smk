@@ -54,3 +54,30 @@ rule stress:
     localrule: PILOT.on  # with pilots, a rule script here hands the job to one
     script:
         "../../scripts/stress.py"
+
+
+# Capacity: the finished top's highest load within the SLA, by bisection with replays (results/capacity.py).
+rule capacity:
+    message:
+        "Bisecting the load the top deployments of run {params.run} take within the SLA"
+    input:
+        config=rules.validate.output.config,
+        histories=[RUN.observations(mode, RUN.last_round) for mode in RUN.modes],
+        finish=RUN.finish_json,
+    output:
+        capacity=RUN.capacity_json,
+    log:
+        RUN.log("capacity"),
+    params:
+        run=RUN.run,
+        run_dir=RUN.dir,
+        max_eval_seconds=RUN.max_eval_seconds,
+    threads: max(1, RUN.parallel_evals // len(RUN.modes))
+    resources:
+        mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
+        runtime=lambda wildcards, threads: replay_job_minutes(
+            RUN.capacity_trials, RUN.workloads, threads, RUN.max_eval_seconds
+        ),
+    localrule: PILOT.on  # with pilots, a rule script here hands the job to one
+    script:
+        "../../scripts/capacity.py"

@@ -7,6 +7,7 @@ rule merge:
         finish=RUN.finish_json,
         baselines=[RUN.baselines_json] if RUN.baselines else [],
         stress=[RUN.stress_json] if RUN.stress_trials else [],
+        capacity=[RUN.capacity_json] if RUN.capacity_trials else [],
     output:
         candidates=RUN.candidates_parquet,
         table=RUN.ranking_csv,

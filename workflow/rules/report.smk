@@ -14,7 +14,8 @@ rule report:
     output:
         report=report(RUN.report_file("report.md"), category="Report"),
         plots=[
-            report(RUN.report_file(name), category="Plots") for name in plot_names(RUN.is_pareto)
+            report(RUN.report_file(name), category="Plots")
+            for name in plot_names(RUN.is_pareto, bool(RUN.capacity_trials))
         ],
         manifest=RUN.manifest_json,
         deploy=directory(RUN.deploy_dir),

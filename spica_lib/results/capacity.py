@@ -1,0 +1,189 @@
+"""How much more traffic could the winners take? Each one's capacity within the SLA, by bisection with replays.
+
+After the finish, the top `sweep.capacity_top` deployments (in the finish's order, the
+recommendation first) are replayed with the workload's arrivals sped up by a load factor: a
+synthetic workload's `request_rate` times the factor (with the same number of requests), a trace's
+`arrival_speedup_ratio` times the factor. Factor 1 is the search's own replay. The factor doubles
+until a replay misses the SLA (the percentile bound or the `goal.sla_coverage` floor, whichever the
+goal has; a replay that fails or runs out of time counts as a miss), up to `MAX_FACTOR`; then the
+bracket is halved in log space until its ends are within `RESOLUTION` of each other. The capacity is
+the highest factor that met the SLA, times the offered rate; the headroom is how far that is above
+the offered load. Every replayed point is kept, so the report can draw latency against load.
+
+Each step depends on the last, so the deployments are bisected side by side: one batch of replays
+(one per deployment still open) per step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from spica_lib.config import SmartSearchConfig, Workload
+from spica_lib.config.trace import scan_trace
+from spica_lib.trial.screen import screen_plan
+from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec, TrialStatus
+
+CAPACITY_SEPARATOR = "^"  # "<trial key>^<load factor>" ("~" is the stress test's, "@" a workload's)
+MAX_FACTOR = 16.0  # the highest load factor tried: a deployment that still meets the SLA there is "at least"
+RESOLUTION = 1.1  # the bracket is closed once its ends are within 10 % of each other
+MAX_STEPS = 4 + 4  # doublings to MAX_FACTOR, then bisections down to RESOLUTION (for the job's time limit)
+CURVE_METRICS = ("mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "sla_coverage")
+
+
+class LoadPoint(BaseModel):
+    """One replay of a deployment at `factor` times the offered load."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    factor: float
+    rate_rps: float | None  # the arrival rate replayed (None: the workload has no single rate)
+    status: TrialStatus
+    meets_sla: bool
+    reason: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)  # CURVE_METRICS the replay reported
+
+
+class DeploymentCapacity(BaseModel):
+    """One deployment's load points and the bracket they give."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    key: str
+    points: list[LoadPoint] = Field(default_factory=list)  # by factor
+    capacity_factor: float = 1.0  # the highest factor that met the SLA
+    broke_at_factor: float | None = None  # the lowest factor above it that missed (None: none up to MAX_FACTOR)
+
+    @property
+    def headroom(self) -> float:
+        """The share of extra load it takes within the SLA (0.5: 50 % above the offered load)."""
+        return self.capacity_factor - 1.0
+
+
+class CapacityResult(BaseModel):
+    """Artifact `capacity.json`: the top deployments' capacity within the SLA, and every point replayed."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    offered_rps: float | None = None  # the workload's own arrival rate (None: several workloads, or none)
+    deployments: list[DeploymentCapacity] = Field(default_factory=list)  # the finish's order
+    note: str | None = None  # why nothing was bisected
+
+    def sentence(self, index: int = 0) -> str | None:
+        """`serves up to X req/s within the SLA; Y % headroom over the offered load` for one deployment."""
+        if index >= len(self.deployments):
+            return None
+        d = self.deployments[index]
+        at_least = "at least " if d.broke_at_factor is None else ""
+        factor = d.capacity_factor
+        rate = f"{factor * self.offered_rps:.3g} req/s" if self.offered_rps else f"{factor:.3g}x the load"
+        if d.capacity_factor <= 1.0 and d.broke_at_factor is not None:
+            return (
+                f"serves the offered {rate} within the SLA with under {100 * (d.broke_at_factor - 1):.0f} % headroom "
+                f"({d.broke_at_factor:.3g}x the load misses it)"
+            )
+        return (
+            f"serves up to {at_least}{rate} within the SLA; {at_least}{100 * d.headroom:.0f} % headroom "
+            "over the offered load"
+        )
+
+
+def capacity_problem(config: SmartSearchConfig) -> str | None:
+    """Why capacity cannot be bisected for this config (None: it can)."""
+    return config.why_no_capacity()
+
+
+def offered_rate(workload: Workload) -> float | None:
+    """The workload's arrival rate in requests per second (a trace's: its records over its sped-up span)."""
+    if workload.is_trace_based:
+        scan = scan_trace(workload.trace_path)
+        seconds = scan.duration_ms / 1000.0 / float(workload.arrival_speedup_ratio)
+        return scan.records / seconds if seconds > 0 else None
+    return float(workload.request_rate) if workload.request_rate else None
+
+
+def scaled(workload: Workload, factor: float) -> Workload:
+    """The workload with its arrivals `factor` times as fast and as many requests as before."""
+    if workload.is_trace_based:
+        return workload.model_copy(update={"arrival_speedup_ratio": float(workload.arrival_speedup_ratio) * factor})
+    requests = workload.resolved_request_count()
+    rate = float(workload.request_rate) * factor
+    return workload.model_copy(update={"request_rate": rate, "num_request_ratio": requests / rate})
+
+
+def at_load(config: SmartSearchConfig, spec: TrialSpec, factor: float) -> TrialSpec:
+    """The trial with every workload's arrivals `factor` times as fast (screened like a search trial)."""
+
+    def request(replay):  # noqa: ANN001, ANN202 (a ReplayRequest)
+        workload = scaled(replay.workload, factor)
+        screen = screen_plan(config, replay.concurrency, workload)
+        return replay.model_copy(update={"workload": workload, "screen": screen})
+
+    parts = [part.model_copy(update={"replay": request(part.replay)}) for part in spec.workloads or []]
+    return spec.model_copy(update={"replay": request(spec.replay), "workloads": parts or None})
+
+
+def point(factor: float, spec: TrialSpec, result: TrialResult) -> LoadPoint:
+    metrics = {name: result.metrics[name] for name in CURVE_METRICS if name in result.metrics}
+    rate = None if spec.workloads else offered_rate(spec.replay.workload)
+    return LoadPoint(factor=factor, rate_rps=rate, status=result.status, meets_sla=result.status == "feasible",
+                     reason=result.reason, metrics=metrics)  # fmt: skip
+
+
+def bracket(points: list[LoadPoint]) -> tuple[float, float | None]:
+    """(highest factor that met the SLA below the lowest that missed, that lowest miss or None)."""
+    missed = [p.factor for p in points if not p.meets_sla]
+    high = min(missed) if missed else None
+    met = [p.factor for p in points if p.meets_sla and (high is None or p.factor < high)]
+    return max(met, default=1.0), high
+
+
+def next_factor(points: list[LoadPoint]) -> float | None:
+    """The next load factor to replay, or None when the bracket is closed (or MAX_FACTOR still meets it)."""
+    low, high = bracket(points)
+    if high is None:
+        return None if low >= MAX_FACTOR else min(2.0 * low, MAX_FACTOR)
+    if high / low <= RESOLUTION:
+        return None
+    return math.sqrt(low * high)
+
+
+def settle(key: str, points: list[LoadPoint]) -> DeploymentCapacity:
+    low, high = bracket(points)
+    return DeploymentCapacity(key=key, points=sorted(points, key=lambda p: p.factor), capacity_factor=low,
+                              broke_at_factor=high)  # fmt: skip
+
+
+def offered_rps(config: SmartSearchConfig) -> float | None:
+    return None if config.workloads else offered_rate(config.workload.search_part())
+
+
+Replayer = Callable[[dict[str, TrialSpec]], dict[str, TrialResult]]
+
+
+def bisect_capacity(
+    config: SmartSearchConfig,
+    top: dict[str, TrialRecord],
+    replay: Replayer,
+    on_point: Callable[[str, LoadPoint], None] | None = None,
+) -> CapacityResult:
+    """Each top deployment's bracket (key -> its search trial, in the finish's order), one batch of replays per step.
+
+    Factor 1 is the search's own replay of each deployment (a ranked one met the SLA there).
+    """
+    problem = capacity_problem(config)
+    if problem or not top:
+        return CapacityResult(note=problem or "no feasible deployment to size")
+    points = {key: [point(1.0, record.spec, record.result)] for key, record in top.items()}
+    while steps := {key: f for key, found in points.items() if (f := next_factor(found)) is not None}:
+        specs = {f"{key}{CAPACITY_SEPARATOR}{f:g}": at_load(config, top[key].spec, f) for key, f in steps.items()}
+        results = replay(specs)
+        for name, spec in specs.items():
+            key = name.partition(CAPACITY_SEPARATOR)[0]
+            found = point(steps[key], spec, results[name])
+            points[key].append(found)
+            if on_point is not None:
+                on_point(key, found)
+    return CapacityResult(offered_rps=offered_rps(config), deployments=[settle(k, p) for k, p in points.items()])

@@ -1,0 +1,324 @@
+"""Fleet planning: an inventory of GPU types, prefill and decode on different GPUs, prices per type, the SLA
+coverage floor and each winner's capacity (real pools, real replays on small workloads)."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, build, config_data, rejected, write_yaml
+
+from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config.validate import check_config, config_sha256
+from spica_lib.facts.kv_capacity import KvEstimator
+from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig, role_configs
+from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
+from spica_lib.pools.table import read_pool, write_pool
+from spica_lib.replay.request import replay_call
+from spica_lib.report.deploy import gpu_node_selector
+from spica_lib.results.capacity import RESOLUTION, at_load, bisect_capacity
+from spica_lib.search.space import BranchSpace
+from spica_lib.trial.evaluate import evaluate_trials, prepare_trial
+from spica_lib.trial.score import role_gpu_hours
+from spica_lib.trial.spec import TrialRecord
+
+INVENTORY = {"h200_sxm": 4, "h100_sxm": 16}
+PRICES = {"h200_sxm": 3.5, "h100_sxm": 2.5}
+SLA = {"ttft_ms": 2000, "itl_ms": 50}
+PLANNER = {
+    "planner_scaling_policy": "load_180_5",
+    "planner_fpm_sampling": "default",
+    "planner_load_sensitivity": "default",
+}
+DISAGG_KNOBS = {
+    "prefill_max_num_batched_tokens": 8192,
+    "prefill_max_num_seqs": 8,
+    "decode_max_num_batched_tokens": 8192,
+    "decode_max_num_seqs": 256,
+}
+AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
+# What one-SKU configs hashed to before inventories, coverage floors and capacity existed (computed with the code
+# of commit 679092f): each config's run id, and the trial key of each branch's default suggestion.
+GOLDEN = {
+    "default.yaml": (
+        "e253c16035a400b1801d889bcb12561fc7faaf18dc6cf6694268112d7685e1c7",
+        {"agg": "d5731b06781be5264c723454242db079d95f7934fd0e7eb67cc74634a9db3706",
+         "disagg": "f519ae45cef3ee9af29015736b92e03e96105c87ddbf89f9159636ddb3e93d5b"},
+    ),
+    "examples/cost.yaml": (
+        "f9b67af311c9725d627a91fae9ff44b83aa3b5e85e4f05f50a58bf05f2d11482",
+        {"agg": "fdd8388fbabe294d7aa83729a73eeb70acb2225bd91213e0d79db7e849c8080b",
+         "disagg": "3c5810a66953f8a91ab03eda33cc32db376de4c33ede20db2ead7d9c11f242da"},
+    ),
+    "examples/p99_sla.yaml": (
+        "d290b48754e87689fd34e6cdc4f0e0d898088b652995c35f263fa9a58abb0866",
+        {"agg": "92d80982afc0ed58e3014302c4cb4a4eb13a25e62fc89c12f1a6ffa8e47abeb7"},
+    ),
+}  # fmt: skip
+
+
+def fleet(goal=None, **space):
+    data = config_data(
+        search_space={"hardware_sku": None, "hardware": dict(INVENTORY), "backend": ["vllm"], **space},
+        workload={"isl": 1024, "osl": 64, "request_rate": 6.0, "num_request_ratio": 20},
+    )
+    data["goal"] = goal or {"target": "cost_per_million_output_tokens", "gpu_hour_usd": dict(PRICES)}
+    return data
+
+
+def replica(tp, replicas=1, sku=None):
+    return ReplicaConfig(shape=ParallelShape(tp=tp), replicas=replicas, sku=sku)
+
+
+def trial(cfg, layout, mode="disagg", **selection):
+    knobs = DISAGG_KNOBS if mode == "disagg" else AGG_KNOBS
+    sel = {"deployment_mode": mode, "backend": "vllm", "router_mode": "round_robin",
+           "planner_scaling_policy": "disabled", **knobs, **selection}  # fmt: skip
+    estimator = KvEstimator("Qwen/Qwen3-32B", cfg.search_space.hardware_sku, {"vllm": "0.24.0"})
+    return prepare_trial(cfg, sel, layout, backend_version="0.24.0", estimator=estimator)
+
+
+# --- the inventory in the config ---------------------------------------------------------------------------
+
+
+def test_an_inventory_of_one_gpu_type_is_the_shorthand_with_its_run_id():
+    one = build(config_data(search_space={"hardware_sku": None, "hardware": {"h200_sxm": 8}}))
+    shorthand = build(config_data(search_space={"gpu_budget": 8}))
+    assert one.search_space.hardware is None and not one.search_space.is_fleet
+    assert (one.search_space.hardware_sku, one.search_space.gpu_budget) == ("h200_sxm", 8)
+    assert config_sha256(one) == config_sha256(shorthand)
+
+
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_one_sku_configs_keep_their_run_ids_and_trial_keys(name):
+    config = SmartSearchConfig.from_yaml(REPO / "config" / name)
+    keys = {}
+    for branch in enumerate_branches(config):
+        space = BranchSpace(branch.spec, branch.pool)
+        selection = space.decode(space.complete({}))
+        version = branch.spec.backend_versions[selection.values["backend"]]
+        spec = prepare_trial(config, selection.values, selection.parallel_config, backend_version=version)
+        keys[branch.spec.deployment_mode] = spec.key()
+    assert (config_sha256(config), keys) == GOLDEN[name]
+
+
+def test_an_inventory_stands_for_its_first_type_and_its_total_and_contradicting_them_is_refused():
+    space = build(fleet()).search_space
+    assert space.is_fleet and (space.hardware_sku, space.gpu_budget) == ("h200_sxm", 20)
+    assert space.inventory() == INVENTORY and space.hardware_text() == "4 x h200_sxm + 16 x h100_sxm"
+    rejected(fleet(gpu_budget=8), "search_space", "one or the other", "gpu_budget")
+    rejected(fleet(hardware={"h200_sxm": 0, "h100_sxm": 4}), "search_space.hardware", "at least 1")
+
+
+def test_an_unknown_gpu_type_and_one_without_a_perf_database_for_a_backend_are_named(tmp_path):
+    data = fleet()
+    data["search_space"].update(hardware={"h200_sxm": 4, "h900_sxm": 8, "b60": 2}, backend=["vllm", "sglang"])
+    data["goal"]["gpu_hour_usd"] = 3.0
+    with pytest.raises(ConfigError) as caught:
+        check_config(write_yaml(tmp_path, data))
+    problems = caught.value.problems
+    messages = [message for path, message in caught.value.problems if path == "search_space.hardware"]
+    assert any("'h900_sxm'" in m and "known systems" in m for m in messages), problems
+    assert any("'b60'" in m and "sglang" in m for m in messages), problems
+
+
+def test_a_gpu_type_no_layout_fits_on_is_refused_naming_it():
+    data = fleet(hardware={"h200_sxm": 4, "l40s": 1})
+    data["goal"]["gpu_hour_usd"] = {"h200_sxm": 3.5, "l40s": 1.0}
+    with pytest.raises(NoViableParallelConfig) as caught:
+        enumerate_branches(build(data))
+    assert any(path == "search_space.hardware" and "1 x l40s" in why for path, why in caught.value.problems)
+
+
+def test_prices_must_cover_every_gpu_type_of_the_inventory():
+    data = fleet()
+    data["goal"]["gpu_hour_usd"] = {"h200_sxm": 3.5}
+    rejected(data, "", "h100_sxm", "search_space.hardware")
+
+
+def test_the_coverage_floor_needs_an_sla_and_turns_on_capacity():
+    rejected(fleet(goal={"target": "throughput", "sla_coverage": 0.99}), "goal", "sla_coverage", "no goal.sla")
+    covered = build(fleet(goal={"target": "throughput", "sla": SLA, "sla_coverage": 0.99}))
+    assert covered.sweep.capacity_top == 3
+    assert build(config_data()).sweep.capacity_top == 0  # no floor, no capacity job: the runs of before
+    closed = fleet(goal={"target": "throughput", "sla": SLA, "sla_coverage": 0.99})
+    closed["workload"] = {"isl": 1024, "osl": 64, "concurrency": 8, "num_request_ratio": 20}
+    closed["sweep"] = {"capacity_top": 2}
+    rejected(closed, "", "capacity_top", "closed-loop")
+
+
+# --- pools on an inventory ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def branches():
+    return {b.spec.deployment_mode: b for b in enumerate_branches(build(fleet(deployment_mode=["agg", "disagg"])))}
+
+
+def test_every_layout_respects_each_gpu_types_count(branches):
+    mixed = 0
+    for branch in branches.values():
+        for record in branch.pool:
+            roles = role_configs(record.config).values()
+            used: dict[str, int] = {}
+            for role in roles:
+                assert role.sku in INVENTORY
+                used[role.sku] = used.get(role.sku, 0) + role.total_gpus
+            assert all(gpus <= INVENTORY[sku] for sku, gpus in used.items()), record.config.label()
+            mixed += len(used) > 1
+    agg_skus = {record.config.sku for record in branches["agg"].pool}
+    assert agg_skus == set(INVENTORY) and mixed > 0  # agg on either type; disagg also mixes them
+    largest = max(record.config.total_gpus for record in branches["agg"].pool if record.config.sku == "h100_sxm")
+    assert largest == 16
+
+
+def test_a_fleet_pool_reads_back_with_its_gpu_types(branches, tmp_path):
+    pool = branches["disagg"].pool
+    write_pool(tmp_path / "pool.parquet", pool, "disagg", ["vllm"])
+    assert read_pool(tmp_path / "pool.parquet", "disagg") == pool
+
+
+def test_the_gpu_type_is_searched_as_a_category_of_each_role(branches):
+    space = BranchSpace(branches["disagg"].spec, branches["disagg"].pool)
+    features = {f.name: f for f in space.features}
+    assert features["prefill_sku"].values == ("h200_sxm", "h100_sxm") and "decode_sku" in features
+    asked = space.decode(space.complete({"prefill_sku": "h100_sxm", "decode_sku": "h200_sxm"}))
+    assert (asked.parallel_config.prefill.sku, asked.parallel_config.decode.sku) == ("h100_sxm", "h200_sxm")
+
+
+def test_the_planner_models_each_role_on_its_own_gpu_when_they_differ():
+    cfg = build(fleet(goal={"target": "throughput", "sla": {**SLA, "percentile": 90}}))
+    layout = DisaggConfig(prefill=replica(2, sku="h100_sxm"), decode=replica(2, sku="h200_sxm"))
+    spec = trial(cfg, layout, **PLANNER)
+    kwargs = replay_call(spec.replay)["kwargs"]
+    systems = {role: model["config"]["system"] for role, model in kwargs["performance_model_metadata"].items()}
+    assert systems == {"prefill": "h100_sxm", "decode": "h200_sxm"}
+    # One GPU ceiling for the planner: the GPUs of the types the deployment runs on.
+    assert spec.replay.plan.planner_config["max_gpu_budget"] == 20
+    same = trial(cfg, DisaggConfig(prefill=replica(2, sku="h200_sxm"), decode=replica(2, sku="h200_sxm")),
+                 **PLANNER)  # fmt: skip
+    assert "performance_model_metadata" not in replay_call(same.replay)["kwargs"]
+    assert same.replay.plan.planner_config["max_gpu_budget"] == 4
+
+
+# --- real replays ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_each_role_of_a_mixed_deployment_replays_on_its_own_gpu_and_is_charged_its_price():
+    cfg = build(fleet())
+    pairs = {
+        "both h200": ("h200_sxm", "h200_sxm"),
+        "prefill h100": ("h100_sxm", "h200_sxm"),
+        "decode h100": ("h200_sxm", "h100_sxm"),
+    }
+    specs = {name: trial(cfg, DisaggConfig(prefill=replica(2, sku=p), decode=replica(2, sku=d)))
+             for name, (p, d) in pairs.items()}  # fmt: skip
+    for name, (p, d) in pairs.items():
+        plan = specs[name].replay.plan
+        assert (plan.prefill_engine_args["aic_system"], plan.decode_engine_args["aic_system"]) == (p, d)
+    results = dict(evaluate_trials(specs, max_eval_seconds=120, parallel=2))
+    assert all(r.status == "feasible" for r in results.values()), {k: r.reason for k, r in results.items()}
+    m = {name: r.metrics for name, r in results.items()}
+    # The slower GPU on decode raises ITL; on prefill it raises TTFT (the other role unchanged).
+    assert m["decode h100"]["mean_itl_ms"] > 1.1 * m["both h200"]["mean_itl_ms"]
+    assert m["prefill h100"]["mean_ttft_ms"] > m["both h200"]["mean_ttft_ms"]
+    assert m["prefill h100"]["mean_itl_ms"] == pytest.approx(m["both h200"]["mean_itl_ms"], rel=0.05)
+    mixed = m["prefill h100"]
+    cost = role_gpu_hours(mixed, "prefill") * 2.5 + role_gpu_hours(mixed, "decode") * 3.5
+    assert mixed["cost_usd"] == pytest.approx(cost)
+    assert mixed["cost_per_million_output_tokens"] == pytest.approx(cost / (mixed["total_output_tokens"] / 1e6))
+    same = m["both h200"]
+    assert same["cost_usd"] == pytest.approx(same["gpu_hours"] * 3.5)
+
+
+@pytest.mark.slow
+def test_the_coverage_floor_rejects_a_deployment_whose_mean_passes():
+    probe = build(fleet(goal={"target": "throughput"}))
+    layout = replica(1, 2, sku="h100_sxm")
+    first = dict(evaluate_trials({"probe": trial(probe, layout, mode="agg")}, max_eval_seconds=120))["probe"]
+    mean = first.metrics["mean_ttft_ms"]
+    assert first.metrics["p99_ttft_ms"] > 1.3 * mean  # a tail to miss
+    bound = {"ttft_ms": round(1.15 * mean, 1)}
+    floor = build(fleet(goal={"target": "throughput", "sla": bound, "sla_coverage": 0.99}))
+    result = dict(evaluate_trials({"floor": trial(floor, layout, mode="agg")}, max_eval_seconds=120))["floor"]
+    assert result.metrics["mean_ttft_ms"] <= bound["ttft_ms"]  # the mean passes ...
+    assert result.metrics["sla_coverage"] < 0.99 and result.status == "infeasible"  # ... the coverage does not
+    assert "under the 99 % floor" in result.reason and result.sla_miss > 1.0  # told to the designer as a miss
+    loose = build(fleet(goal={"target": "throughput", "sla": bound, "sla_coverage": 0.5}))
+    kept = dict(evaluate_trials({"loose": trial(loose, layout, mode="agg")}, max_eval_seconds=120))["loose"]
+    assert kept.status == "feasible" and kept.sla_miss <= 1.0
+
+
+@pytest.mark.slow
+def test_the_capacity_bisection_brackets_the_load_where_the_sla_breaks():
+    cfg = build(fleet(goal={"target": "throughput", "sla": SLA, "sla_coverage": 0.95}))
+    spec = trial(cfg, replica(2, 1, sku="h200_sxm"), mode="agg")
+    base = dict(evaluate_trials({"base": spec}, max_eval_seconds=120))["base"]
+    assert base.status == "feasible", base.reason
+    replayed = []
+
+    def replay(specs):
+        replayed.extend(specs)
+        return dict(evaluate_trials(specs, max_eval_seconds=120, parallel=2))
+
+    found = bisect_capacity(cfg, {"k": TrialRecord(key="k", spec=spec, result=base)}, replay)
+    d = found.deployments[0]
+    assert d.broke_at_factor is not None and d.broke_at_factor / d.capacity_factor <= RESOLUTION
+    at = {p.factor: p for p in d.points}
+    assert at[d.capacity_factor].meets_sla and not at[d.broke_at_factor].meets_sla
+    assert d.capacity_factor > 1.0 and found.offered_rps == 6.0
+    assert at[d.broke_at_factor].rate_rps == pytest.approx(6.0 * d.broke_at_factor)
+    # The same number of requests at every load: only the arrivals speed up.
+    fast = at_load(cfg, spec, 2.0).replay.workload
+    assert fast.request_rate == 12.0 and fast.resolved_request_count() == spec.replay.workload.resolved_request_count()
+    assert len(replayed) == len(d.points) - 1 and math.isfinite(d.capacity_factor)
+    assert found.sentence(0).startswith("serves up to")
+
+
+@pytest.mark.slow
+def test_dynamo_replays_a_planner_on_a_mixed_deployment_with_each_roles_performance_model():
+    cfg = build(fleet(goal={"target": "throughput", "sla": {**SLA, "percentile": 90}}))
+    spec = trial(cfg, DisaggConfig(prefill=replica(2, sku="h100_sxm"), decode=replica(2, sku="h200_sxm")), **PLANNER)
+    result = dict(evaluate_trials({"planned": spec}, max_eval_seconds=120))["planned"]
+    assert result.status == "feasible", result.reason
+    assert result.metrics["planner_total_ticks"] > 0
+
+
+@pytest.mark.slow
+def test_the_fleet_example_runs_end_to_end(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "spica_lib.cli", "run", str(REPO / "config" / "examples" / "fleet.yaml"), "--cores=2"],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "capacity: serves" in done.stdout
+    result = next((tmp_path / "results").iterdir())
+    ranked = pd.read_csv(result / "ranked.csv")
+    assert ranked["prefill_sku"].notna().all() and ranked["decode_sku"].notna().all()
+    agg = ranked[ranked["branch"] == "agg"]
+    assert (agg["prefill_sku"] == agg["decode_sku"]).all()
+    for _, row in ranked.iterrows():  # every ranked deployment fits the inventory, type by type
+        used = {}
+        roles = [("", row["prefill_sku"])] if row["branch"] == "agg" else [("prefill_", row["prefill_sku"]),
+                                                                            ("decode_", row["decode_sku"])]  # fmt: skip
+        for prefix, sku in roles:
+            gpus = row[f"config_{prefix}tp"] * row[f"config_{prefix}attention_dp"] * row[f"config_{prefix}replicas"]
+            used[sku] = used.get(sku, 0) + gpus
+        assert all(gpus <= INVENTORY[sku] for sku, gpus in used.items()), used
+    assert (ranked["sla_coverage"] >= 0.99).all() and ranked["cost_per_million_output_tokens"].notna().all()
+    capacity = json.loads((result / "capacity.json").read_text())
+    assert len(capacity["deployments"]) == 3 and capacity["deployments"][0]["key"] == ranked["key"][0]
+    report = (result / "report" / "report.md").read_text()
+    assert "## Capacity" in report and "capacity.png" in report and (result / "report" / "capacity.png").is_file()
+    dgd = yaml.safe_load((result / "deploy" / "1" / "k8s_deploy.yaml").read_text())
+    workers = [s for s in dgd["spec"]["services"].values() if s.get("componentType") == "worker"]
+    first = ranked.iloc[0]
+    for service in workers:
+        role = service.get("subComponentType") or "agg"
+        sku = first["decode_sku"] if role in ("decode", "agg") else first["prefill_sku"]
+        assert service["labels"]["spica.dev/gpu-sku"] == sku
+        assert service["extraPodSpec"]["nodeSelector"] == gpu_node_selector(sku)
