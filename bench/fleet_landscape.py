@@ -1,28 +1,37 @@
 """Benchmark: the search on a two-GPU-type landscape — does the default algorithm find the cheapest deployment?
 
-The landscape is the fleet example's question (config/examples/fleet.yaml, narrowed to one engine
-setting per role so it can be replayed whole): Qwen3-32B on an inventory of 4 H200 and 16 H100 (US$
-3.5 and 2.5 per GPU-hour), vLLM, round robin, no planner, ISL 2048 / OSL 256 at 8 req/s, the cheapest
-cost per million output tokens with 99 % of requests within TTFT 2 s and ITL 50 ms. Every layout of both
-branches (agg on either type; disagg with the prefill and the decode type chosen independently) is
-replayed through the sweep's own trial path, cached on disk under a key of the landscape's config,
+Two landscapes, each the cheapest cost per million output tokens of Qwen3-32B (vLLM, round robin, no planner,
+one engine setting per role so that it can be replayed whole) with 99 % of requests within TTFT 2 s and
+ITL 50 ms:
+  fleet  the fleet example's question (config/examples/fleet.yaml): 4 H200 and 16 H100 (US$ 3.5 and 2.5 per
+         GPU-hour), ISL 2048 / OSL 256 at 8 req/s;
+  heavy  8 B200 and 16 H100 (US$ 6.0 and 2.5), ISL 4096 / OSL 512 at 12 req/s.
+Every layout of both branches (agg on either type; disagg with the prefill and the decode type chosen
+independently) is replayed through the sweep's own trial path, cached on disk under a key of the landscape's config,
 Spica's source and the Dynamo / aiconfigurator versions (bench/search_efficiency.py's cache).
-The default algorithm with the default warm start then searches each branch through the real round
-logic at 32 evaluations (8 rounds x 4), 10 seeds. Printed: per branch and overall, each seed's share
-of the best (the best cost over the cost found: 1 is the optimum), their median and worst; the
-optimum and whether it mixes GPU types across roles; how many of the 10 cheapest deployments mix
-them; how often the search's pick mixes them; and the cheapest deployment on one GPU type only.
+The default algorithm then searches each branch through the real round logic at 32 evaluations (8 rounds
+x 4), 10 seeds, with the warm start (the default) and without it (the designer alone). Printed: per
+branch and overall, each seed's share of the best (the best cost over the cost found: 1 is the optimum),
+their median and worst; the optimum and whether it mixes GPU types across roles; how many of the 10
+cheapest deployments mix them; how often the search's pick mixes them; and the cheapest deployment on one
+GPU type only. First, the fleet example itself from scratch (`spica run config/examples/fleet.yaml
+--cores 2`, 3 times): its wall (median) and its answer.
 
-Run: .venv/bin/python bench/fleet_landscape.py [--seeds N] [--rounds R]
+Run: .venv/bin/python bench/fleet_landscape.py [--seeds N] [--rounds R] [--landscapes fleet,heavy|none]
+     [--example-runs N]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from pathlib import Path
 
+import yaml
 from search_efficiency import landscape_table, search_in_child
+from timed_sweep import timed_sweep
 
 from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.parallel import role_configs
@@ -32,34 +41,54 @@ from spica_lib.search.warm_start import seed_parameters
 from spica_lib.trial.describe import describe
 from spica_lib.trial.evaluate import prepare_trial
 
-INVENTORY = {"h200_sxm": 4, "h100_sxm": 16}
-PRICES = {"h200_sxm": 3.5, "h100_sxm": 2.5}
+REPO = Path(__file__).resolve().parents[1]
+# name -> (inventory, US$ per GPU-hour, workload): the fleet example's question, and a heavier one on other types.
+LANDSCAPES = {
+    "fleet": (
+        {"h200_sxm": 4, "h100_sxm": 16},
+        {"h200_sxm": 3.5, "h100_sxm": 2.5},
+        {"isl": 2048, "osl": 256, "request_rate": 8.0, "num_request_ratio": 30},
+    ),
+    "heavy": (
+        {"b200_sxm": 8, "h100_sxm": 16},
+        {"b200_sxm": 6.0, "h100_sxm": 2.5},
+        {"isl": 4096, "osl": 512, "request_rate": 12.0, "num_request_ratio": 25},
+    ),
+}
+ENGINES = {  # one engine setting per role, so that the whole landscape can be replayed
+    "agg": {"agg_max_num_batched_tokens": [8192], "agg_max_num_seqs": [256]},
+    "disagg": {"prefill_max_num_batched_tokens": [8192], "prefill_max_num_seqs": [8], "decode_max_num_seqs": [256]},
+}
 
 
-def config_for(seed: int, rounds: int) -> SmartSearchConfig:
+def config_for(landscape: str, mode: str, seed: int, rounds: int, warm: bool = True) -> SmartSearchConfig:
+    """One branch's config (one mode each: the landscape cache is keyed by the config)."""
+    inventory, prices, workload = LANDSCAPES[landscape]
     return SmartSearchConfig.from_mapping(
         {
             "search_space": {
                 "model_name": "Qwen/Qwen3-32B",
-                "hardware": INVENTORY,
-                "deployment_mode": ["agg", "disagg"],
+                "hardware": inventory,
+                "deployment_mode": [mode],
                 "backend": ["vllm"],
-                "agg_max_num_batched_tokens": [8192],
-                "agg_max_num_seqs": [256],
-                "prefill_max_num_batched_tokens": [8192],
-                "prefill_max_num_seqs": [8],
-                "decode_max_num_seqs": [256],
+                **ENGINES[mode],
                 "router_mode": ["round_robin"],
                 "planner_scaling_policy": ["disabled"],
             },
-            "workload": {"isl": 2048, "osl": 256, "request_rate": 8.0, "num_request_ratio": 30},
+            "workload": workload,
             "goal": {
                 "target": "cost_per_million_output_tokens",
-                "gpu_hour_usd": PRICES,
+                "gpu_hour_usd": prices,
                 "sla": {"ttft_ms": 2000, "itl_ms": 50},
                 "sla_coverage": 0.99,
             },
-            "sweep": {"seed": seed, "candidates_per_round": 4, "max_rounds": rounds, "parallel_evals": 2},
+            "sweep": {
+                "seed": seed,
+                "candidates_per_round": 4,
+                "max_rounds": rounds,
+                "parallel_evals": 2,
+                "warm_start": warm,
+            },
         }
     )
 
@@ -80,54 +109,106 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--landscapes", default=",".join(LANDSCAPES), help="comma-separated, or none")
+    parser.add_argument("--example-runs", type=int, default=3, help="times config/examples/fleet.yaml from scratch")
     args = parser.parse_args()
-    base = config_for(0, args.rounds)
-    costs, labels, found = {}, {}, {}
-    for branch in enumerate_branches(base):
-        mode = branch.spec.deployment_mode
+    if args.example_runs:
+        time_example(args.example_runs)
+    rows = []
+    for landscape in [name for name in args.landscapes.split(",") if name in LANDSCAPES]:
+        rows += measure(landscape, args.seeds, args.rounds)
+    if not rows:
+        return
+    print("\n| landscape | branch | warm start | median share of the best | worst seed |")
+    print("|---|---|---|---|---|")
+    for landscape, branch, warm, median, worst in rows:
+        print(f"| {landscape} | {branch} | {'on' if warm else 'off'} | {100 * median:.1f} % | {100 * worst:.1f} % |")
+
+
+def time_example(runs: int) -> None:
+    """`spica run config/examples/fleet.yaml --cores 2` from scratch, `runs` times: its wall and its answer."""
+    data = yaml.safe_load((REPO / "config" / "examples" / "fleet.yaml").read_text())
+    walls = []
+    for _ in range(runs):
+        wall, (line, capacity) = timed_sweep(data, 2, _summary_and_capacity)
+        walls.append(wall)
+    print(f"## config/examples/fleet.yaml, --cores 2: wall {statistics.median(walls):.0f} s (median of {runs}: "
+          f"{', '.join(f'{w:.0f}' for w in walls)} s)")  # fmt: skip
+    print(line)
+    print(f"capacity.json: {capacity}", flush=True)
+
+
+def _summary_and_capacity(run: Path) -> tuple[str, str]:
+    summary = json.loads((run / "summary.json").read_text())
+    capacity = json.loads((run / "capacity.json").read_text())
+    points = [
+        f"#{i + 1} up to {d['capacity_factor']:.3g}x (misses at {d['broke_at_factor'] or float('nan'):.3g}x)"
+        for i, d in enumerate(capacity["deployments"])
+    ]
+    return summary["line"], "; ".join(points)
+
+
+def measure(landscape: str, seeds: int, rounds: int) -> list[tuple[str, str, bool, float, float]]:
+    inventory = LANDSCAPES[landscape][0]
+    costs, labels, found, rows, branch_best = {}, {}, {}, [], {}
+    for mode in ("agg", "disagg"):
+        base = config_for(landscape, mode, 0, rounds)
+        branch = enumerate_branches(base)[0]
         clock = time.perf_counter()
         table = landscape_table(base, branch)
         roles = skus(base, branch)
         feasible = {k: -r.score for k, r in table.items() if r.status == "feasible"}
         costs.update(feasible)
         labels.update({k: roles[k] for k in feasible})
-        best = min(feasible.values())
+        best = branch_best[mode] = min(feasible.values())
         print(
-            f"\n## {mode}: {len(table)} distinct trials ({branch.spec.pool_size} layouts), {len(feasible)} feasible, "
-            f"best US$ {best:.3f}/1M tok ({time.perf_counter() - clock:.0f} s to replay or load)",
+            f"\n## {landscape} {mode}: {len(table)} distinct trials ({branch.spec.pool_size} layouts), "
+            f"{len(feasible)} feasible, best US$ {best:.3f}/1M tok "
+            f"({time.perf_counter() - clock:.0f} s to replay or load)",
             flush=True,
         )
-        shares, picks = [], []
-        for seed in range(args.seeds):
-            score = search_in_child(config_for(seed, args.rounds), branch, table)
-            cost = -score if score < 0 else float("inf")
-            shares.append(best / cost)
-            picks.append(next((k for k, c in feasible.items() if c == cost), None))
-        found[mode] = (shares, picks)
-        per_seed = " ".join(f"{100 * s:.1f}" for s in shares)
-        print(f"{args.rounds * 4} evals: {per_seed}; median {100 * statistics.median(shares):.1f} %, "
-              f"worst {100 * min(shares):.1f} %")  # fmt: skip
+        for warm in (True, False):
+            shares, picks = [], []
+            for seed in range(seeds):
+                score = search_in_child(config_for(landscape, mode, seed, rounds, warm), branch, table)
+                cost = -score if score < 0 else float("inf")
+                shares.append(best / cost)
+                picks.append(next((k for k, c in feasible.items() if c == cost), None))
+            if warm:
+                found[mode] = (shares, picks)
+            rows.append((landscape, mode, warm, statistics.median(shares), min(shares)))
+            print(f"{rounds * 4} evals, warm start {'on' if warm else 'off'}: "
+                  f"{' '.join(f'{100 * s:.1f}' for s in shares)}; median {100 * statistics.median(shares):.1f} %, "
+                  f"worst {100 * min(shares):.1f} %", flush=True)  # fmt: skip
     best_key = min(costs, key=costs.get)
     best = costs[best_key]
-    overall = [best / min(best / found[m][0][seed] for m in found) for seed in range(args.seeds)]
-    mixed = [k for k in costs if len(set(labels[k][0])) > 1]
+    # Each seed's cost found in a branch is that branch's best over its share; the answer is the cheaper branch's.
+    overall = [best / min(branch_best[m] / found[m][0][seed] for m in found) for seed in range(seeds)]
+    rows.append((landscape, "both (the cheaper pick)", True, statistics.median(overall), min(overall)))
+    mixed = {k for k in costs if len(set(labels[k][0])) > 1}
     cheapest = sorted(costs, key=costs.get)[:10]
     picks = [min((found[m][1][seed] for m in found if found[m][1][seed]), key=costs.get, default=None)
-             for seed in range(args.seeds)]  # fmt: skip
-    print("\n## Overall (the cheaper of each seed's two branch picks)")
+             for seed in range(seeds)]  # fmt: skip
+    print(f"\n## {landscape}: both branches, default settings (the cheaper of each seed's two picks)")
     print(f"shares of the best: {' '.join(f'{100 * s:.1f}' for s in overall)}; median "
           f"{100 * statistics.median(overall):.1f} %, worst {100 * min(overall):.1f} %")  # fmt: skip
     print(f"optimum: {labels[best_key][1]} at US$ {best:.3f}/1M tok; mixes GPU types: "
           f"{'yes' if best_key in mixed else 'no'}")  # fmt: skip
     print(f"of the 10 cheapest feasible deployments, {sum(k in mixed for k in cheapest)} mix GPU types; "
           f"of all {len(costs)} feasible, {len(mixed)}")  # fmt: skip
-    print(f"the search's pick mixes GPU types in {sum(p in mixed for p in picks if p)} of {args.seeds} seeds")
-    for sku in INVENTORY:
+    print(f"the search's pick mixes GPU types in {sum(p in mixed for p in picks if p)} of {seeds} seeds")
+    for mode, (shares, _) in found.items():
+        short = [seed for seed, share in enumerate(shares) if share < 0.99]
+        if short:
+            print(f"{mode}: seeds {short} missed the branch's best (a designer that keeps proposing replayed layouts "
+                  "stalls the branch: see its rounds' 'cached' suggestions)")
+    for sku in inventory:
         only = [k for k in costs if set(labels[k][0]) == {sku}]
         if only:
             k = min(only, key=costs.get)
             print(f"cheapest on {sku} alone: {labels[k][1]} at US$ {costs[k]:.3f}/1M tok "
                   f"({100 * (costs[k] / best - 1):.1f} % above the optimum)")  # fmt: skip
+    return rows
 
 
 if __name__ == "__main__":
