@@ -46,6 +46,11 @@ def resolve_backend_version(sku: str, backend: str) -> str | None:
     return version if version in supported_databases().get(sku, {}).get(backend, []) else None
 
 
+def versions_on(sku: str, backends: list[str] | dict[str, object]) -> dict[str, str | None]:
+    """The literal perf-DB version of each backend on `sku` (None where it has none)."""
+    return {backend: resolve_backend_version(sku, backend) for backend in backends}
+
+
 @functools.cache
 def bundled_models() -> tuple[str, ...]:
     """Hugging Face ids of the models aiconfigurator can describe offline, sorted.

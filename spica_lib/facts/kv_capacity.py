@@ -75,10 +75,9 @@ class KvEstimator:
         if sku is None or sku == self.sku:
             return self
         if sku not in self._other_skus:
-            from spica_lib.facts.catalog import resolve_backend_version
+            from spica_lib.facts.catalog import versions_on
 
-            versions = {backend: resolve_backend_version(sku, backend) for backend in self.backend_versions}
-            self._other_skus[sku] = KvEstimator(self.model_name, sku, versions)
+            self._other_skus[sku] = KvEstimator(self.model_name, sku, versions_on(sku, self.backend_versions))
         return self._other_skus[sku]
 
     def version(self, backend: str) -> str:

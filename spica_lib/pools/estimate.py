@@ -77,9 +77,9 @@ class StepModel:
         if sku is None or sku == self.sku:
             return self
         if sku not in self._other_skus:
-            from spica_lib.facts.catalog import resolve_backend_version
+            from spica_lib.facts.catalog import versions_on
 
-            versions = {backend: resolve_backend_version(sku, backend) for backend in self.backend_versions}
+            versions = versions_on(sku, self.backend_versions)
             self._other_skus[sku] = StepModel(self.model_name, sku, versions, self.step_scales)
         return self._other_skus[sku]
 

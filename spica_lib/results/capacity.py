@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SmartSearchConfig, Workload
-from spica_lib.config.trace import scan_trace
+from spica_lib.pools.estimate import traffic_of
 from spica_lib.trial.screen import screen_plan
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec, TrialStatus
 
@@ -90,18 +90,10 @@ class CapacityResult(BaseModel):
         )
 
 
-def capacity_problem(config: SmartSearchConfig) -> str | None:
-    """Why capacity cannot be bisected for this config (None: it can)."""
-    return config.why_no_capacity()
-
-
 def offered_rate(workload: Workload) -> float | None:
     """The workload's arrival rate in requests per second (a trace's: its records over its sped-up span)."""
-    if workload.is_trace_based:
-        scan = scan_trace(workload.trace_path)
-        seconds = scan.duration_ms / 1000.0 / float(workload.arrival_speedup_ratio)
-        return scan.records / seconds if seconds > 0 else None
-    return float(workload.request_rate) if workload.request_rate else None
+    traffic = traffic_of(workload)
+    return traffic.rate if traffic is not None else None
 
 
 def scaled(workload: Workload, factor: float) -> Workload:
@@ -173,7 +165,7 @@ def bisect_capacity(
 
     Factor 1 is the search's own replay of each deployment (a ranked one met the SLA there).
     """
-    problem = capacity_problem(config)
+    problem = config.why_no_capacity()
     if problem or not top:
         return CapacityResult(note=problem or "no feasible deployment to size")
     points = {key: [point(1.0, record.spec, record.result)] for key, record in top.items()}
