@@ -47,13 +47,19 @@ def test_ratios_say_how_many_times_better_the_winner_is_for_either_direction_of_
     (ratio,) = compare(maximise, 300.0, [baseline(100.0)])
     assert ratio.ratio == pytest.approx(3.0)
     # The ratio says what it divides: the baseline's own score in the target's unit, on how many GPUs.
-    assert ratio_text(ratio) == "3.00x over the best without the planner (100 tok/s, on 4 GPUs)"
+    assert ratio_text(ratio, maximise) == "the winner scores 3.00x the best without the planner (100 tok/s, on 4 GPUs)"
     cost = build(config_data(goal={"target": "cost_per_million_output_tokens", "gpu_hour_usd": 3.0})).goal
     (cheaper,) = compare(cost, -0.5, [baseline(-2.0)])  # scores are negated costs: 0.5 $ against 2 $
     assert cheaper.ratio == pytest.approx(4.0)
-    zero, failed = compare(maximise, 300.0, [baseline(0.0), baseline(None, status="timed_out")])
+    assert ratio_text(cheaper, cost).startswith("the winner is 75 % cheaper than the best without the planner")
+    latency = build(config_data(goal={"target": "e2e_latency"}, sweep={"finish_samples": 0})).goal
+    (faster,) = compare(latency, -4448.0, [baseline(-4000.0)])  # the baseline was faster: say so, not "1.00x"
+    assert ratio_text(faster, latency).startswith("the winner is 11 % slower than the best without the planner")
+    zero, failed, missed = compare(maximise, 300.0, [baseline(0.0), baseline(None, status="timed_out"),
+                                                     baseline(None, status="infeasible")])  # fmt: skip
     assert zero.ratio is None and "no ratio" in zero.note
     assert failed.ratio is None and failed.score is None and failed.note.startswith("timed_out: made up")
+    assert ratio_text(missed, maximise) == "the best without the planner misses the SLA: made up"
 
 
 def record(config, gpus_per_replica, router, planner, score):

@@ -139,7 +139,7 @@ def test_validate_warns_when_a_percentile_sla_has_too_few_requests_and_says_the_
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "warning    goal.sla.percentile 99 on 40 requests per replay" in out and "at least 1000 requests" in out
-    assert "finish     the top 4 replayed on 6 fresh arrival samples each, ranked by their mean" in out
+    assert "finish     the top 4 distinct deployments on 4 to 16 fresh arrival samples each (sequential)" in out
     assert "arrival sample 42" in out
     assert main(["validate", str(REPO / "config" / "examples" / "p99_sla.yaml")]) == 0
     assert "warning" not in capsys.readouterr().out  # the shipped example replays 1000 requests

@@ -19,7 +19,7 @@ from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.pools.table import read_pool, write_pool
 from spica_lib.replay.request import replay_call
 from spica_lib.report.deploy import gpu_node_selector
-from spica_lib.results.capacity import RESOLUTION, at_load, bisect_capacity
+from spica_lib.results.capacity import CONFIRM_SAMPLES, RESOLUTION, at_load, bisect_capacity
 from spica_lib.search.space import BranchSpace
 from spica_lib.trial.evaluate import evaluate_trials, prepare_trial
 from spica_lib.trial.score import role_gpu_hours
@@ -41,23 +41,20 @@ DISAGG_KNOBS = {
 }
 AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
 # What one-SKU configs hashed to before inventories, coverage floors and capacity existed (computed with the code
-# of commit 679092f): each config's run id, and the trial key of each branch's default suggestion.
+# of commit 679092f): the trial key of each branch's default suggestion. Their run ids changed with the sequential
+# finish (its samples and equivalence margin are part of the run), to RUN_IDS.
 GOLDEN = {
-    "default.yaml": (
-        "e253c16035a400b1801d889bcb12561fc7faaf18dc6cf6694268112d7685e1c7",
-        {"agg": "d5731b06781be5264c723454242db079d95f7934fd0e7eb67cc74634a9db3706",
-         "disagg": "f519ae45cef3ee9af29015736b92e03e96105c87ddbf89f9159636ddb3e93d5b"},
-    ),
-    "examples/cost.yaml": (
-        "f9b67af311c9725d627a91fae9ff44b83aa3b5e85e4f05f50a58bf05f2d11482",
-        {"agg": "fdd8388fbabe294d7aa83729a73eeb70acb2225bd91213e0d79db7e849c8080b",
-         "disagg": "3c5810a66953f8a91ab03eda33cc32db376de4c33ede20db2ead7d9c11f242da"},
-    ),
-    "examples/p99_sla.yaml": (
-        "d290b48754e87689fd34e6cdc4f0e0d898088b652995c35f263fa9a58abb0866",
-        {"agg": "92d80982afc0ed58e3014302c4cb4a4eb13a25e62fc89c12f1a6ffa8e47abeb7"},
-    ),
+    "default.yaml": {"agg": "d5731b06781be5264c723454242db079d95f7934fd0e7eb67cc74634a9db3706",
+                     "disagg": "f519ae45cef3ee9af29015736b92e03e96105c87ddbf89f9159636ddb3e93d5b"},
+    "examples/cost.yaml": {"agg": "fdd8388fbabe294d7aa83729a73eeb70acb2225bd91213e0d79db7e849c8080b",
+                           "disagg": "3c5810a66953f8a91ab03eda33cc32db376de4c33ede20db2ead7d9c11f242da"},
+    "examples/p99_sla.yaml": {"agg": "92d80982afc0ed58e3014302c4cb4a4eb13a25e62fc89c12f1a6ffa8e47abeb7"},
 }  # fmt: skip
+RUN_IDS = {
+    "default.yaml": "7835ffe14e48c98c8f569a2225e5637ef2315e12b8243f1ea76e8ec38415fc81",
+    "examples/cost.yaml": "ba873e876bef409ae47c9a22f17e1a37bd0c6d1c043d145fe03c23c413661cf9",
+    "examples/p99_sla.yaml": "cef274400ae72379acda21ba4e8edaf08d18c32ea5c3c88b1aed625c52b078ee",
+}
 
 
 def fleet(goal=None, **space):
@@ -102,7 +99,7 @@ def test_one_sku_configs_keep_their_run_ids_and_trial_keys(name):
         version = branch.spec.backend_versions[selection.values["backend"]]
         spec = prepare_trial(config, selection.values, selection.parallel_config, backend_version=version)
         keys[branch.spec.deployment_mode] = spec.key()
-    assert (config_sha256(config), keys) == GOLDEN[name]
+    assert (config_sha256(config), keys) == (RUN_IDS[name], GOLDEN[name])
 
 
 def test_an_inventory_stands_for_its_first_type_and_its_total_and_contradicting_them_is_refused():
@@ -275,8 +272,15 @@ def test_the_capacity_bisection_brackets_the_load_where_the_sla_breaks():
     # The same number of requests at every load: only the arrivals speed up.
     fast = at_load(cfg, spec, 2.0).replay.workload
     assert fast.request_rate == 12.0 and fast.resolved_request_count() == spec.replay.workload.resolved_request_count()
-    assert len(replayed) == len(d.points) - 1 and math.isfinite(d.capacity_factor)
-    assert found.sentence(0).startswith("serves up to")
+    # Bisection steps are one replay each; then the reported load and the step above it, on 3 fresh samples each.
+    assert len(replayed) == len(d.points) - 1 + 2 * CONFIRM_SAMPLES and math.isfinite(d.capacity_factor)
+    confirmed = {(p.factor, p.rate_rps) for p in d.confirmed}
+    assert {factor for factor, _ in confirmed} == {d.capacity_factor, d.broke_at_factor} and len(d.confirmed) == 6
+    seeds = {name.partition("#")[2] for name in replayed if "#" in name}
+    assert seeds == {"0", "1", "2"}  # fresh samples, not the bisection's own
+    met, replays = d.confirmation(d.capacity_factor)
+    assert replays == CONFIRM_SAMPLES and found.sentence(0).startswith("serves up to")
+    assert f"met on {met} of 3 fresh samples" in found.sentence(0)
 
 
 @pytest.mark.slow

@@ -217,3 +217,24 @@ def test_every_preset_gets_a_finite_loss_on_the_shared_trace():
         losses = {label: score_candidate(windows, label, interval, warmup)[0] for label in entries}
         assert all(loss is not None and math.isfinite(loss) for loss in losses.values()), losses
         assert len(set(losses.values())) > 3  # the families really forecast differently
+
+
+def test_validate_warns_with_the_numbers_when_a_holdout_leaves_too_few_windows_to_score_a_predictor():
+    from spica_lib.config.policies import apply_policy_filters
+    from spica_lib.predictor.plan import window_warnings
+
+    data = config_data(search_space={"gpu_budget": 16, "planner_scaling_policy": ["throughput_180_5"]},
+                       goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 40}})  # fmt: skip
+    data["workload"] = {"trace_path": str(TRACE), "holdout": 0.25}
+    held = build(data)
+    (warning,) = window_warnings(held, apply_policy_filters(held).kept)
+    # The shipped trace spans 1022 s; its first 767 s are searched: 5 windows of 180 s, all of them warm-up.
+    assert "at a 180 s interval" in warning and "767 s replayed" in warning
+    assert "5 window(s), 5 of them warm-up, 0 left to score" in warning and "constant_last" in warning
+    data["workload"] = {"trace_path": str(TRACE)}
+    data["search_space"]["planner_scaling_policy"] = [
+        {"enable_throughput_scaling": True, "enable_load_scaling": False, "throughput_adjustment_interval_seconds": 60,
+         "load_adjustment_interval_seconds": None}
+    ]  # fmt: skip
+    whole = build(data)
+    assert window_warnings(whole, apply_policy_filters(whole).kept) == []  # 18 windows of 60 s, 13 scored

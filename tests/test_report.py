@@ -52,11 +52,15 @@ def test_a_sweep_writes_the_report_its_plots_the_manifest_and_top_k_deployments(
                                                             "latency.png"}  # fmt: skip
     text = (run / "report" / "report.md").read_text()
     assert "goodput_per_gpu" in text and "mean_ttft_ms ≤ 2000 ms" in text and "## Top deployments" in text
-    # The finished top shows its fresh-sample score next to the search's; the rows past it say theirs is the search's.
+    # One column for every row's search-sample score, one for the fresh mean of the finished rows only.
     top = text.split("## Top deployments")[1].split("###")[0]
-    table = [line for line in top.splitlines() if line.startswith("| ") and "·" in line]
-    finished = [line for line in table if "(search: " in line]
-    assert len(finished) == 4 and all("(search only)" in line for line in table[4:]) and len(table) > 4
+    header = next(line for line in top.splitlines() if line.startswith("| # |"))
+    columns = [cell.strip() for cell in header.split("|")]
+    assert "search score" in columns and "fresh mean" in columns and "within SLA" in columns
+    fresh = columns.index("fresh mean")
+    table = [line.split("|") for line in top.splitlines() if line.startswith("| ") and "·" in line]
+    finished = [row for row in table if row[fresh].strip() != "—"]
+    assert len(finished) == 4 and table[: len(finished)] == finished and len(table) > 4  # the finished top first
     ranks = sorted(p.name for p in (run / "deploy").iterdir() if not p.name.startswith("."))  # Snakemake stamps
     assert ranks == ["1", "2", "3"]  # sweep.top_k defaults to 3
     manifest = read_model(run / "manifest.json", RunManifest)
@@ -257,5 +261,5 @@ def test_the_baselines_are_replayed_on_the_search_s_workload_and_sla_and_the_sum
     # Both on the search's traffic sample (the baselines are replayed on it): a paired comparison.
     assert ratios["aiconfigurator"]["ratio"] == pytest.approx(winner.result.score / pick.result.score)
     assert summary["finish"][0]["key"] == winner.key and summary["best_score"] == summary["finish"][0]["statistic"]
-    assert "baselines: the winner is " in summary["line"] and "over aiconfigurator's pick" in done.stdout
+    assert "baselines: the winner scores " in summary["line"] and "x aiconfigurator's pick" in done.stdout
     assert "## Baselines" in (run / "report" / "report.md").read_text()

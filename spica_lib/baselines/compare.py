@@ -57,9 +57,46 @@ def _ratio(goal: OptimizationGoal, winner_score: float | None, baseline: Baselin
     )  # fmt: skip
 
 
-def ratio_text(item: BaselineRatio) -> str:
-    shown = f"{item.ratio:.2f}x" if item.ratio is not None else "n/a"
-    return f"{shown} over {item.label}" + (f" ({absolute_text(item)})" if item.score_text else "")
+def ratio_text(item: BaselineRatio, goal: OptimizationGoal) -> str:
+    """How the winner compares with one baseline on the search's traffic sample, in words a reader can act on:
+    a ratio for a maximised target ("the winner scores 1.80x aiconfigurator's pick"), a percentage for a
+    minimised one ("the winner is 12 % faster than ..."), and why there is no comparison otherwise."""
+    absolute = f" ({absolute_text(item)})" if item.score_text else ""
+    if item.ratio is None:
+        if _misses_sla(item):
+            return f"{item.label} misses the SLA: {(item.note or '').removeprefix('infeasible: ')}"
+        return f"{item.label}: no comparison ({item.note or 'no score'})"
+    if goal.target.maximize:
+        return f"the winner scores {item.ratio:.2f}x {item.label}{absolute}"
+    change = _change(item, goal)
+    if change.startswith("as good"):
+        return f"the winner is as good as {item.label} (within 0.5 %){absolute}"
+    return f"the winner is {change} than {item.label}{absolute}"
+
+
+def comparison_cell(item: BaselineRatio, goal: OptimizationGoal) -> str:
+    """The winner against a baseline in a table cell: "2.10×", "12 % faster", "misses the SLA" or "—"."""
+    if item.ratio is None:
+        return "misses the SLA" if _misses_sla(item) else "—"
+    return f"{item.ratio:.2f}×" if goal.target.maximize else _change(item, goal)
+
+
+def _misses_sla(item: BaselineRatio) -> bool:
+    return item.score is None and (item.note or "").startswith("infeasible")
+
+
+def _change(item: BaselineRatio, goal: OptimizationGoal) -> str:
+    """A minimised target's comparison as a share: "12 % faster", "3 % more expensive" (within 0.5 %: "as good")."""
+    # ratio is the baseline's value over the winner's for a minimised target (see _ratio).
+    change = 1.0 - 1.0 / item.ratio
+    if abs(change) < 0.005:
+        return "as good (within 0.5 %)"
+    less, more = MINIMISED_WORDS.get(goal.target.value, ("lower", "higher"))
+    return f"{100 * abs(change):.0f} % {less if change > 0 else more}"
+
+
+# What "less" and "more" mean for each minimised target, in the summary's words.
+MINIMISED_WORDS = {"e2e_latency": ("faster", "slower"), "cost_per_million_output_tokens": ("cheaper", "more expensive")}
 
 
 def absolute_text(item: BaselineRatio) -> str:

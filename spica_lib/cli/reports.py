@@ -7,7 +7,9 @@ from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.pools.branches import Branch
 from spica_lib.pools.knobs import branch_knob_choices, combinations
+from spica_lib.predictor.plan import window_warnings
 from spica_lib.replay.stall import STALL_FACTOR
+from spica_lib.results.finish import sample_kind
 
 
 def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
@@ -89,19 +91,28 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
             f"{b} prefill x{s.prefill:.3g}, decode x{s.decode:.3g}" for b, s in calibration.scales.items()
         )
         lines.append(f"  calibrated {scales} (step times; {calibration.file})")
-    lines += [f"  warning    {warning}" for warning in config.sample_size_warnings()]
+    warnings = config.sample_size_warnings() + window_warnings(config, policies.kept)
+    lines += [f"  warning    {warning}" for warning in warnings]
     return "\n".join(lines)
 
 
 def _finish_line(config: SmartSearchConfig) -> str:
     sweep, goal = config.sweep, config.goal
-    if not sweep.finish_samples:
+    kind = sample_kind(config)
+    if kind is None:
         return "none (a Pareto goal, switched off, or every replay here is exact)"
-    draws = any(w.draws_arrivals for w in config.workloads or [config.workload])
-    samples = "fresh arrival samples" if draws else "repeated replays of the KV-router deployments"
+    samples = {
+        "arrival": "fresh arrival samples",
+        "bootstrap": "resamples of the trace (blocks of time)",
+        "holdout": "replays of the held-out traffic",
+        "repeat": "repeated replays of the KV-router deployments",
+    }[kind]
+    most = sweep.finish_max_samples
+    count = f"{sweep.finish_samples}" if most == sweep.finish_samples else f"{sweep.finish_samples} to {most}"
+    margin = goal.equivalence_margin.text() if goal.equivalence_margin is not None else "—"
     return (
-        f"the top {sweep.finish_top} replayed on {sweep.finish_samples} {samples} each, ranked by their "
-        f"{goal.robustness}, with intervals and ties"
+        f"the top {sweep.finish_top} distinct deployments on {count} {samples} each (sequential), ranked by "
+        f"their {goal.robustness}; equivalent within {margin} of the best at 95 %"
     )
 
 

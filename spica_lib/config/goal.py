@@ -123,6 +123,38 @@ class SLATarget(StrictModel):
         return self.seeds_planner or self.e2e_ms is not None
 
 
+# The finish's equivalence margin when none is given: a deployment within 5 % of the best is as good as the best.
+# Why 5 %: the replay's own error against measured silicon is larger than that (docs/fidelity.md), so a gap
+# under it cannot be acted on, and at the spread of paired fresh samples measured in bench/robust_answers.py
+# a 5 % margin is shown within a few looks, where 1-2 % would take far more replays than the search itself.
+DEFAULT_EQUIVALENCE_SHARE = 0.05
+
+
+class EquivalenceMargin(StrictModel):
+    """How far behind the best a deployment may be and still count as equivalent to it: a share of the best
+    deployment's statistic (`relative`) or a value in the goal's own unit (`absolute`). Written as a bare
+    number, it is a share."""
+
+    relative: Number | None = Field(default=None, gt=0, lt=1)
+    absolute: Number | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> EquivalenceMargin:
+        if (self.relative is None) == (self.absolute is None):
+            raise ValueError(
+                "give exactly one of relative (a share of the best deployment's statistic, e.g. 0.05) or "
+                f"absolute (in the goal's unit); got relative={self.relative}, absolute={self.absolute}"
+            )
+        return self
+
+    def of(self, best: float) -> float:
+        """The margin in the goal's unit, next to a best statistic of `best` (signed scores: its size counts)."""
+        return float(self.absolute) if self.absolute is not None else float(self.relative) * abs(best)
+
+    def text(self, unit: str = "") -> str:
+        return f"{100 * self.relative:g} %" if self.relative is not None else f"{self.absolute:g}{unit}"
+
+
 class OptimizationGoal(StrictModel):
     """The objective: a scalar `target`, or `pareto` over `pareto_objectives`."""
 
@@ -138,6 +170,17 @@ class OptimizationGoal(StrictModel):
     # Which statistic of the finish's fresh-sample scores ranks the finished top: their mean (default), their
     # 10th percentile or the worst sample, for a deployment that must hold in a bursty hour. Needs a finish.
     robustness: Literal["mean", "p10", "worst"] | None = None
+    # How close to the best finished deployment another must be shown to be (at 95 %, simultaneously) before a
+    # cheaper one may be recommended in its place (results/confidence.py). Needs a finish; left out:
+    # DEFAULT_EQUIVALENCE_SHARE of the best's statistic.
+    equivalence_margin: EquivalenceMargin | None = None
+
+    @field_validator("equivalence_margin", mode="before")
+    @classmethod
+    def _bare_number_is_a_share(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return {"relative": value}
+        return value
 
     @field_validator("gpu_hour_usd", mode="after")
     @classmethod

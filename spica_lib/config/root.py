@@ -9,7 +9,14 @@ import yaml
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from spica_lib.config.calibration import Calibration, resolve_calibration
-from spica_lib.config.goal import TAIL_REQUESTS, OptimizationGoal, OptimizationTarget, requests_for_percentile
+from spica_lib.config.goal import (
+    DEFAULT_EQUIVALENCE_SHARE,
+    TAIL_REQUESTS,
+    EquivalenceMargin,
+    OptimizationGoal,
+    OptimizationTarget,
+    requests_for_percentile,
+)
 from spica_lib.config.search_space import SearchSpace
 from spica_lib.config.strict import ConfigError, StrictModel, problems_from
 from spica_lib.config.sweep import (
@@ -27,7 +34,9 @@ DEFAULT_FINISH_TOP = 4
 DEFAULT_STRESS_TOP = 3
 DEFAULT_CAPACITY_TOP = 3  # the recommendation and the next two, with an SLA coverage floor
 DEFAULT_STRESS_BAND = 0.15  # the error band of the replay's step times where no measured group says otherwise
-DEFAULT_FINISH_SAMPLES = 6
+# The sequential finish's first look and its cap per deployment (results/sequential.py): looks at 4, 8 and 16.
+DEFAULT_FINISH_SAMPLES = 4
+DEFAULT_FINISH_MAX_SAMPLES = 16
 
 
 class SmartSearchConfig(StrictModel):
@@ -149,31 +158,45 @@ class SmartSearchConfig(StrictModel):
         """The finish replays the top of a ranking on fresh samples: refused where it would change nothing."""
         sweep, goal = self.sweep, self.goal
         why_not = self._why_no_finish()
+        finish_fields = ("finish_top", "finish_samples", "finish_max_samples")
         if why_not is not None:
-            asked = [f"sweep.{name}" for name in ("finish_top", "finish_samples") if getattr(sweep, name) is not None]
-            asked += ["goal.robustness"] if goal.robustness is not None else []
+            asked = [f"sweep.{name}" for name in finish_fields if getattr(sweep, name) is not None]
+            asked += [f"goal.{name}" for name in ("robustness", "equivalence_margin") if getattr(goal, name) is not None]
             asked += self._holdouts()
             if asked:
                 raise ValueError(f"{' and '.join(asked)}: {why_not}")
             return  # left at None: no finish
         if sweep.finish_samples == 0:
-            if sweep.finish_top is not None or goal.robustness is not None or self._holdouts():
+            stray = [f"sweep.{n}" for n in ("finish_top", "finish_max_samples") if getattr(sweep, n) is not None]
+            stray += [f"goal.{n}" for n in ("robustness", "equivalence_margin") if getattr(goal, n) is not None]
+            if stray or self._holdouts():
                 raise ValueError(
-                    "sweep.finish_samples is 0 (no finish), so sweep.finish_top, goal.robustness and a "
-                    "workload holdout have nothing to rank or check: remove them, or give finish_samples"
+                    f"sweep.finish_samples is 0 (no finish), so {', '.join(stray + self._holdouts())} "
+                    "have nothing to rank or check: remove them, or give finish_samples"
                 )
             return
         if self._one_held_out_replay_is_all():
-            if sweep.finish_samples not in (None, 1):
-                raise ValueError(
-                    f"sweep.finish_samples {sweep.finish_samples}: the held-out trace does not change and round "
-                    "robin replays it exactly, so every sample after the first repeats it: give 1, or leave it out"
-                )
-            sweep.finish_samples = 1
+            for name in ("finish_samples", "finish_max_samples"):
+                if getattr(sweep, name) not in (None, 1):
+                    raise ValueError(
+                        f"sweep.{name} {getattr(sweep, name)}: the held-out trace does not change and round robin "
+                        "replays it exactly, so every sample after the first repeats it: give 1, or leave it out"
+                    )
+            sweep.finish_samples = sweep.finish_max_samples = 1
         if sweep.finish_samples is None:
-            sweep.finish_samples = DEFAULT_FINISH_SAMPLES
+            sweep.finish_samples = min(DEFAULT_FINISH_SAMPLES, sweep.finish_max_samples or DEFAULT_FINISH_SAMPLES)
+        if sweep.finish_max_samples is None:
+            sweep.finish_max_samples = max(DEFAULT_FINISH_MAX_SAMPLES, sweep.finish_samples)
+        elif sweep.finish_max_samples < sweep.finish_samples:
+            raise ValueError(
+                f"sweep.finish_max_samples {sweep.finish_max_samples} is below sweep.finish_samples "
+                f"{sweep.finish_samples}, the samples every finished deployment gets first: give at least "
+                f"{sweep.finish_samples}"
+            )
         if sweep.finish_top is None:
             sweep.finish_top = DEFAULT_FINISH_TOP
+        if goal.equivalence_margin is None:
+            goal.equivalence_margin = EquivalenceMargin(relative=DEFAULT_EQUIVALENCE_SHARE)
         if goal.robustness is None:
             goal.robustness = "mean"
         elif goal.robustness != "mean" and sweep.finish_samples < 2:
@@ -193,6 +216,7 @@ class SmartSearchConfig(StrictModel):
         workloads = self.workloads or [self.workload]
         return (
             bool(self._holdouts())
+            and all(w.holdout is not None for w in workloads if w.is_trace_based)  # no trace resampled instead
             and not any(w.draws_arrivals for w in workloads)
             and "kv_router" not in self.search_space.router_mode
         )
@@ -246,11 +270,12 @@ class SmartSearchConfig(StrictModel):
         if self.goal.is_pareto:
             return "the finish ranks the top deployments by fresh scores; a 'pareto' goal has a front, not a ranking"
         workloads = self.workloads or [self.workload]
-        draws = any(w.draws_arrivals for w in workloads)
-        if not draws and not self._holdouts() and "kv_router" not in self.search_space.router_mode:
+        # Fresh traffic exists for open-loop synthetic arrivals, a trace's held-out part and a trace's resamples.
+        fresh = any(w.draws_arrivals or w.is_trace_based for w in workloads)
+        if not fresh and "kv_router" not in self.search_space.router_mode:
             return (
-                "every replay here is exact (the workload has no arrival draw: a closed loop or a trace, and "
-                "round robin breaks no ties), so a fresh sample repeats the search's score: remove it"
+                "every replay here is exact (a closed-loop synthetic workload has no arrival draw and round robin "
+                "breaks no ties), so a fresh sample repeats the search's score: remove it"
             )
         return None
 

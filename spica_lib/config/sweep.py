@@ -51,14 +51,19 @@ class SweepConfig(StrictModel):
     seed: StrictInt = Field(default=0, ge=0)
     algorithm: Algorithm | None = None  # None: chosen from the goal when the config is validated
     top_k: StrictInt = Field(default=3, ge=1)
-    # The finish (results/finish.py): after the last round, the search's top `finish_top` deployments are
-    # replayed on `finish_samples` fresh traffic samples each (new Poisson arrival draws, which also re-roll
-    # the KV router's tie-breaks; on traffic with no arrival draw, repeats of the KV-router deployments),
-    # the same samples for all of them, and ranked by their fresh scores with intervals and ties.
+    # The finish (results/finish.py): after the last round, the search's top `finish_top` distinct deployments are
+    # replayed on at least `finish_samples` fresh traffic samples each (new Poisson arrival draws, which also
+    # re-roll the KV router's tie-breaks; a block bootstrap of a trace; a trace's held-out part; on a closed loop,
+    # repeats of the KV-router deployments), the same samples for all of them, and ranked by their fresh scores
+    # with simultaneous intervals (results/confidence.py).
     # Left out: DEFAULT_FINISH_TOP and DEFAULT_FINISH_SAMPLES where a replay can differ from the search's,
     # none for a Pareto goal or where every replay is exact (set when the config is read). 0 samples: off.
     finish_top: StrictInt | None = Field(default=None, ge=1)
     finish_samples: StrictInt | None = Field(default=None, ge=0)
+    # The finish is sequential (results/sequential.py): it starts with `finish_samples` samples per deployment and
+    # adds samples, doubling, to the deployments still in contention until the recommendation is decided or each
+    # has `finish_max_samples`. Left out: DEFAULT_FINISH_MAX_SAMPLES (at least finish_samples).
+    finish_max_samples: StrictInt | None = Field(default=None, ge=1)
     # Prefix screening (needs goal.sla): replay the first fraction of the workload first; a candidate whose
     # SLA statistic there is already `screen_margin` times its bound is infeasible without the full replay.
     screen_fraction: StrictFloat | None = Field(default=0.2, gt=0, lt=1)

@@ -16,6 +16,7 @@ from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_valida
 
 from spica_lib.config.strict import StrictModel
 from spica_lib.config.trace import TraceFormatError, check_split, scan_trace, split_trace
+from spica_lib.config.trace_resample import resample_trace
 
 Number = StrictInt | StrictFloat
 SYNTHETIC_ONLY = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio", "arrival_seed")
@@ -159,11 +160,19 @@ class Workload(StrictModel):
         return self.model_copy(update={"trace_path": self.holdout.removeprefix(SPLIT_MARK), "holdout": None})
 
     def fresh_sample(self, index: int) -> Workload:
-        """The same traffic on its `index`-th fresh Poisson arrival sample: a seed the search never replays
-        (every fresh seed is above the search's), the same for every deployment."""
-        if not self.draws_arrivals:
-            return self
-        return self.model_copy(update={"arrival_seed": self.arrival_seed + FRESH_SEED_STRIDE * (index + 1)})
+        """The same traffic on its `index`-th fresh sample, the same for every deployment: a Poisson arrival
+        draw the search never replays (every fresh seed is above the search's), or a block-bootstrap
+        resample of a trace without a held-out part (config/trace_resample.py); otherwise the traffic itself."""
+        if self.draws_arrivals:
+            return self.model_copy(update={"arrival_seed": self.arrival_seed + FRESH_SEED_STRIDE * (index + 1)})
+        if self.is_trace_based and self.holdout is None:
+            return self.model_copy(update={"trace_path": resample_trace(self.trace_path, index)})
+        return self
+
+    @property
+    def resamples(self) -> bool:
+        """Whether its fresh samples are resamples of a trace (a trace without a held-out part)."""
+        return self.is_trace_based and self.holdout is None
 
     @property
     def synthetic_arrival_interval_ms(self) -> float:

@@ -93,6 +93,42 @@ def plan_predictor_jobs(config: SmartSearchConfig, kept_policies: list[Composite
     return PredictorPlan(intervals=intervals, reason="swept", jobs=jobs)
 
 
+# A predictor's loss averaged over fewer windows than this says little, and the stage has no winner with none.
+MIN_SCORED_WINDOWS = 3
+
+
+def window_warnings(config: SmartSearchConfig, kept_policies: list[CompositeEntry]) -> list[str]:
+    """Warnings for each throughput interval that leaves the search part of the trace too few windows to score
+    the load predictors on (they need warm-up windows first; scoring.warmup_windows), with the numbers."""
+    from spica_lib.config.trace import scan_trace
+    from spica_lib.predictor.scoring import warmup_windows
+
+    plan = plan_predictor_jobs(config, kept_policies)
+    if plan.reason != "swept":
+        return []
+    workload = config.workload
+    span_s = scan_trace(workload.trace_path).duration_ms / 1000.0
+    held = float(workload.holdout) if isinstance(workload.holdout, int | float) else 0.0
+    searched_s = span_s * (1.0 - held) / float(workload.arrival_speedup_ratio)
+    entries = config.search_space.load_predictor_candidates
+    warmup = warmup_windows(entries)
+    warnings = []
+    for interval in plan.intervals:
+        windows = max(1, math.ceil(searched_s / interval))
+        scored = max(0, windows - warmup)
+        if scored < MIN_SCORED_WINDOWS:
+            part = f"the search part of the trace ({searched_s:.0f} s replayed" + (
+                f", its last {held:g} held out)" if held else ")"
+            )
+            warnings.append(
+                f"the load-predictor stage scores {len(entries)} predictor(s) at a {interval} s interval on {part}: "
+                f"{windows} window(s), {warmup} of them warm-up, {scored} left to score (at least "
+                f"{MIN_SCORED_WINDOWS} wanted; with none it picks no winner and falls back to {FALLBACK}); use a "
+                "longer trace, a smaller holdout or a shorter throughput adjustment interval"
+            )
+    return warnings
+
+
 def merge_scores(plan: PredictorPlan, scores: list[PresetScore]) -> tuple[LoadPredictorResult, list[dict[str, Any]]]:
     """Pick each interval's winner (lowest finite loss; the earlier candidate wins a tie)."""
     if plan.reason != "swept":

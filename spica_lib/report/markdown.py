@@ -8,6 +8,7 @@ from pathlib import Path
 from spica_lib.base.artifacts import read_model
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
+from spica_lib.baselines.compare import comparison_cell
 from spica_lib.report.view import RunView
 from spica_lib.results.merge import CandidateRow, held_out_text, same_result_as
 from spica_lib.trial.describe import describe
@@ -59,7 +60,8 @@ def _head(view: RunView) -> str:
             f"# Spica report — run `{view.validated.run}`",
             "",
             f"- **Model / hardware**: {space.model_name} on {space.hardware_text()}",
-            f"- **Goal**: {'Pareto front of ' if goal.is_pareto else 'maximise '}{target}",
+            f"- **Goal**: {'Pareto front of ' if goal.is_pareto else 'maximise ' if goal.target.maximize else 'minimise '}"
+            f"{target}",
             f"- **SLA**: {', '.join(bounds) if bounds else 'none'}"
             + (" (a hard constraint)" if sla is not None and sla.is_constraint else ""),
             f"- **Search**: {config.sweep.algorithm}, seed {config.sweep.seed}, "
@@ -100,12 +102,12 @@ def _tallies(view: RunView) -> str:
     return "\n".join(lines)
 
 
-def sla_margin(view: RunView, metrics: dict[str, float]) -> str:
-    """How far inside (+) or outside (−) the SLA the tightest bound is, in percent."""
+def sla_margin(view: RunView, metrics: dict[str, float], miss: float | None = None) -> str:
+    """How far inside (+) or outside (−) the SLA the tightest bound is, in percent (`miss`: a mean SLA ratio)."""
     goal = view.config.goal
     if goal.sla is None:
         return "—"
-    return f"{(1.0 - sla_miss(metrics, goal)) * 100:+.0f} %"
+    return f"{(1.0 - (sla_miss(metrics, goal) if miss is None else miss)) * 100:+.0f} %"
 
 
 def _top(view: RunView) -> str:
@@ -113,28 +115,40 @@ def _top(view: RunView) -> str:
     if not rows:
         return "## Top deployments\n\nNo feasible deployment was found."
     title = "Pareto front" if view.config.goal.is_pareto else "Top deployments"
+    finished = any(row.finish is not None and row.finish.statistic is not None for row in rows)
+    statistic = (view.summary.robustness if view.summary is not None else None) or "mean"
+    fresh_head = f" fresh {statistic} |" if finished else ""
     lines = [f"## {title}", "", f"Score: {score_label(view)}. A row marked `= #n` replayed to exactly the "
-             "metrics of row n: the knobs that differ did not bind at this load.", "",
-             "| # | deployment | score | GPUs | SLA margin | TTFT ms | ITL ms | US$/1M tok | selections |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+             "metrics of row n: the knobs that differ did not bind at this load."]  # fmt: skip
+    if finished:
+        lines += ["", "The search score is each row's replay on the search's own traffic sample; the fresh "
+                  f"{statistic} is over the finish's fresh samples, for the finished rows only. For those rows the "
+                  "SLA columns, TTFT and ITL are fresh means too; the others' are the search sample's."]  # fmt: skip
+    lines += ["", f"| # | deployment | search score |{fresh_head} GPUs | within SLA | SLA margin | TTFT ms | ITL ms | "
+              "US$/1M tok | selections |",
+              "|---:|---|---:|" + ("---:|" if finished else "") + "---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     ties = same_result_as(rows)
-    # A finished row's score is its fresh-sample statistic; a row past the finish has only the search's.
-    any_finished = any(row.finish is not None and row.finish.statistic is not None for row in rows)
     for position, (row, tie) in enumerate(zip(rows, ties, strict=True), start=1):
-        record, m = view.records[row.key], row.candidate.metrics
+        record, m = view.records[row.key], dict(row.candidate.metrics)
         name = describe(record.spec) + (f" (= #{tie})" if tie else "")
         if row.binding_workload is not None:
             name += f" · binds: {row.binding_workload}"
-        score = shown(view, row.candidate.score)
-        if row.finish is not None and row.finish.statistic is not None:
-            score = f"{shown(view, row.finish.statistic)} (search: {score})"
-        elif any_finished:
-            score = f"{score} (search only)"
+        fresh, miss = "", None
+        if finished:
+            f = row.finish
+            fresh = f" {shown(view, f.statistic)} |" if f is not None and f.statistic is not None else " — |"
+            if f is not None and f.statistic is not None:
+                m.update(f.metrics)  # the fresh means of what the samples reported
+                miss = f.sla_miss
+        coverage = m.get("sla_coverage")
         lines.append(
-            f"| {position} | {name} | {score} | {row.candidate.used_gpus} | "
-            f"{sla_margin(view, m)} | {_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
+            f"| {position} | {name} | {shown(view, row.candidate.score)} |{fresh} {row.candidate.used_gpus} | "
+            f"{'—' if coverage is None else f'{100 * coverage:.0f} %'} | {sla_margin(view, m, miss)} | "
+            f"{_ms(m.get('mean_ttft_ms'))} | {_ms(m.get('mean_itl_ms'))} | "
             f"{_usd(m.get('cost_per_million_output_tokens'))} | {row.selections} |"
         )
+    if view.summary is not None and view.summary.coverage_warning:
+        lines += ["", f"**Warning**: {view.summary.coverage_warning}."]
     lines += _finish_section(view, rows)
     return "\n".join(lines)
 
@@ -155,16 +169,21 @@ def _capacity(view: RunView) -> str:
     lines = ["## Capacity", "",
              f"The highest load each keeps within the SLA ({rule}), by replays with the arrivals sped up from "
              f"the offered {offered} (bisection to 10 %; latency against load in capacity.png).", "",
-             "| # | deployment | serves up to | headroom | breaks at | replays |",
-             "|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+             "| # | deployment | serves up to | headroom | breaks at | replays | confirmed on fresh samples |",
+             "|---:|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for index, d in enumerate(capacity.deployments):
         at_least = "≥ " if d.broke_at_factor is None else ""
         serves = f"{at_least}{d.capacity_factor * capacity.offered_rps:.3g} req/s" if capacity.offered_rps else "—"
         broke = f"{d.broke_at_factor:.3g}×" if d.broke_at_factor is not None else "—"
         row = deployments.get(d.key)
         shown_as = describe(view.records[d.key].spec) if row is not None else d.key[:12]
+        met, replayed = d.confirmation(d.capacity_factor)
+        confirmed = f"met {met}/{replayed}" if replayed else "—"
+        if d.broke_at_factor is not None and replayed:
+            still, above = d.confirmation(d.broke_at_factor)
+            confirmed += f"; {d.broke_at_factor:.3g}× missed {above - still}/{above}"
         lines.append(f"| {rank.get(d.key, '?')} | {shown_as} | {serves} | {at_least}{100 * d.headroom:.0f} % | "
-                     f"{broke} | {len(d.points) - 1} |")  # fmt: skip
+                     f"{broke} | {len(d.points) - 1 + len(d.confirmed)} | {confirmed} |")  # fmt: skip
     lines += ["", f"The recommendation {capacity.sentence(0)}."]
     return "\n".join(lines)
 
@@ -180,6 +199,8 @@ def _stress(view: RunView) -> str:
              f"{stress.band:.0%} slower or faster than simulated (score: {score_label(view)}).", "",
              "| step times | " + " | ".join(f"#{i + 1}" for i in range(len(keys))) + " | first |",
              "|---|" + "---:|" * len(keys) + "---|"]  # fmt: skip
+    unperturbed = [shown(view, stress.unperturbed[k]) if stress.unperturbed.get(k) is not None else "—" for k in keys]
+    lines.append("| as simulated | " + " | ".join(unperturbed) + " | — |")
     perturbations = list(dict.fromkeys(score.perturbation for score in stress.scores))
     for p in perturbations:
         under = {score.key: score for score in stress.scores if score.perturbation == p}
@@ -198,11 +219,11 @@ def _baselines(view: RunView) -> str:
     if summary is None or not summary.baselines:
         return ""
     lines = ["## Baselines", "", f"Score: {score_label(view)}, each replayed on the search's workload and SLA.", "",
-             "| baseline | deployment | score | GPUs | goodput tok/s | US$/1M tok | winner's ratio | note |",
+             "| baseline | deployment | score | GPUs | goodput tok/s | US$/1M tok | the winner | note |",
              "|---|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
     for item in summary.baselines:
         score = shown(view, item.score) if item.score is not None else "—"
-        ratio = f"{item.ratio:.2f}×" if item.ratio is not None else "—"
+        ratio = comparison_cell(item, view.config.goal)
         goodput = f"{item.goodput_tok_s:.0f}" if item.goodput_tok_s is not None else "—"
         cost = f"{item.cost_per_million_usd:.3g}" if item.cost_per_million_usd is not None else "—"
         lines.append(
@@ -213,7 +234,7 @@ def _baselines(view: RunView) -> str:
 
 
 def _finish_section(view: RunView, rows: list[CandidateRow]) -> list[str]:
-    """The finished top on fresh samples: how far behind the leader each is, with its interval, and the ties."""
+    """The finished top on fresh samples: each one's verdict against the best, with its simultaneous bounds."""
     finished = [row.finish for row in rows if row.finish is not None]
     summary = view.summary
     if not finished or summary is None or not summary.finish_samples:
@@ -221,28 +242,31 @@ def _finish_section(view: RunView, rows: list[CandidateRow]) -> list[str]:
     statistic = {"mean": "mean", "p10": "10th percentile", "worst": "worst sample"}[summary.robustness or "mean"]
     kind = {
         "arrival": "fresh traffic samples (new arrival draws)",
+        "bootstrap": "resamples of the trace (blocks of its time drawn with replacement)",
         "holdout": "the held-out traffic (never replayed by the search)",
     }.get(summary.finish_kind or "", "repeated replays")
-    samples = summary.finish_samples
-    replayed = {
-        "arrival": f"on the same {samples} fresh traffic samples, none of them the search's own",
-        "holdout": "on the held-out traffic, which the search never replayed"
-        + (f" ({samples} times each for a KV router, whose tie-breaks differ)" if samples > 1 else ""),
-    }.get(summary.finish_kind or "", f"{samples} more times on the search's traffic (a KV router's tie-breaks differ)")
+    low, high = summary.finish_samples_min, summary.finish_samples
+    count = f"{high}" if low == high else f"{low} to {high}"
     lines = ["", f"### On {kind}", "",
-             f"The top {len(finished)} were replayed {replayed}; the score above is their {statistic} (the "
-             "search's in brackets). \"Behind\" is the leader's score minus this one's, in the goal's unit, with "
-             "its 95 % interval from the paired samples; P(best) is how often it leads when the samples are "
-             "redrawn.", "",
-             "| # | behind the leader | 95 % interval | tied | P(best) | feasible samples | sd |",
-             "|---:|---:|---|---|---:|---:|---:|"]  # fmt: skip
+             f"The top {len(finished)} distinct deployments were replayed on {count} samples each, the same samples "
+             f"for all (a sequential finish: {summary.finish_stopped or 'one look'}). \"Behind the leader\" is the "
+             f"leader's {statistic} minus this one's, in the goal's unit. The bounds are on how far each is behind "
+             "the best of the others, simultaneous at 95 % for the whole table (Hsu's multiple comparisons with "
+             "the best, Bonferroni over the comparisons and the looks). *equivalent*: shown within the margin "
+             f"({summary.equivalence_margin}) of the best; *behind*: shown worse than the best; *undecided*: "
+             "neither, which is not a tie. P(best) is the share of resamples of the samples in which it leads "
+             "(ties split).", "",
+             "| # | verdict | behind the leader | bounds on the gap to the best | P(best) | feasible samples | sd |",
+             "|---:|---|---:|---|---:|---:|---:|"]  # fmt: skip
     for position, rank in enumerate(finished, start=1):
-        interval = "—" if rank.behind_low is None or rank.leader else f"{rank.behind_low:+.4g} to {rank.behind_high:+.4g}"
+        low_text = "−∞" if rank.behind_low is None else f"{rank.behind_low:+.4g}"
+        high_text = "+∞" if rank.behind_high is None else f"{rank.behind_high:+.4g}"
+        bounds = "—" if rank.verdict in ("missed", "unscored") else f"{low_text} to {high_text}"
         behind = "leader" if rank.leader else ("—" if rank.behind is None else f"{rank.behind:.4g}")
         sd = "—" if rank.sd is None else f"{rank.sd:.3g}"
+        verdict = rank.verdict + (" (recommended)" if rank.recommended else "")
         lines.append(
-            f"| {position} | {behind} | {interval} | {'yes' if rank.tied else 'no'} | {rank.p_best:.0%} | "
-            f"{rank.scored}/{rank.samples} | {sd} |"
+            f"| {position} | {verdict} | {behind} | {bounds} | {rank.p_best:.0%} | {rank.scored}/{rank.samples} | {sd} |"
         )
     lines += ["", summary.finish_note or ""]
     if summary.finish_kind == "holdout":

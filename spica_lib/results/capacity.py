@@ -12,6 +12,11 @@ the offered load. Every replayed point is kept, so the report can draw latency a
 
 Each step depends on the last, so the deployments are bisected side by side: one batch of replays
 (one per deployment still open) per step.
+
+A bisection step is one replay on one traffic sample, so the bracket it closes is noisy. The load it
+reports, and the step above it, are then confirmed on CONFIRM_SAMPLES fresh samples each (the
+finish's kind of fresh sample: new arrival draws, trace resamples, the held-out part): the sentence
+says on how many of them the reported load met the SLA and the step above missed it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SmartSearchConfig, Workload
 from spica_lib.pools.estimate import traffic_of
+from spica_lib.results.finish import SAMPLE_SEPARATOR
 from spica_lib.trial.screen import screen_plan
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec, TrialStatus
 
@@ -31,6 +37,8 @@ MAX_FACTOR = 16.0  # the highest load factor tried: a deployment that still meet
 RESOLUTION = 1.1  # the bracket is closed once its ends are within 10 % of each other
 MAX_STEPS = 4 + 4  # doublings to MAX_FACTOR, then bisections down to RESOLUTION (for the job's time limit)
 CURVE_METRICS = ("mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "sla_coverage")
+CONFIRM_SAMPLES = 3  # fresh samples the reported load and the step above it are replayed on
+MAX_REPLAYS = MAX_STEPS + 2 * CONFIRM_SAMPLES  # per deployment, for the job's time limit
 
 
 class LoadPoint(BaseModel):
@@ -55,6 +63,13 @@ class DeploymentCapacity(BaseModel):
     points: list[LoadPoint] = Field(default_factory=list)  # by factor
     capacity_factor: float = 1.0  # the highest factor that met the SLA
     broke_at_factor: float | None = None  # the lowest factor above it that missed (None: none up to MAX_FACTOR)
+    # The confirmation on fresh samples: how many met the SLA at capacity_factor, and missed it at broke_at_factor.
+    confirmed: list[LoadPoint] = Field(default_factory=list)
+
+    def confirmation(self, factor: float) -> tuple[int, int]:
+        """(fresh samples that met the SLA at `factor`, fresh samples replayed there)."""
+        points = [p for p in self.confirmed if p.factor == factor]
+        return sum(p.meets_sla for p in points), len(points)
 
     @property
     def headroom(self) -> float:
@@ -80,14 +95,28 @@ class CapacityResult(BaseModel):
         factor = d.capacity_factor
         rate = f"{factor * self.offered_rps:.3g} req/s" if self.offered_rps else f"{factor:.3g}x the load"
         if d.capacity_factor <= 1.0 and d.broke_at_factor is not None:
-            return (
+            text = (
                 f"serves the offered {rate} within the SLA with under {100 * (d.broke_at_factor - 1):.0f} % headroom "
                 f"({d.broke_at_factor:.3g}x the load misses it)"
             )
-        return (
-            f"serves up to {at_least}{rate} within the SLA; {at_least}{100 * d.headroom:.0f} % headroom "
-            "over the offered load"
-        )
+        else:
+            text = (
+                f"serves up to {at_least}{rate} within the SLA; {at_least}{100 * d.headroom:.0f} % headroom "
+                "over the offered load"
+            )
+        return text + _confirmation_text(d)
+
+
+def _confirmation_text(d: DeploymentCapacity) -> str:
+    met, replayed = d.confirmation(d.capacity_factor)
+    if not replayed:
+        return " (one replay per load, not confirmed on fresh samples)"
+    held = f"met on {met} of {replayed} fresh samples" + ("" if met == replayed else ": NOT confirmed")
+    text = f" ({d.capacity_factor:.3g}x the load {held}"
+    if d.broke_at_factor is not None:
+        still, above = d.confirmation(d.broke_at_factor)
+        text += f"; {d.broke_at_factor:.3g}x missed on {above - still} of {above}"
+    return text + ")"
 
 
 def offered_rate(workload: Workload) -> float | None:
@@ -178,4 +207,19 @@ def bisect_capacity(
             points[key].append(found)
             if on_point is not None:
                 on_point(key, found)
-    return CapacityResult(offered_rps=offered_rps(config), deployments=[settle(k, p) for k, p in points.items()])
+    settled = [settle(k, p) for k, p in points.items()]
+    confirm = {
+        f"{d.key}{CAPACITY_SEPARATOR}{factor:g}{SAMPLE_SEPARATOR}{i}": (d.key, factor, spec.on_fresh_sample(i))
+        for d in settled
+        for factor in [d.capacity_factor, *([d.broke_at_factor] if d.broke_at_factor is not None else [])]
+        for spec in [at_load(config, top[d.key].spec, factor)]
+        for i in range(CONFIRM_SAMPLES)
+    }
+    results = replay({name: spec for name, (_, _, spec) in confirm.items()}) if confirm else {}
+    by_key = {d.key: d for d in settled}
+    for name, (key, factor, spec) in confirm.items():
+        found = point(factor, spec, results[name])
+        by_key[key].confirmed.append(found)
+        if on_point is not None:
+            on_point(key, found)
+    return CapacityResult(offered_rps=offered_rps(config), deployments=settled)

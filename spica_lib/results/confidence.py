@@ -1,36 +1,55 @@
-"""Ranking the finished top by its fresh samples: statistic, interval to the leader, ties, probability of being best.
+"""Which finished deployment to recommend, and what its fresh samples show, as claims made for the family.
 
-Each finished deployment has a score on the same fresh samples (results/finish.py), so two of them
+Each finished deployment has scores on the same fresh samples (results/finish.py), so two of them
 are compared sample by sample. The statistic is `goal.robustness`: the mean (default), the 10th
 percentile or the worst sample.
 
-- The **leader** has the best statistic among the deployments that held on every sample (feasible
-  on each); one that missed on some sample ranks after all that held.
-- **Behind the leader**: the leader's statistic minus this one's, in the goal's unit (positive:
-  worse), with a 95 % interval from the paired samples: Student's t on the per-sample differences for
-  the mean, a paired bootstrap of the statistic's difference for p10 and worst.
-- **Tied**: the interval contains 0, or there are too few samples for one. Two deployments that replay
-  exactly on traffic that does not change (round robin on a trace's held-out part) differ by a fact:
-  their interval is a point, tied only when they score the same. The leader is in its own
-  tie set. Among the tie set the **recommendation** is the one with the fewest GPUs, then the lowest
-  cost (US$ per million tokens when priced, else average GPUs), then the best statistic.
-- **P(best)**: how often each has the best statistic when the samples are drawn again with
-  replacement (a paired bootstrap, fixed seed: the same files give the same numbers).
+1. **Held first.** The contenders are the deployments that met the SLA on the largest share of their
+   samples (every sample, when any did); the others rank after them, by that share, then by the
+   statistic. A recommendation that missed a sample is said to have missed it.
+2. **Simultaneous bounds.** For each contender i, bounds on how far it is behind the best of the
+   others, max_j mu_j - mu_i: from the paired comparison with each other contender j, one-sided
+   bounds on stat_j - stat_i, and the bounds are [max_j lower_ij, max_j upper_ij]. The upper bounds
+   are Hsu's multiple comparisons with the best (they need only the K - 1 comparisons with the true
+   best): each at (alpha / 2) / ((K - 1) L). The lower bounds must hold when several deployments
+   are equal, so they cover every ordered pair: each at (alpha / 2) / (K (K - 1) L). Bonferroni,
+   with L the looks the sequential finish may take (results/sequential.py): every claim below
+   holds at 95 % for the whole family, whichever look stopped. Pair bounds: Student's t on the
+   per-sample differences for the mean, a paired bootstrap of the statistic's difference for p10
+   and worst; two exact deployments (round robin on traffic that does not change) differ by a
+   fact, a bound of one point; fewer than 2 paired samples bound nothing.
+3. **Verdicts.** A contender is *behind* when its lower bound is above 0 (shown worse than the best;
+   `beyond_margin` when it is above the margin too); *equivalent* when its upper bound is at most
+   the equivalence margin (`goal.equivalence_margin`, a
+   share of the leader's statistic or a value in the goal's unit): shown within the margin of the
+   best, whichever that is; otherwise *undecided*. "Not separated" is not equivalence.
+4. **The recommendation.** Among the equivalent contenders: the fewest GPUs, then the lowest cost
+   (US$ per million tokens when priced, else average GPUs; costs within COST_TOLERANCE of each
+   other are equal), then the higher statistic. When none is shown equivalent, the **leader** (the
+   best statistic) is recommended, and the sentence says that nothing was shown.
+5. **P(best)**: the share of paired bootstrap resamples of the samples in which a deployment has
+   the best statistic, a tie split evenly between those that tie (fixed seed: the same files give
+   the same numbers).
 """
 
 from __future__ import annotations
 
 import math
+import functools
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from spica_lib.config.goal import DEFAULT_EQUIVALENCE_SHARE, EquivalenceMargin
 from spica_lib.results.finish import FinishedDeployment, FinishResult
 
-CONFIDENCE = 0.95
-BOOTSTRAP_DRAWS = 2000
+CONFIDENCE = 0.95  # for the family of claims of one finish
+BOOTSTRAP_DRAWS = 4000  # enough draws that a tail of alpha / ((K - 1) L) holds a few dozen of them
 BOOTSTRAP_SEED = 0
+COST_TOLERANCE = 0.01  # costs within 1 % are equal (average GPUs of 2.9999999999999964 and 3.0 are one cost)
+Verdict = Literal["equivalent", "behind", "undecided", "missed", "unscored"]
 
 
 class FinishedRank(BaseModel):
@@ -45,16 +64,25 @@ class FinishedRank(BaseModel):
     sd: float | None
     worst: float | None
     scored: int  # samples it was feasible on
-    samples: int
+    samples: int  # samples it was given
     held: bool
     behind: float | None = None  # the leader's statistic minus this one's (0 for the leader)
-    behind_low: float | None = None  # its 95 % interval (None: too few paired samples)
+    # Simultaneous 95 % bounds on how far it is behind the best of the others (None: not bounded that way).
+    behind_low: float | None = None
     behind_high: float | None = None
-    tied: bool = False  # cannot be told apart from the leader
+    verdict: Verdict = "undecided"
+    beyond_margin: bool = False  # shown more than the equivalence margin behind the best
     p_best: float = 0.0
     leader: bool = False
     recommended: bool = False
     failed_samples: list[str] = []
+    # Means over its fresh samples: the SLA's worst ratio to its bound, and the sample metrics (results/finish.py).
+    sla_miss: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+    @property
+    def equivalent(self) -> bool:
+        return self.verdict == "equivalent"
 
 
 class FinishVerdict(BaseModel):
@@ -63,10 +91,17 @@ class FinishVerdict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     robustness: str
-    samples: int
     kind: str
+    samples_min: int
+    samples_max: int
+    margin: float | None = None  # the equivalence margin in the goal's unit
+    margin_text: str | None = None
     ranks: list[FinishedRank]
     sentence: str
+    # Whether more samples could still change the recommendation (an undecided contender it would yield to).
+    decided: bool = True
+    open_keys: list[str] = Field(default_factory=list)  # the contenders still undecided that could change it
+    contender_keys: list[str] = Field(default_factory=list)  # not shown behind: they get the next look's samples
     # Kendall's tau between the search's order of the finished top and their order on fresh samples
     # (1: the same order; None with fewer than 2, or when either order is all ties).
     kendall_tau: float | None = None
@@ -79,49 +114,135 @@ class FinishVerdict(BaseModel):
 
 
 def statistic(scores: Sequence[float], robustness: str) -> float:
-    values = np.asarray(scores, dtype=float)
+    return float(statistics_along(np.asarray(scores, dtype=float), robustness))
+
+
+def statistics_along(values: np.ndarray, robustness: str) -> np.ndarray:
+    """`goal.robustness` of the samples along the last axis (one value per row of resampled scores)."""
     if robustness == "worst":
-        return float(values.min())
+        return values.min(axis=-1)
     if robustness == "p10":
-        return float(np.percentile(values, 10))
-    return float(values.mean())
+        return np.percentile(values, 10, axis=-1)
+    return values.mean(axis=-1)
 
 
 def judge(finish: FinishResult) -> FinishVerdict:
     """The finished top ranked by its fresh samples (see the module docstring)."""
-    deployments = [d for d in finish.deployments if d.scores]
+    robustness = finish.robustness
+    scored = [d for d in finish.deployments if d.scores]
     unscored = [d for d in finish.deployments if not d.scores]
-    if not deployments:
-        ranks = [_rank(d, finish.robustness) for d in unscored]
+    low, high = finish.samples_used
+    base = {"robustness": robustness, "kind": finish.kind or "", "samples_min": low, "samples_max": high}
+    if not scored:
+        ranks = [_rank(d, robustness, "unscored") for d in unscored]
         return FinishVerdict(
-            robustness=finish.robustness, samples=finish.samples, kind=finish.kind or "", ranks=ranks,
-            sentence=f"No top deployment was feasible on any of the {finish.samples} fresh samples.",
+            **base, ranks=ranks, decided=True,
+            sentence=f"No top deployment was feasible on any of its {_samples_words(finish)}.",
         )  # fmt: skip
-    held = [d for d in deployments if d.held] or deployments
-    stat = {d.key: statistic(d.scores, finish.robustness) for d in deployments}
-    leader = max(held, key=lambda d: (stat[d.key], -d.used_gpus))
-    ranks = {d.key: _rank(d, finish.robustness) for d in deployments}
-    for d in held:
-        ranks[d.key] = _against(ranks[d.key], d, leader, finish.robustness)
-    for key, p in _p_best(held, finish.robustness).items():
+    stat = {d.key: statistic(d.scores, robustness) for d in scored}
+    best_share = max(d.held_share for d in scored)
+    contenders = [d for d in scored if d.held_share == best_share]
+    leader = max(contenders, key=lambda d: (stat[d.key], -d.used_gpus))
+    margin = (finish.margin or EquivalenceMargin(relative=DEFAULT_EQUIVALENCE_SHARE)).of(stat[leader.key])
+    bounds = _behind_the_best(contenders, robustness, looks=max(1, len(finish.looks)))
+    ranks: dict[str, FinishedRank] = {}
+    for d in contenders:
+        lower, upper = bounds.get(d.key, (None, None))
+        verdict: Verdict = "undecided"
+        if upper is not None and upper <= margin:
+            verdict = "equivalent"
+        elif lower is not None and lower > 0:
+            verdict = "behind"
+        ranks[d.key] = _rank(d, robustness, verdict).model_copy(
+            update={"behind": stat[leader.key] - stat[d.key], "behind_low": lower, "behind_high": upper,
+                    "leader": d.key == leader.key, "beyond_margin": lower is not None and lower > margin}
+        )  # fmt: skip
+    if len(contenders) == 1:
+        ranks[leader.key].verdict = "equivalent"  # nothing else held as often: the best of one, with no interval
+    for key, p in _p_best(contenders, robustness).items():
         ranks[key].p_best = p
-    tie_set = [d for d in held if ranks[d.key].tied]
-    chosen = min(tie_set, key=lambda d: (d.used_gpus, d.cost, -stat[d.key]))
+    equivalent = [d for d in contenders if ranks[d.key].equivalent]
+    chosen = _preferred(equivalent, stat) if equivalent else leader
     ranks[chosen.key].recommended = True
-    rest = sorted(
-        (d for d in held if d.key != chosen.key), key=lambda d: (-stat[d.key], d.used_gpus)
-    )  # then those that missed on some sample
-    missed = sorted((d for d in deployments if d not in held), key=lambda d: -stat[d.key])
-    order = [ranks[d.key] for d in [chosen, *rest, *missed]] + [_rank(d, finish.robustness) for d in unscored]
+    undecided = [d for d in contenders if ranks[d.key].verdict == "undecided"]
+    open_ = [d for d in undecided if not equivalent or _prefers(d, chosen, stat)]
+    rest = sorted((d for d in contenders if d.key != chosen.key), key=lambda d: (-stat[d.key], d.used_gpus))
+    missed = sorted((d for d in scored if d not in contenders), key=lambda d: (-d.held_share, -stat[d.key]))
+    order = [ranks[d.key] for d in [chosen, *rest]]
+    order += [_rank(d, robustness, "missed") for d in missed] + [_rank(d, robustness, "unscored") for d in unscored]
+    deployments = {d.key: d for d in finish.deployments}
+    text = (finish.margin or EquivalenceMargin(relative=DEFAULT_EQUIVALENCE_SHARE)).text()
     return FinishVerdict(
-        robustness=finish.robustness,
-        samples=finish.samples,
-        kind=finish.kind or "",
+        **base,
+        margin=margin,
+        margin_text=text,
         ranks=order,
-        sentence=_sentence(order, finish, {d.key: d for d in finish.deployments}),
-        kendall_tau=_kendall_tau(deployments, stat),
+        decided=not open_,
+        open_keys=[d.key for d in open_],
+        contender_keys=[d.key for d in contenders if ranks[d.key].verdict != "behind"],
+        sentence=_sentence(order, finish, deployments, text, stat[leader.key]),
+        kendall_tau=_kendall_tau(scored, stat),
         recommended_meets_sla=_meets_sla(chosen),
     )
+
+
+def _preferred(candidates: list[FinishedDeployment], stat: dict[str, float]) -> FinishedDeployment:
+    """Fewest GPUs, then the lowest cost (within COST_TOLERANCE: equal), then the higher statistic."""
+    fewest = min(d.used_gpus for d in candidates)
+    pool = [d for d in candidates if d.used_gpus == fewest]
+    cheapest = min(d.cost for d in pool)
+    pool = [d for d in pool if d.cost <= cheapest + COST_TOLERANCE * abs(cheapest)]
+    return max(pool, key=lambda d: stat[d.key])
+
+
+def _prefers(a: FinishedDeployment, b: FinishedDeployment, stat: dict[str, float]) -> bool:
+    """Would `a` be recommended over `b` were both shown equivalent?"""
+    return _preferred([b, a], stat).key == a.key and a.key != b.key
+
+
+def _behind_the_best(
+    contenders: list[FinishedDeployment], robustness: str, looks: int
+) -> dict[str, tuple[float | None, float | None]]:
+    """Per contender, simultaneous (lower, upper) bounds on max_j mu_j - mu_i (None: unbounded that way).
+
+    Half the family's error goes to each side. The upper bounds need only the K - 1 comparisons with
+    the true best (Hsu's MCB), so each pair's upper bound is at (alpha / 2) / ((K - 1) L). A lower
+    bound above 0 claims that some other is better, which must hold even when several are equal, so
+    the lower bounds cover every ordered pair: (alpha / 2) / (K (K - 1) L) each.
+    """
+    count = len(contenders)
+    if count < 2:
+        return {}
+    upper_alpha = (1 - CONFIDENCE) / 2 / ((count - 1) * looks)
+    lower_alpha = (1 - CONFIDENCE) / 2 / (count * (count - 1) * looks)
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for d in contenders:
+        others = [other for other in contenders if other.key != d.key]
+        lower = max(_pair_bounds(d, other, robustness, lower_alpha)[0] for other in others)
+        upper = max(_pair_bounds(d, other, robustness, upper_alpha)[1] for other in others)
+        out[d.key] = (lower if math.isfinite(lower) else None, upper if math.isfinite(upper) else None)
+    return out
+
+
+def _pair_bounds(a: FinishedDeployment, b: FinishedDeployment, robustness: str, alpha: float) -> tuple[float, float]:
+    """One-sided bounds, each at level 1 - alpha, on stat(b) - stat(a), from the samples both were feasible on."""
+    ours, theirs = _paired(a, b)
+    if a.exact and b.exact and len(ours):
+        gap = statistic(theirs, robustness) - statistic(ours, robustness)
+        return gap, gap  # two exact replays of the same traffic: their difference is a fact
+    n = len(ours)
+    if n < 2:
+        return -math.inf, math.inf
+    if robustness == "mean":
+        from scipy.stats import t
+
+        differences = theirs - ours
+        half = float(t.ppf(1 - alpha, n - 1)) * float(differences.std(ddof=1)) / math.sqrt(n)
+        centre = float(differences.mean())
+        return centre - half, centre + half
+    draws = _draws(n)
+    gaps = statistics_along(theirs[draws], robustness) - statistics_along(ours[draws], robustness)
+    return float(np.quantile(gaps, alpha)), float(np.quantile(gaps, 1 - alpha))
 
 
 def _kendall_tau(deployments: list[FinishedDeployment], stat: dict[str, float]) -> float | None:
@@ -141,8 +262,9 @@ def _meets_sla(d: FinishedDeployment) -> bool | None:
     return d.held and max(misses) <= 1.0
 
 
-def _rank(d: FinishedDeployment, robustness: str) -> FinishedRank:
+def _rank(d: FinishedDeployment, robustness: str, verdict: Verdict) -> FinishedRank:
     scores = d.scores
+    names = sorted({name for s in d.samples for name in s.metrics})
     return FinishedRank(
         key=d.key,
         search_score=d.search_score,
@@ -153,7 +275,10 @@ def _rank(d: FinishedDeployment, robustness: str) -> FinishedRank:
         scored=len(scores),
         samples=len(d.samples),
         held=d.held,
+        verdict=verdict,
         failed_samples=d.failed_samples,
+        sla_miss=d.sla_miss_mean,
+        metrics={name: value for name in names if (value := d.metric_mean(name)) is not None},
     )
 
 
@@ -165,75 +290,125 @@ def _paired(a: FinishedDeployment, b: FinishedDeployment) -> tuple[np.ndarray, n
     return np.array([mine[i] for i in both], dtype=float), np.array([theirs[i] for i in both], dtype=float)
 
 
-def _against(rank: FinishedRank, d: FinishedDeployment, leader: FinishedDeployment, robustness: str) -> FinishedRank:
-    if d.key == leader.key:
-        return rank.model_copy(update={"behind": 0.0, "behind_low": 0.0, "behind_high": 0.0, "tied": True, "leader": True})
-    ours, theirs = _paired(leader, d)
-    behind = statistic(leader.scores, robustness) - statistic(d.scores, robustness)
-    # Two exact replays of the same traffic differ by exactly this much: an interval of one point.
-    interval = (behind, behind) if leader.exact and d.exact else _interval(ours, theirs, robustness)
-    tied = interval is None or interval[0] <= 0.0 <= interval[1]
-    low, high = interval if interval is not None else (None, None)
-    return rank.model_copy(update={"behind": behind, "behind_low": low, "behind_high": high, "tied": tied})
-
-
-def _interval(leader: np.ndarray, other: np.ndarray, robustness: str) -> tuple[float, float] | None:
-    """95 % interval of leader − other on paired samples; None with fewer than 2 pairs."""
-    n = len(leader)
-    if n < 2:
-        return None
-    if robustness == "mean":
-        from scipy.stats import t
-
-        differences = leader - other
-        half = float(t.ppf(0.5 + CONFIDENCE / 2, n - 1)) * float(differences.std(ddof=1)) / math.sqrt(n)
-        centre = float(differences.mean())
-        return centre - half, centre + half
-    draws = _draws(n)
-    gaps = [statistic(leader[i], robustness) - statistic(other[i], robustness) for i in draws]
-    tail = (1 - CONFIDENCE) / 2 * 100
-    return float(np.percentile(gaps, tail)), float(np.percentile(gaps, 100 - tail))
-
-
+@functools.cache
 def _draws(n: int) -> np.ndarray:
-    return np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(BOOTSTRAP_DRAWS, n))
+    draws = np.random.default_rng(BOOTSTRAP_SEED).integers(0, n, size=(BOOTSTRAP_DRAWS, n))
+    draws.flags.writeable = False  # shared between calls
+    return draws
 
 
-def _p_best(held: list[FinishedDeployment], robustness: str) -> dict[str, float]:
-    """Share of paired bootstrap draws of the samples in which each has the best statistic (fewer GPUs on ties)."""
-    indices = sorted(set.intersection(*({s.index for s in d.samples if s.status == "feasible"} for d in held)))
+def _p_best(contenders: list[FinishedDeployment], robustness: str) -> dict[str, float]:
+    """Share of paired bootstrap draws of the common samples in which each has the best statistic (ties split)."""
+    feasible = [{s.index for s in d.samples if s.status == "feasible"} for d in contenders]
+    indices = sorted(set.intersection(*feasible))
     if not indices:
         return {}
-    table = np.array([[next(s.score for s in d.samples if s.index == i) for i in indices] for d in held], dtype=float)
-    wins = dict.fromkeys((d.key for d in held), 0)
-    for draw in _draws(len(indices)):
-        values = [statistic(row[draw], robustness) for row in table]
-        best = max(range(len(held)), key=lambda j: (values[j], -held[j].used_gpus))
-        wins[held[best].key] += 1
-    return {key: count / BOOTSTRAP_DRAWS for key, count in wins.items()}
+    table = np.array([[next(s.score for s in d.samples if s.index == i) for i in indices] for d in contenders])
+    values = statistics_along(table[:, _draws(len(indices))], robustness)  # contenders x draws
+    best = values == values.max(axis=0)
+    wins = (best / best.sum(axis=0)).sum(axis=1)
+    return {d.key: float(w) / BOOTSTRAP_DRAWS for d, w in zip(contenders, wins, strict=True)}
 
 
-def _sentence(order: list[FinishedRank], finish: FinishResult, deployments: dict[str, FinishedDeployment]) -> str:
-    plural = "s" if finish.samples != 1 else ""
-    samples = {
-        "repeat": f"{finish.samples} repeated replay{plural}",
-        "holdout": f"{finish.samples} replay{plural} of the held-out traffic",
-    }.get(finish.kind or "", f"{finish.samples} fresh sample{plural}")
-    tied = [position for position, r in enumerate(order, start=1) if r.tied]
-    if len(tied) <= 1:
-        return f"#1 is ahead of every other finished deployment on {samples} (each 95 % interval excludes 0)."
-    names = ", ".join(f"#{p}" for p in tied[:-1]) + f" and #{tied[-1]}"
-    first, leader = order[0], next(r for r in order if r.leader)
-    if first.leader:
-        why = "it is also the leader"
-        if all(deployments[first.key].used_gpus <= deployments[order[p - 1].key].used_gpus for p in tied):
-            why = "it has the best score and no more GPUs than the others"
-    else:
-        fewer = deployments[leader.key].used_gpus - deployments[first.key].used_gpus
-        position = order.index(leader) + 1
-        why = (
-            f"it uses {fewer} GPU{'s' if fewer != 1 else ''} fewer than #{position}, the best on these samples"
-            if fewer > 0
-            else f"it costs less than #{position}, the best on these samples"
+SAMPLE_WORDS = {
+    "arrival": "fresh samples",
+    "bootstrap": "resamples of the trace",
+    "holdout": "replays of the held-out traffic",
+    "repeat": "repeated replays",
+}
+
+
+def _samples_words(finish: FinishResult) -> str:
+    low, high = finish.samples_used
+    count = f"{low}" if low == high else f"{low}-{high}"
+    words = SAMPLE_WORDS.get(finish.kind or "", "fresh samples")
+    return f"{count} {words if high != 1 else words.replace('samples', 'sample').replace('replays', 'replay')}"
+
+
+def _names(positions: list[int]) -> str:
+    named = [f"#{p}" for p in positions]
+    return named[0] if len(named) == 1 else ", ".join(named[:-1]) + f" and {named[-1]}"
+
+
+def _share(value: float, best: float) -> str:
+    return f"{100 * value / abs(best):.1f} %" if best else f"{value:.4g}"
+
+
+def _why_preferred(chosen: FinishedDeployment, other: FinishedDeployment) -> str:
+    if chosen.used_gpus < other.used_gpus:
+        return "uses fewer GPUs"
+    if chosen.cost < other.cost - COST_TOLERANCE * abs(other.cost):
+        return "costs less"
+    return "has the better statistic at the same GPUs and cost"
+
+
+def _sentence(
+    order: list[FinishedRank],
+    finish: FinishResult,
+    deployments: dict[str, FinishedDeployment],
+    margin_text: str,
+    best: float,
+) -> str:
+    """What was shown about the recommendation and the others, and what was not."""
+    samples = _samples_words(finish)
+    first = order[0]
+    contenders = [r for r in order if r.verdict not in ("missed", "unscored")]
+    leader = next(r for r in contenders if r.leader) if len(contenders) > 1 else first
+    statistic_name = {"mean": "mean", "p10": "10th percentile", "worst": "worst sample"}[finish.robustness]
+    parts = []
+    if not first.held:
+        parts.append(
+            f"No finished deployment met the SLA on every sample: #1 met it on {first.scored} of {first.samples}"
         )
-    return f"{names} cannot be told apart on {samples}; #1 is recommended: {why}."
+    position = {r.key: p for p, r in enumerate(order, start=1)}
+    missed = [position[r.key] for r in order if r.verdict == "missed"]
+    missed_text = f"{_names(missed)} missed the SLA on more samples" if missed else None
+    if len(contenders) == 1:
+        held = "met the SLA on as many" if not first.held else "held on all"
+        parts.append(
+            f"#1 is the only finished deployment that {held} of its {samples}" if len(order) > 1 else
+            f"#1 is the only finished deployment ({samples})"
+        )  # fmt: skip
+        return "; ".join(parts + ([missed_text] if missed_text else [])) + "."
+    if first.leader and first.equivalent:
+        parts.append(
+            f"#1 has the best {statistic_name} on {samples} and is shown within {margin_text} of the best at "
+            f"{100 * CONFIDENCE:.0f} % (simultaneously)"
+        )
+    elif first.leader:
+        parts.append(
+            f"#1 has the best {statistic_name} on {samples}; no deployment was shown within {margin_text} of the "
+            "best, so none replaces it"
+        )
+    else:
+        mine, theirs = deployments[first.key], deployments[leader.key]
+        fewer = theirs.used_gpus - mine.used_gpus
+        why = (
+            f"uses {fewer} GPU{'s' if fewer != 1 else ''} fewer than #{position[leader.key]}, the best on these samples"
+            if fewer > 0
+            else f"costs {100 * (1 - mine.cost / theirs.cost):.0f} % less than #{position[leader.key]}, the best on these samples"
+            if theirs.cost > 0 and mine.cost < theirs.cost
+            else f"#{position[leader.key]}, the best on these samples, is not itself shown within the margin"
+            if not leader.equivalent
+            else f"is preferred to #{position[leader.key]}, the best on these samples"
+        )
+        parts.append(
+            f"#1 is within {_share(max(first.behind_high or 0.0, 0.0), best)} of the best at {100 * CONFIDENCE:.0f} % "
+            f"(margin {margin_text}, on {samples}) and {why}"
+        )
+    behind = [position[r.key] for r in contenders if r.verdict == "behind"]
+    if behind:
+        parts.append(f"{_names(behind)} {'is' if len(behind) == 1 else 'are'} shown behind the best")
+    for r in contenders[1:]:
+        if r.verdict == "undecided":
+            parts.append(
+                f"#{position[r.key]} may be up to {_share(r.behind_high, best)} behind: not shown within the margin, "
+                "not recommended"
+                if r.behind_high is not None
+                else f"#{position[r.key]} could not be bounded (fewer than 2 paired samples): not recommended"
+            )
+        elif r.verdict == "equivalent":
+            parts.append(f"#{position[r.key]} is within the margin too; #1 {_why_preferred(deployments[first.key], deployments[r.key])}")
+    if missed_text:
+        parts.append(missed_text)
+    return "; ".join(parts) + "."

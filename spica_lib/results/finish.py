@@ -1,23 +1,25 @@
 """The finish: the search's top deployments replayed on fresh samples of the traffic.
 
-Every candidate of a search is replayed on one traffic sample (`workload.arrival_seed`), so the
-search's best is the maximum of noisy scores all drawn on that sample: it is biased upward (the
-winner's curse), and one sample cannot order deployments a few per cent apart. So after the last
-round, the top `sweep.finish_top` deployments are replayed on `sweep.finish_samples` fresh samples
-each, the same samples for all of them (paired: their differences carry less noise than their
-levels):
+Every candidate of a search is replayed on one traffic sample (`workload.arrival_seed`, or the
+trace itself), so the search's best is the maximum of noisy scores all drawn on that sample: it is
+biased upward (the winner's curse), and one sample cannot order deployments a few per cent apart.
+So after the last round, the top `sweep.finish_top` distinct deployments are replayed on fresh
+samples, the same samples for all of them (paired: their differences carry less noise than their
+levels). What a fresh sample is depends on the traffic:
 
-- `arrival` samples: an open-loop synthetic workload drawn again with seeds the search never used
+- `arrival`: an open-loop synthetic workload drawn again with seeds the search never used
   (Workload.fresh_sample). A KV-router deployment's fresh samples also re-roll its tie-breaks.
-- `holdout` samples: a trace with a held-out part (`workload.holdout`) is replayed on that part,
-  which the search never saw; a KV-router deployment once per sample (its tie-breaks are random),
-  a round-robin one once, its score standing for every sample.
-- `repeat` samples: traffic with no arrival draw and no held-out part (a closed loop, a trace) is
-  the same on every sample; a KV-router deployment is replayed again, a round-robin one replays
-  exactly and its search score stands for every sample without a replay.
+- `bootstrap`: a trace without a held-out part is resampled by blocks of time
+  (config/trace_resample.py): another day like the recorded one. Every deployment is replayed on
+  each resample, round robin included.
+- `holdout`: a trace with a held-out part (`workload.holdout`) is replayed on that part, which the
+  search never saw; a KV-router deployment once per sample (its tie-breaks are random), a
+  round-robin one once, its score standing for every sample.
+- `repeat`: a closed-loop synthetic workload has no arrival draw; a KV-router deployment is
+  replayed again, a round-robin one replays exactly and its search score stands for every sample.
 
-The search's own replay is not among the samples: the finish's scores are an unbiased measure of
-the deployment. Ranking them, with intervals and ties, is results/confidence.py.
+How many samples each deployment gets is decided as they come in (results/sequential.py), and
+what they show is results/confidence.py. The search's own replay is never among the samples.
 """
 
 from __future__ import annotations
@@ -28,11 +30,22 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SmartSearchConfig
+from spica_lib.config.goal import EquivalenceMargin
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
 
-SCHEMA_VERSION = 2  # 2: fresh samples (1 held repeats of the search's own sample)
+SCHEMA_VERSION = 3  # 3: a sequential finish (samples per deployment), an equivalence margin, sample metrics
 SAMPLE_SEPARATOR = "#"  # "<trial key>#<i>": the deployment's replay on fresh sample i
-SampleKind = Literal["arrival", "holdout", "repeat"]
+SampleKind = Literal["arrival", "bootstrap", "holdout", "repeat"]
+# What the report shows of a finished row, as means over its fresh samples (the rest are the search's).
+SAMPLE_METRICS = (
+    "mean_ttft_ms",
+    "mean_itl_ms",
+    "p99_ttft_ms",
+    "sla_coverage",
+    "output_throughput_tok_s",
+    "goodput_output_throughput_tok_s",
+    "cost_per_million_output_tokens",
+)
 
 
 class SampleOutcome(BaseModel):
@@ -48,11 +61,12 @@ class SampleOutcome(BaseModel):
     sla_miss: float | None = None  # worst ratio of the SLA's statistic to its bound (> 1: missed)
     average_gpus: float | None = None
     cost_per_million_output_tokens: float | None = None
-    replayed: bool = True  # False: an exact replay of traffic that does not change; the search's score stands
+    metrics: dict[str, float] = Field(default_factory=dict)  # SAMPLE_METRICS the replay reported
+    replayed: bool = True  # False: an exact replay of traffic that does not change; another result stands
 
 
 class FinishedDeployment(BaseModel):
-    """A top deployment's search score and its outcome on each fresh sample."""
+    """A top deployment's search score and its outcome on each fresh sample it was given."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -74,6 +88,11 @@ class FinishedDeployment(BaseModel):
         return len(self.scores) == len(self.samples)
 
     @property
+    def held_share(self) -> float:
+        """The share of its fresh samples it was feasible on (met the SLA, where the goal has one)."""
+        return len(self.scores) / len(self.samples) if self.samples else 0.0
+
+    @property
     def failed_samples(self) -> list[str]:
         return [f"sample {s.index}: {s.status}: {s.reason}" for s in self.samples if s.status != "feasible"]
 
@@ -81,9 +100,19 @@ class FinishedDeployment(BaseModel):
     def mean(self) -> float:
         return sum(self.scores) / len(self.scores) if self.scores else -math.inf
 
+    def metric_mean(self, name: str) -> float | None:
+        """A metric's mean over the samples that report it (None: none does)."""
+        values = [s.metrics[name] for s in self.samples if name in s.metrics]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def sla_miss_mean(self) -> float | None:
+        values = [s.sla_miss for s in self.samples if s.sla_miss is not None]
+        return sum(values) / len(values) if values else None
+
     @property
     def cost(self) -> float:
-        """What it costs to run, for choosing among ties: US$ per million tokens when priced, else average GPUs."""
+        """What it costs to run, for choosing among equivalents: US$ per million tokens when priced, else average GPUs."""
         for field in ("cost_per_million_output_tokens", "average_gpus"):
             values = [getattr(s, field) for s in self.samples if getattr(s, field) is not None]
             if values:
@@ -98,12 +127,24 @@ class FinishResult(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     kind: SampleKind | None = None  # None: no finish (a Pareto goal, exact replays only, or switched off)
-    samples: int = 0
+    looks: list[int] = Field(default_factory=list)  # the samples per deployment at each planned look
     robustness: Literal["mean", "p10", "worst"] = "mean"
+    margin: EquivalenceMargin | None = None
     deployments: list[FinishedDeployment] = Field(default_factory=list)
+    stopped: str | None = None  # why no more samples were drawn
 
     def by_key(self) -> dict[str, FinishedDeployment]:
         return {d.key: d for d in self.deployments}
+
+    @property
+    def first_samples(self) -> int:
+        return self.looks[0] if self.looks else 0
+
+    @property
+    def samples_used(self) -> tuple[int, int]:
+        """The fewest and the most samples a finished deployment got."""
+        counts = [len(d.samples) for d in self.deployments] or [0]
+        return min(counts), max(counts)
 
 
 def sample_kind(config: SmartSearchConfig) -> SampleKind | None:
@@ -113,6 +154,8 @@ def sample_kind(config: SmartSearchConfig) -> SampleKind | None:
     workloads = config.workloads or [config.workload]
     if any(w.draws_arrivals for w in workloads):
         return "arrival"
+    if any(w.resamples for w in workloads):
+        return "bootstrap"
     return "holdout" if any(w.holdout is not None for w in workloads) else "repeat"
 
 
@@ -121,21 +164,31 @@ def replays_exactly(spec: TrialSpec) -> bool:
     return spec.replay.plan.router_mode != "kv_router"
 
 
+def is_exact(kind: SampleKind | None, spec: TrialSpec) -> bool:
+    """Whether every fresh sample of this deployment is the same exact replay (nothing to estimate)."""
+    return kind in ("holdout", "repeat") and replays_exactly(spec)
+
+
 def needs_replay(spec: TrialSpec, kind: SampleKind | None, index: int) -> bool:
     """Whether fresh sample `index` of this deployment must be replayed (else an exact replay's score stands)."""
-    if kind == "arrival":
+    if kind in ("arrival", "bootstrap"):
         return True
     if kind == "holdout" and index == 0:
         return True
     return kind is not None and not replays_exactly(spec)
 
 
-def sample_specs(top: dict[str, TrialSpec], kind: SampleKind | None, samples: int) -> dict[str, TrialSpec]:
-    """The finish's replays ("<key>#<i>" -> spec): each top deployment on each fresh sample that needs one."""
+def sample_name(key: str, index: int) -> str:
+    return f"{key}{SAMPLE_SEPARATOR}{index}"
+
+
+def sample_specs(top: dict[str, TrialSpec], kind: SampleKind | None, indices: dict[str, range]) -> dict[str, TrialSpec]:
+    """The finish's replays ("<key>#<i>" -> spec): each top deployment on each of its fresh samples `indices[key]`
+    that needs one."""
     return {
-        f"{key}{SAMPLE_SEPARATOR}{index}": spec.on_fresh_sample(index) if kind != "repeat" else spec
+        sample_name(key, index): spec.on_fresh_sample(index) if kind != "repeat" else spec
         for key, spec in top.items()
-        for index in range(samples)
+        for index in indices.get(key, range(0))
         if needs_replay(spec, kind, index)
     }
 
@@ -151,12 +204,8 @@ def outcome(index: int, spec: TrialSpec, result: TrialResult) -> SampleOutcome:
         sla_miss=result.sla_miss,
         average_gpus=result.average_gpus,
         cost_per_million_output_tokens=result.metrics.get("cost_per_million_output_tokens"),
+        metrics={name: result.metrics[name] for name in SAMPLE_METRICS if name in result.metrics},
     )
-
-
-def exact_outcome(index: int, spec: TrialSpec, result: TrialResult) -> SampleOutcome:
-    """A sample that needs no replay: an exact replay's result on the same traffic stands (round robin)."""
-    return outcome(index, spec, result).model_copy(update={"replayed": False})
 
 
 def standing_outcome(
@@ -168,17 +217,20 @@ def standing_outcome(
         return replayed[index]
     if kind == "holdout" and 0 in replayed:
         return replayed[0].model_copy(update={"index": index, "replayed": False})
-    return exact_outcome(index, spec, search)
+    return outcome(index, spec, search).model_copy(update={"replayed": False})
 
 
 def finished(
     config: SmartSearchConfig,
     top: dict[str, tuple[TrialSpec, TrialResult]],
     replays: dict[str, tuple[TrialSpec, TrialResult]],
+    counts: dict[str, int],
+    looks: list[int],
+    stopped: str | None = None,
 ) -> FinishResult:
-    """The finish's artifact from the top deployments (key -> spec and search result, in ranking order) and
-    the results of their `sample_specs` replays ("<key>#<i>" -> spec and result)."""
-    kind, samples = sample_kind(config), config.sweep.finish_samples or 0
+    """The finish's artifact from the top deployments (key -> spec and search result, in ranking order), the
+    results of their `sample_specs` replays ("<key>#<i>" -> spec and result) and how many samples each got."""
+    kind = sample_kind(config)
     by_key: dict[str, dict[int, SampleOutcome]] = {key: {} for key in top}
     for name, (spec, result) in replays.items():
         key, _, index = name.partition(SAMPLE_SEPARATOR)
@@ -188,9 +240,16 @@ def finished(
             key=key,
             search_score=result.score,
             used_gpus=result.used_gpus,
-            samples=[standing_outcome(i, kind, spec, by_key[key], result) for i in range(samples)],
-            exact=kind != "arrival" and replays_exactly(spec),
+            samples=[standing_outcome(i, kind, spec, by_key[key], result) for i in range(counts.get(key, 0))],
+            exact=is_exact(kind, spec),
         )
         for key, (spec, result) in top.items()
     ]
-    return FinishResult(kind=kind, samples=samples, robustness=config.goal.robustness or "mean", deployments=deployments)
+    return FinishResult(
+        kind=kind,
+        looks=looks,
+        robustness=config.goal.robustness or "mean",
+        margin=config.goal.equivalence_margin,
+        deployments=deployments,
+        stopped=stopped,
+    )

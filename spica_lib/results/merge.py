@@ -26,12 +26,13 @@ from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
 from spica_lib.replay.request import WALL_CLOCK_METRICS
 from spica_lib.results.capacity import CapacityResult
+from spica_lib.results.confidence import SAMPLE_WORDS as CONFIDENCE_SAMPLE_WORDS
 from spica_lib.results.confidence import FinishedRank, judge
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.ranking import pareto_front, rank
 from spica_lib.results.stress import StressResult
 from spica_lib.search.history import BranchHistory
-from spica_lib.trial.score import Candidate, score_text
+from spica_lib.trial.score import UNITS, Candidate, score_text
 from spica_lib.trial.spec import TrialRecord
 
 SCHEMA_VERSION = 1
@@ -64,8 +65,11 @@ class SweepSummary(BaseModel):
     tallies: dict[str, int]
     unique_trials: int
     failure_reasons: dict[str, int]
-    best_score: float | None  # the recommendation's fresh-sample statistic with a finish, else the search's best
+    best_score: float | None  # signed (higher is better): the recommendation's fresh-sample statistic with a finish
     search_best_score: float | None = None  # the best score on the search's own traffic sample (biased upward)
+    # best_score as people read it: the goal's own quantity, positive for a minimised target too, and its unit.
+    best_value: float | None = None
+    unit: str | None = None
     front_size: int | None
     replay_cpu_seconds: float
     replay_wall_seconds: float
@@ -74,10 +78,14 @@ class SweepSummary(BaseModel):
     line: str
     # The finish: the finished top in its final order (the recommendation first), and why that order.
     finish: list[FinishedRank] = Field(default_factory=list)
-    finish_samples: int = 0
-    finish_kind: str | None = None  # "arrival": fresh Poisson draws; "repeat": the same traffic replayed again
+    finish_samples: int = 0  # the most fresh samples a finished deployment got
+    finish_samples_min: int = 0  # the fewest (a deployment shown behind stops at the first look)
+    finish_kind: str | None = None  # arrival: fresh Poisson draws; bootstrap: trace resamples; holdout; repeat
     robustness: str | None = None
     finish_note: str | None = None
+    finish_stopped: str | None = None  # why the sequential finish drew no more samples
+    finish_decided: bool | None = None  # False: more samples could still have changed the recommendation
+    equivalence_margin: str | None = None  # as configured ("5 %", or a value in the goal's unit)
     finish_kendall_tau: float | None = None  # the search's order of the finished top against their fresh order
     finish_meets_sla: bool | None = None  # the recommendation met the SLA on every fresh sample (None: no SLA)
     # The winner's score over each baseline's, both on the search's traffic sample (baselines/).
@@ -88,6 +96,10 @@ class SweepSummary(BaseModel):
     stress_note: str | None = None
     # Capacity (results/capacity.py): how much load the recommendation takes within the SLA.
     capacity_note: str | None = None
+    # The share of the recommendation's requests that met every SLA bound (its fresh mean after a finish), and a
+    # warning when it is under COVERAGE_WARNING_SHARE.
+    sla_coverage: float | None = None
+    coverage_warning: str | None = None
 
 
 class CandidateRow(BaseModel):
@@ -197,11 +209,12 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
                 fresh_samples=f.samples,
                 fresh_feasible=f.scored,
                 behind_leader=f.behind,
-                behind_low=f.behind_low,
-                behind_high=f.behind_high,
-                tied_with_leader=f.tied,
+                behind_best_low=f.behind_low,
+                behind_best_high=f.behind_high,
+                verdict=f.verdict,
                 p_best=f.p_best,
                 recommended=f.recommended,
+                **{f"fresh_{name}": value for name, value in f.metrics.items()},
             )
         if row.binding_workload is not None:
             out["binding_workload"] = row.binding_workload
@@ -216,7 +229,7 @@ def frame(rows: list[CandidateRow], with_rank: bool = False) -> pd.DataFrame:
     for column in ("fresh_samples", "fresh_feasible"):  # a count, or empty below the finished top
         if column in table:
             table[column] = table[column].astype("Int64")
-    for column in ("tied_with_leader", "recommended"):
+    for column in ("recommended",):
         if column in table:
             table[column] = table[column].astype("boolean")
     return table
@@ -282,13 +295,17 @@ def summarise(
     finished = [row.finish for row in best if row.finish is not None]
     search_best = max((r.candidate.score for r in best), default=None)
     recommended = finished[0] if finished and finished[0].statistic is not None else None
+    best_score = recommended.statistic if recommended is not None else search_best
+    target = config.goal.target
     summary = SweepSummary(
-        goal=config.goal.target.value,
+        goal=target.value,
         tallies=dict(tallies),
         unique_trials=len(records),
         failure_reasons=dict(reasons.most_common()),
-        best_score=recommended.statistic if recommended is not None else search_best,
+        best_score=best_score,
         search_best_score=search_best,
+        best_value=None if best_score is None or is_pareto else (best_score if target.maximize else -best_score),
+        unit=None if is_pareto else UNITS[target],
         front_size=len(best) if is_pareto else None,
         replay_cpu_seconds=sum(r.cpu_seconds for r in results),
         replay_wall_seconds=sum(r.wall_seconds for r in results),
@@ -296,15 +313,20 @@ def summarise(
         branches=branches,
         line="",
         finish=finished,
-        finish_samples=finish.samples if finish is not None and finished else 0,
-        finish_kind=finish.kind if finish is not None and finished else None,
-        robustness=finish.robustness if finish is not None and finished else None,
     )
     if finish is not None and finished:
         verdict = judge(finish)
+        summary.finish_samples, summary.finish_samples_min = verdict.samples_max, verdict.samples_min
+        summary.finish_kind, summary.robustness = finish.kind, finish.robustness
         summary.finish_note = verdict.sentence
+        summary.finish_stopped, summary.finish_decided = finish.stopped, verdict.decided
+        summary.equivalence_margin = verdict.margin_text
         summary.finish_kendall_tau = verdict.kendall_tau
         summary.finish_meets_sla = verdict.recommended_meets_sla
+    if best and config.goal.sla is not None and not is_pareto:
+        fresh = best[0].finish.metrics.get("sla_coverage") if best[0].finish is not None else None
+        summary.sla_coverage = fresh if fresh is not None else best[0].candidate.metrics.get("sla_coverage")
+        summary.coverage_warning = coverage_warning(config, summary.sla_coverage)
     if baselines is not None and best:
         # The baselines are replayed on the search's traffic sample: the winner is compared on that sample too.
         summary.baselines = compare(config.goal, best[0].candidate.score, baselines.baselines)
@@ -327,6 +349,32 @@ def no_feasible_candidate(summary_path: str) -> str | None:
     return f"spica: the sweep found no feasible candidate ({summary_path}):\n{summary.line}"
 
 
+# Below this share of requests within the SLA, the summary warns: a goodput-per-GPU goal can be served best by
+# dropping traffic (a deployment that meets the SLA for 61 % of a trace's requests on 10 GPUs outscores one that
+# meets it for 89 % on 14), and a user sizing a fleet expects the SLA to hold for most requests.
+COVERAGE_WARNING_SHARE = 0.9
+
+
+def coverage_warning(config: SmartSearchConfig, coverage: float | None) -> str | None:
+    """A warning when the recommendation meets the SLA for less than COVERAGE_WARNING_SHARE of its requests."""
+    goal = config.goal
+    if coverage is None or coverage >= COVERAGE_WARNING_SHARE:
+        return None
+    floor = goal.sla_coverage
+    if floor is not None and coverage >= floor:
+        return None  # the user asked for this floor, and it holds
+    hint = (
+        f"set goal.sla_coverage (e.g. {COVERAGE_WARNING_SHARE:g}) to require a share"
+        if floor is None
+        else f"it is under goal.sla_coverage {floor:g} on the fresh samples"
+    )
+    return (
+        f"the recommendation meets the SLA for only {100 * coverage:.0f} % of requests (under "
+        f"{100 * COVERAGE_WARNING_SHARE:.0f} %): {goal.target.value} counts only the requests that meet it, so "
+        f"serving fewer of them can score best; {hint}"
+    )
+
+
 def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
     t = summary.tallies
     attempts = t["feasible"] + t["infeasible"] + t["failed"] + t["timed_out"]
@@ -341,22 +389,29 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
         line += f"; pareto front: {summary.front_size} non-dominated candidate(s)"
     elif summary.finish and summary.finish[0].statistic is not None:
         target = config.goal.target
+        low, high = summary.finish_samples_min, summary.finish_samples
+        count = f"{high}" if low == high else f"{low}-{high}"
         line += (
-            f"; best {score_text(summary.best_score, target)} ({summary.robustness} of {summary.finish_samples} "
+            f"; best {score_text(summary.best_score, target)} ({summary.robustness} of {count} "
             f"{SAMPLE_WORDS[summary.finish_kind]}; "
             f"{score_text(summary.finish[0].search_score, target, name=False)} on the search's sample)"
         )
+        line += coverage_text(summary)
         line += f"\nfinish: {summary.finish_note}"
+        if summary.finish_decided is False:
+            line += f" ({summary.finish_stopped}: more samples could still change it)"
         if summary.finish_kind == "holdout":
             line += "\nheld-out check: " + held_out_text(summary)
     else:
-        line += f"; best {score_text(summary.best_score, config.goal.target)}"
+        line += f"; best {score_text(summary.best_score, config.goal.target)}" + coverage_text(summary)
+    if summary.coverage_warning:
+        line += f"\nWARNING: {summary.coverage_warning}"
     if summary.stress_note:
         line += f"\nsimulator error: {summary.stress_note}"
     if summary.capacity_note:
         line += f"\ncapacity: {summary.capacity_note}"
     if summary.baselines:
-        line += "\nbaselines: the winner is " + ", ".join(ratio_text(b) for b in summary.baselines)
+        line += "\nbaselines: " + "; ".join(ratio_text(b, config.goal) for b in summary.baselines)
     if summary.failure_reasons:
         shown = [f"{r} (x{n})" if n > 1 else r for r, n in list(summary.failure_reasons.items())[:3]]
         more = len(summary.failure_reasons) - 3
@@ -366,12 +421,15 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
     return line
 
 
-SAMPLE_WORDS = {
-    "arrival": "fresh samples",
-    "holdout": "replays of the held-out traffic",
-    "repeat": "repeated replays",
-    None: "samples",
-}
+SAMPLE_WORDS = {**CONFIDENCE_SAMPLE_WORDS, None: "samples"}
+
+
+def coverage_text(summary: SweepSummary) -> str:
+    """`; 94 % of requests within the SLA` for the summary line (nothing without an SLA)."""
+    if summary.sla_coverage is None:
+        return ""
+    fresh = " (fresh mean)" if summary.finish and summary.finish[0].metrics.get("sla_coverage") is not None else ""
+    return f"; {100 * summary.sla_coverage:.0f} % of requests within the SLA{fresh}"
 
 
 def held_out_text(summary: SweepSummary) -> str:

@@ -5,10 +5,12 @@ known amount per group (docs/fidelity.md). After the finish, the top `sweep.stre
 (in the finish's order, the recommendation first) are replayed on the search's own traffic with
 their prefill or their decode step times scaled by 1 ± `sweep.stress_band`, one at a time (the
 mocker's `speedup_ratio` and `decode_speedup_ratio`, through the sample's step scales, so an opted-in
-calibration is scaled on top). The recommendation survives a perturbation when no other of them
-scores above it under the same perturbation; otherwise the perturbation is named: "if decode steps
-are 15 % slower than simulated, #2 wins". A round-robin replay on the same traffic is exact, so such
-a flip is a fact of the simulator; one that involves a KV-router deployment may be its tie-breaks.
+calibration is scaled on top). Each perturbed order is compared with the unperturbed order of the
+same rows on the same traffic (their search replays): the recommendation keeps its place under a
+perturbation when no other that was not above it unperturbed scores above it perturbed (an exact
+tie is a tie); otherwise the perturbation is named: "if decode steps are 15 % slower than
+simulated, #2 scores above #1". A round-robin replay on the same traffic is exact, so such a flip
+is a fact of the simulator; one that involves a KV-router deployment may be its tie-breaks.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class StressResult(BaseModel):
     keys: list[str] = Field(default_factory=list)  # the finish's order: the recommendation first
     exact: bool = True  # every replay round robin on the same traffic: a flip is not noise
     scores: list[StressedScore] = Field(default_factory=list)
-    flips: list[str] = Field(default_factory=list)  # one sentence per perturbation under which another wins
+    flips: list[str] = Field(default_factory=list)  # one sentence per perturbation under which another overtakes #1
+    unperturbed: dict[str, float | None] = Field(default_factory=dict)  # each one's score without a perturbation
     sentence: str | None = None  # None: nothing was stressed
 
     @property
@@ -100,8 +103,11 @@ def stress_specs(top: dict[str, TrialSpec], band: float) -> dict[str, TrialSpec]
     }
 
 
-def stressed(top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult]) -> StressResult:
-    """The verdict from the stress replays' results ("<key>~<perturbation>" -> result); `top` in the finish's order."""
+def stressed(
+    top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult], unperturbed: dict[str, float | None]
+) -> StressResult:
+    """The verdict from the stress replays' results ("<key>~<perturbation>" -> result); `top` in the finish's order,
+    `unperturbed` each one's score on the same traffic without a perturbation (its search replay)."""
     keys = list(top)
     if len(keys) < 2:
         return StressResult(band=band, keys=keys)
@@ -113,20 +119,32 @@ def stressed(top: dict[str, TrialSpec], band: float, results: dict[str, TrialRes
             scores.append(StressedScore(key=key, perturbation=p, status=result.status,
                                         score=result.score if feasible else None, reason=result.reason))  # fmt: skip
     flips = []
+    first = keys[0]
     for p in perturbations(band):
         under = {s.key: s.score for s in scores if s.perturbation == p}
-        leader = max(keys, key=lambda k: (under[k] is not None, under[k] or 0.0, k == keys[0]))
-        if leader != keys[0]:
-            flips.append(f"if {p.words}, #{keys.index(leader) + 1} wins")
+        overtaking = [
+            k for k in keys[1:] if _above(under[k], under[first]) and not _above(unperturbed.get(k), unperturbed.get(first))
+        ]
+        if overtaking:
+            names = " and ".join(f"#{keys.index(k) + 1}" for k in overtaking)
+            verb = "scores" if len(overtaking) == 1 else "score"
+            flips.append(f"if {p.words}, {names} {verb} above #1 (not so unperturbed on the same traffic)")
     exact = all(spec.replay.plan.router_mode != "kv_router" for spec in top.values())
-    return StressResult(band=band, keys=keys, exact=exact, scores=scores, flips=flips,
+    return StressResult(band=band, keys=keys, exact=exact, scores=scores, flips=flips, unperturbed=unperturbed,
                         sentence=_sentence(keys, band, flips, exact))  # fmt: skip
 
 
+def _above(a: float | None, b: float | None) -> bool:
+    """Whether score `a` is strictly above `b` (None: infeasible, below every score; an exact tie is a tie)."""
+    if a is None:
+        return False
+    return b is None or a > b
+
+
 def _sentence(keys: list[str], band: float, flips: list[str], exact: bool) -> str:
-    others = f"the other {len(keys) - 1} of the top {len(keys)}" if len(keys) > 1 else "nothing else"
+    others = f"the other {len(keys) - 1} of the top {len(keys)}"
     if not flips:
-        return (f"#1 stays ahead of {others} with prefill or decode steps {band:.0%} slower or faster than "
-                "simulated.")  # fmt: skip
+        return (f"#1 keeps its place against {others} on the search's traffic with prefill or decode steps "
+                f"{band:.0%} slower or faster than simulated.")  # fmt: skip
     caveat = "" if exact else " (a KV-router replay's tie-breaks add noise to these single replays)"
     return "The order depends on the simulator's error: " + "; ".join(flips) + caveat + "."

@@ -26,8 +26,17 @@ from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.table import read_pool
 from spica_lib.predictor.plan import LoadPredictorResult
-from spica_lib.results.finish import FinishResult, finished, sample_kind, sample_specs
-from spica_lib.results.merge import CandidateRow, apply_finish, collect_candidates, frame, ordered, summarise
+from spica_lib.results.finish import FinishResult, sample_kind, sample_specs
+from spica_lib.results.merge import (
+    CandidateRow,
+    apply_finish,
+    collect_candidates,
+    frame,
+    ordered,
+    same_result_as,
+    summarise,
+)
+from spica_lib.results.sequential import run_finish
 from spica_lib.results.capacity import CapacityResult
 from spica_lib.results.stress import StressResult
 from spica_lib.run.job import HOST, JobArgs
@@ -36,7 +45,7 @@ from spica_lib.run.status import progress_text, run_status
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, in_flight_duplicate, refill_round, suggest_round, tell_round
 from spica_lib.replay.warm_up import failures as warm_up_failures
-from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
+from spica_lib.trial.evaluate import warm_up_trials
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
 
@@ -263,37 +272,46 @@ def ranked_run(job: JobArgs) -> RankedRun:
     return RankedRun(config, histories, records, rows, ordered(config, rows))
 
 
-def _finish_replays(run: RankedRun) -> tuple[dict[str, TrialSpec], dict[str, TrialSpec]]:
-    """The top deployments the finish looks at (key -> spec, in ranking order) and its replays ("<key>#<i>")."""
+def finish_top(run: RankedRun) -> dict[str, TrialSpec]:
+    """The distinct top deployments the finish looks at (key -> spec, in ranking order): a row that replayed to
+    exactly the metrics of a better-ranked one (`same_result_as`) is the same deployment for the finish."""
     sweep = run.config.sweep
-    kind = sample_kind(run.config)
-    top = {row.key: run.records[row.key].spec for row in run.best[: sweep.finish_top]} if kind else {}
-    return top, sample_specs(top, kind, sweep.finish_samples or 0)
+    if sample_kind(run.config) is None:
+        return {}
+    distinct = [row for row, earlier in zip(run.best, same_result_as(run.best), strict=True) if earlier is None]
+    return {row.key: run.records[row.key].spec for row in distinct[: sweep.finish_top]}
 
 
 def warm_up_for_finish(job: JobArgs) -> None:
     """Load what the finish's replays need into the calling process (the warm host, before it forks)."""
-    warm_up_trials(_finish_replays(ranked_run(job))[1])
+    run = ranked_run(job)
+    top = finish_top(run)
+    first = run.config.sweep.finish_samples or 0
+    warm_up_trials(sample_specs(top, sample_kind(run.config), {key: range(first) for key in top}))
 
 
 def finish(job: JobArgs) -> None:
-    """Rule `finish`: the top deployments on fresh traffic samples -> finish.json."""
+    """Rule `finish`: the top deployments on fresh traffic samples, sequentially (results/sequential.py) -> finish.json.
+
+    Every finish replay is journaled as "<key>#<i>" as it ends, so a killed finish resumes without
+    replaying what it had.
+    """
+    files = RunFiles(dir=job.params["run_dir"])
     with stage_log(job.log[0]) as log:
         run = ranked_run(job)
-        top, replays = _finish_replays(run)
-        log.info(
-            "%d top deployment(s), %d replay(s) on %s samples %s",
-            len(top),
-            len(replays),
-            sample_kind(run.config),
-            HOST.where(),
-        )
-        results = evaluate_trials(replays, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
-        result = finished(
-            run.config,
-            {key: (spec, run.records[key].result) for key, spec in top.items()},
-            {name: (replays[name], outcome) for name, outcome in results},
-        )
+        top = finish_top(run)
+        log.info("%d distinct top deployment(s) on %s samples %s", len(top), sample_kind(run.config), HOST.where())
+
+        def replay(specs: dict[str, TrialSpec]) -> dict[str, TrialResult]:
+            records = run_replay_job(
+                specs, files.journal, files.started, 1, 1,
+                max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads,
+            )  # fmt: skip
+            out = {record.key: record.result for record, _ in records}
+            log.info("look: %d replay(s) %s", len(specs), sorted({name.partition("#")[2] for name in specs}))
+            return out
+
+        result = run_finish(run.config, {key: (spec, run.records[key].result) for key, spec in top.items()}, replay)
         for deployment in result.deployments:
             log.info(
                 "%s: search %.4g; fresh mean %.4g over %d feasible of %d sample(s)%s",
@@ -304,6 +322,7 @@ def finish(job: JobArgs) -> None:
                 len(deployment.samples),
                 f"; {'; '.join(deployment.failed_samples)}" if not deployment.held else "",
             )
+        log.info("finish: %s", result.stopped)
         write_model(job.output["finish"], result)
 
 

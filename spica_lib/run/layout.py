@@ -18,7 +18,7 @@ from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import ValidatedConfig, build_validated_config
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.predictor.plan import plan_predictor_jobs
-from spica_lib.results.capacity import MAX_STEPS as CAPACITY_STEPS
+from spica_lib.results.capacity import MAX_REPLAYS as CAPACITY_REPLAYS
 from spica_lib.run.job_memory import largest_input_tokens, replay_mb
 
 RESULTS_ROOT = "results"
@@ -194,10 +194,10 @@ class RunLayout(RunFiles):
     parallel_evals: int
     replay_mb: int = 4000  # SLURM mem_mb per replay running at once, from the largest workload (run/job_memory.py)
     workloads: int = 1  # each is its own replay of every trial
-    finish_trials: int = 0  # the finish's trial replays at most: finish_top x finish_samples
+    finish_trials: int = 0  # the finish's trial replays at most: finish_top x finish_max_samples
     baselines: bool = False  # sweep.baselines: replay the baselines next to the search
     stress_trials: int = 0  # the stress test's trial replays: stress_top x 4 perturbations (0: off)
-    capacity_trials: int = 0  # the capacity bisection's replays at most: capacity_top x MAX_STEPS (0: off)
+    capacity_trials: int = 0  # the capacity bisection's replays at most: capacity_top x MAX_REPLAYS (0: off)
 
     @property
     def last_round(self) -> int:
@@ -260,10 +260,10 @@ def prepare_run(
         parallel_evals=config.sweep.parallel_evals,
         replay_mb=replay_mb(largest_input_tokens(config)),
         workloads=len(config.workloads or [config.workload]),
-        finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_samples or 0),
+        finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_max_samples or 0),
         baselines=bool(config.sweep.baselines),
         stress_trials=(config.sweep.stress_top or 0) * 4,
-        capacity_trials=(config.sweep.capacity_top or 0) * CAPACITY_STEPS,
+        capacity_trials=(config.sweep.capacity_top or 0) * CAPACITY_REPLAYS,
     )
     existing = Path(layout.config_json)
     if existing.is_file():

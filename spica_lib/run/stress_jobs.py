@@ -13,30 +13,33 @@ from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 from spica_lib.trial.spec import TrialSpec
 
 
-def _stress_top(job: JobArgs) -> tuple[dict[str, TrialSpec], float]:
-    """The top `sweep.stress_top` deployments in the finish's order (key -> spec), and the band."""
+def _stress_top(job: JobArgs) -> tuple[dict[str, TrialSpec], float, dict[str, float | None]]:
+    """The top `sweep.stress_top` deployments in the finish's order (key -> spec), the band, and each one's
+    unperturbed score on the search's traffic (its search replay)."""
     run = ranked_run(job)
     ranked = apply_finish(run.best, read_model(job.input["finish"], FinishResult))
     sweep = run.config.sweep
-    return {row.key: run.records[row.key].spec for row in ranked[: sweep.stress_top]}, float(sweep.stress_band or 0)
+    rows = ranked[: sweep.stress_top]
+    unperturbed = {row.key: run.records[row.key].result.score for row in rows}
+    return {row.key: run.records[row.key].spec for row in rows}, float(sweep.stress_band or 0), unperturbed
 
 
 def warm_up_for_stress(job: JobArgs) -> None:
     """Load what the stress replays need into the calling process (the warm host, before it forks)."""
-    top, band = _stress_top(job)
+    top, band, _ = _stress_top(job)
     warm_up_trials(stress_specs(top, band))
 
 
 def stress(job: JobArgs) -> None:
     """Rule `stress`: the top deployments with perturbed prefill and decode step times -> stress.json."""
     with stage_log(job.log[0]) as log:
-        top, band = _stress_top(job)
+        top, band, unperturbed = _stress_top(job)
         replays = stress_specs(top, band) if len(top) > 1 else {}
         log.info("%d top deployment(s), %d replay(s) with step times +/-%g %s", len(top), len(replays), band, HOST.where())
         results = dict(
             evaluate_trials(replays, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
         )
-        result = stressed(top, band, results)
+        result = stressed(top, band, results, unperturbed)
         for score in result.scores:
             log.info("%s under %s: %s %s", score.key[:12], score.perturbation.name, score.status, score.score)
         log.info("%s", result.sentence or "fewer than 2 deployments to compare: nothing stressed")

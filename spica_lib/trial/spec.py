@@ -78,6 +78,7 @@ class TrialSpec(BaseModel):
             data.pop("workloads", None)  # a one-workload trial keeps the key it had before workload lists
         if data["goal"].get("sla_coverage") is None:
             data["goal"].pop("sla_coverage", None)  # no coverage floor: the key of before the floor existed
+        data["goal"].pop("equivalence_margin", None)  # how the finish compares replays, not what one replays
         return sha256_of(data)
 
     def on_fresh_sample(self, index: int) -> TrialSpec:
@@ -150,8 +151,10 @@ class TrialRecord(BaseModel):
 
 
 def _on_fresh_sample(request: ReplayRequest, index: int, sha: str | None) -> tuple[ReplayRequest, str | None]:
-    held_out = request.workload.holdout_part()
-    if held_out is None:
-        return request.model_copy(update={"workload": request.workload.fresh_sample(index)}), sha
-    # The screen was cut to the search part's span; the finish replays its few top deployments in full.
-    return request.model_copy(update={"workload": held_out, "screen": None}), scan_trace(held_out.trace_path).sha256
+    workload = request.workload
+    fresh = workload.holdout_part() or workload.fresh_sample(index)
+    if not fresh.is_trace_based:
+        return request.model_copy(update={"workload": fresh}), sha
+    # A held-out part or a resample is another trace: the screen was cut to the search's, and the finish
+    # replays its few top deployments in full.
+    return request.model_copy(update={"workload": fresh, "screen": None}), scan_trace(fresh.trace_path).sha256

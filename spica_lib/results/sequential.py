@@ -1,0 +1,79 @@
+"""The sequential finish: fresh samples where they can still change the recommendation, and no more.
+
+The finish starts with `sweep.finish_samples` fresh samples for each finished deployment. After
+each look it asks results/confidence.py what the samples show. It stops as soon as the
+recommendation is decided: every deployment still in contention is shown behind the best or within
+the margin of it, or, if not, would not be preferred to the recommendation were it shown within
+the margin (more GPUs, more cost). Otherwise the deployments not yet shown behind — all of them,
+since their comparisons are paired and one left at fewer samples keeps the others' intervals wide —
+get the next look's samples. The looks double (4, 8, 16 by default) up to
+`sweep.finish_max_samples`; their number L is fixed before the first one, and every interval is
+made at level alpha / L per look so that stopping at any of them keeps the family's 95 %.
+
+Exact replays (round robin on traffic that does not change) give intervals of one point and
+decide at the first look; so do repeats whose spread is negligible against the gaps.
+
+The statistic reported after a stop is the plain statistic of all the samples a deployment got
+(the sample mean, by default). Stopping depends on the data, so it is not exactly unbiased;
+bench/robust_answers.py measures its bias against 40 later samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spica_lib.config import SmartSearchConfig
+from spica_lib.results.confidence import FinishVerdict, judge
+from spica_lib.results.finish import FinishResult, finished, sample_kind, sample_specs
+from spica_lib.trial.spec import TrialResult, TrialSpec
+
+Replayer = Callable[[dict[str, TrialSpec]], dict[str, TrialResult]]
+
+
+def looks(first: int, most: int) -> list[int]:
+    """Samples per deployment at each look: `first`, doubling, up to `most` (the last look)."""
+    planned = [first]
+    while planned[-1] < most:
+        planned.append(min(most, 2 * planned[-1]))
+    return planned
+
+
+def next_counts(finish: FinishResult, verdict: FinishVerdict) -> dict[str, int]:
+    """The samples each deployment should have after the next look ({}: stop here)."""
+    if verdict.decided:
+        return {}
+    counts = {d.key: len(d.samples) for d in finish.deployments}
+    current = max(counts[key] for key in verdict.contender_keys)
+    later = [n for n in finish.looks if n > current]
+    if not later:
+        return {}
+    return {key: later[0] for key in verdict.contender_keys}
+
+
+def stop_reason(finish: FinishResult, verdict: FinishVerdict) -> str:
+    low, high = finish.samples_used
+    if verdict.decided:
+        return f"decided after {high} sample(s)" + (f" (deployments shown behind stopped at {low})" if low < high else "")
+    return f"reached sweep.finish_max_samples ({high}) with {len(verdict.open_keys)} deployment(s) undecided"
+
+
+def run_finish(config: SmartSearchConfig, top: dict[str, tuple[TrialSpec, TrialResult]], replay: Replayer) -> FinishResult:
+    """The sequential finish of the top deployments (key -> spec and search result, in ranking order); `replay`
+    replays a batch of finish replays ("<key>#<i>" -> spec) and returns their results by the same names."""
+    sweep = config.sweep
+    kind = sample_kind(config)
+    planned = looks(sweep.finish_samples or 0, sweep.finish_max_samples or sweep.finish_samples or 0)
+    specs = {key: spec for key, (spec, _) in top.items()}
+    counts = {key: 0 for key in top}
+    replays: dict[str, tuple[TrialSpec, TrialResult]] = {}
+    wanted = {key: planned[0] for key in top}
+    while True:
+        batch = sample_specs(specs, kind, {key: range(counts[key], n) for key, n in wanted.items()})
+        results = replay(batch)
+        replays.update({name: (spec, results[name]) for name, spec in batch.items()})
+        counts.update(wanted)
+        finish = finished(config, top, replays, counts, planned)
+        verdict = judge(finish)
+        wanted = next_counts(finish, verdict)
+        if not wanted:
+            return finish.model_copy(update={"stopped": stop_reason(finish, verdict)})
