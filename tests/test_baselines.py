@@ -155,3 +155,16 @@ def test_aiconfigurator_s_answers_are_kept_by_their_inputs_and_versions(tmp_path
         path.write_text("{torn")
     cached_search({"isl": 2048}, fake_search)  # an unreadable file: searched again
     assert len(calls) == 3
+
+
+def test_aiconfigurator_s_pick_that_the_search_already_replayed_is_not_replayed_again():
+    from spica_lib.baselines.model import AiconfiguratorPick
+
+    config = build(config_data(search_space={"planner_scaling_policy": ["disabled"]}))
+    # The pick as the baseline builds it: round robin, no planner, the space's first knob values, its batch size.
+    found = record(config, 2, "round_robin", "disabled", 400.0)
+    pick = AiconfiguratorPick(deployment_mode="agg", backend="vllm", parallel_config=found.spec.parallel_config,
+                              max_num_seqs={"agg": 256}, aiconfigurator_version="0.12.0")  # fmt: skip
+    (aic, *_) = plan_baselines(config, {found.key: found}, [found.key], pick, {})
+    assert aic.baseline.key == found.key
+    assert aic.replay is None and aic.baseline.source == "search" and "the search replayed it too" in aic.baseline.note

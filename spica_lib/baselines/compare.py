@@ -66,6 +66,8 @@ def ratio_text(item: BaselineRatio, goal: OptimizationGoal) -> str:
         if _misses_sla(item):
             return f"{item.label} misses the SLA: {(item.note or '').removeprefix('infeasible: ')}"
         return f"{item.label}: no comparison ({item.note or 'no score'})"
+    if item.note and item.note.startswith("the winner itself"):
+        return f"{item.label} is the winner itself ({item.note.removeprefix('the winner itself ')})"
     if goal.target.maximize:
         return f"the winner scores {item.ratio:.2f}x {item.label}{absolute}"
     change = _change(item, goal)

@@ -59,7 +59,7 @@ def plan_baselines(
     winner = records[ranked[0]] if ranked else None
     space = config.search_space
     return [
-        _aiconfigurator(config, pick, build),
+        _aiconfigurator(config, pick, build, records),
         _without(
             "no_planner", winner, records, ranked, build,
             offered=any(scaling_policy(p).scales for p in space.planner_scaling_policy),
@@ -95,7 +95,9 @@ def _builder(config: SmartSearchConfig, predictor_winners: dict[float, Composite
     return build
 
 
-def _aiconfigurator(config: SmartSearchConfig, pick: AiconfiguratorPick, build: Builder) -> BaselineCase:
+def _aiconfigurator(
+    config: SmartSearchConfig, pick: AiconfiguratorPick, build: Builder, records: dict[str, TrialRecord]
+) -> BaselineCase:
     name = "aiconfigurator"
     if pick.problem is not None or pick.parallel_config is None:
         return BaselineCase(Baseline(name=name, label=LABELS[name], source="none", note=pick.problem))
@@ -118,6 +120,8 @@ def _aiconfigurator(config: SmartSearchConfig, pick: AiconfiguratorPick, build: 
         f"{pick.estimate.get('tokens/s/gpu', float('nan')):.0f} tokens/s/GPU by its own estimate"
         + (f"; replicas: {pick.sizing}" if pick.sizing else "")
     )
+    if spec.key() in records:  # the search replayed this very deployment on the same traffic: no second replay
+        return BaselineCase(_from_search(name, records[spec.key()], note=note + "; the search replayed it too"))
     baseline = Baseline(
         name=name, label=LABELS[name], source="replayed", key=spec.key(), deployment=describe(spec),
         spec=spec, note=note,

@@ -145,6 +145,6 @@ def _sentence(keys: list[str], band: float, flips: list[str], exact: bool) -> st
     others = f"the other {len(keys) - 1} of the top {len(keys)}"
     if not flips:
         return (f"#1 keeps its place against {others} on the search's traffic with prefill or decode steps "
-                f"{band:.0%} slower or faster than simulated.")  # fmt: skip
+                f"{100 * band:.0f} % slower or faster than simulated.")  # fmt: skip
     caveat = "" if exact else " (a KV-router replay's tie-breaks add noise to these single replays)"
     return "The order depends on the simulator's error: " + "; ".join(flips) + caveat + "."
