@@ -84,9 +84,9 @@ LANDSCAPES = {
 
 
 def conversation_trace() -> str:
-    from conversation_trace import write_conversation_trace
+    from conversation_trace import conversation_trace as generated
 
-    return str(write_conversation_trace(REPO / "results" / ".bench-traces" / "conversation-12031-seed0.jsonl"))
+    return str(generated())
 
 
 def config_for(landscape: str, sample: int) -> SmartSearchConfig:

@@ -70,10 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     table("shipped Mooncake trace", TRACE, args.resamples)
     if args.conversation:
-        from conversation_trace import write_conversation_trace
+        from conversation_trace import conversation_trace
 
-        path = write_conversation_trace(REPO / "results" / ".bench-traces" / "conversation-12031-seed0.jsonl")
-        table("conversation-shaped trace", Path(path), args.resamples)
+        table("conversation-shaped trace", conversation_trace(), args.resamples)
 
 
 if __name__ == "__main__":

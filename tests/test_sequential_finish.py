@@ -98,3 +98,18 @@ def test_every_replay_of_a_look_is_a_new_sample_index(first):
     run_finish(cfg, top, fake_replayer({"a": 500.0, "b": 499.0}, 30.0, asked))
     names = [name for batch in asked for name in batch]
     assert len(names) == len(set(names))  # no sample replayed twice
+
+
+def test_a_decided_finish_goes_on_while_the_recommendation_s_level_is_imprecise():
+    cfg = config(finish_samples=4, finish_max_samples=16)
+    asked = []
+    # Decided at once (the far one is far behind), but the recommendation's own samples spread by 12 %.
+    top = top_of(cfg, {"best": 4, "far": 4})
+    result = run_finish(cfg, top, fake_replayer({"best": 500.0, "far": 100.0}, 60.0, asked))
+    counts = {d.key: len(d.samples) for d in result.deployments}
+    assert counts["far"] == 4 and counts["best"] > 4  # only the recommendation, not the one shown behind
+    from spica_lib.results.confidence import judge
+
+    first = judge(result).ranks[0]
+    assert first.key == "best" and "standard error" in result.stopped
+    assert first.se <= 0.015 * first.statistic or counts["best"] == 16

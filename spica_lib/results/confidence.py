@@ -62,6 +62,8 @@ class FinishedRank(BaseModel):
     statistic: float | None  # goal.robustness of its scored samples (None: it scored on none)
     mean: float | None
     sd: float | None
+    # The statistic's standard error over its samples (a paired bootstrap for every statistic; 0 for exact replays).
+    se: float | None = None
     worst: float | None
     scored: int  # samples it was feasible on
     samples: int  # samples it was given
@@ -271,6 +273,7 @@ def _rank(d: FinishedDeployment, robustness: str, verdict: Verdict) -> FinishedR
         statistic=statistic(scores, robustness) if scores else None,
         mean=float(np.mean(scores)) if scores else None,
         sd=float(np.std(scores, ddof=1)) if len(scores) > 1 else None,
+        se=_standard_error(d, robustness),
         worst=min(scores) if scores else None,
         scored=len(scores),
         samples=len(d.samples),
@@ -280,6 +283,16 @@ def _rank(d: FinishedDeployment, robustness: str, verdict: Verdict) -> FinishedR
         sla_miss=d.sla_miss_mean,
         metrics={name: value for name in names if (value := d.metric_mean(name)) is not None},
     )
+
+
+def _standard_error(d: FinishedDeployment, robustness: str) -> float | None:
+    """The bootstrap standard error of a deployment's statistic (0 when its samples are exact; None below 2)."""
+    scores = np.asarray(d.scores, dtype=float)
+    if d.exact:
+        return 0.0
+    if len(scores) < 2:
+        return None
+    return float(statistics_along(scores[_draws(len(scores))], robustness).std())
 
 
 def _paired(a: FinishedDeployment, b: FinishedDeployment) -> tuple[np.ndarray, np.ndarray]:
