@@ -92,7 +92,8 @@ class EarlyStopWatch:
         self.arrived = 0
         self.completed = 0
         self._ttft_sum = 0.0
-        self._past_ttft = {bound: 0 for _, bound in self.bounds}  # completed requests certainly over each bound
+        # Completed requests certainly over each TTFT bound (metric -> count).
+        self._past_ttft = {metric: 0 for metric, _ in self.bounds if _is(metric, "ttft")}
         self._ticks: list[float] = []  # tick times (ms) and the arrivals counted by each
         self._arrivals: list[int] = []
         self._started, self._cpu = time.perf_counter(), time.process_time()
@@ -104,11 +105,11 @@ class EarlyStopWatch:
         total = float(traffic.get("avg_ttft_ms", 0.0) or 0.0) * count
         self.completed += count
         self._ttft_sum += total
-        for _, bound in self.bounds:
-            if count and total > count * bound * (1 + EPSILON):
+        for metric, bound in self.bounds:
+            if metric in self._past_ttft and count and total > count * bound * (1 + EPSILON):
                 room = now_ms - bound
                 past = count if room <= 0 else math.ceil((total - count * bound) / room - EPSILON)
-                self._past_ttft[bound] += min(count, max(1, past))
+                self._past_ttft[metric] += min(count, max(1, past))
         self._ticks.append(now_ms)
         self._arrivals.append(self.arrived)
         misses = {metric: self._misses(metric, bound, now_ms, queued_prefill) for metric, bound in self.bounds}
@@ -120,9 +121,9 @@ class EarlyStopWatch:
         """A lower bound on the requests whose `metric` ends over `bound` (see the module docstring)."""
         index = bisect.bisect_right(self._ticks, now_ms - bound) - 1
         arrived_then = self._arrivals[index] if index >= 0 else 0
-        if "_ttft_" in f"_{metric}_":
-            return self._past_ttft[bound] + max(0, queued_prefill - (self.arrived - arrived_then))
-        if "_e2e_" in f"_{metric}_":  # every request not completed that arrived at least `bound` ago
+        if _is(metric, "ttft"):
+            return self._past_ttft[metric] + max(0, queued_prefill - (self.arrived - arrived_then))
+        if _is(metric, "e2e"):  # every request not completed that arrived at least `bound` ago
             return max(0, arrived_then - self.completed)
         return 0  # ITL: the ticks carry no statistic that bounds the SLA's
 
@@ -195,3 +196,8 @@ class EarlyStopWatch:
                 "cpu_seconds": time.process_time() - self._cpu}  # fmt: skip
 
 
+
+
+def _is(metric: str, kind: str) -> bool:
+    """Whether an SLA metric (`p90_ttft_ms`, `mean_e2e_latency_ms`) is of `kind` ("ttft", "e2e")."""
+    return f"_{kind}_" in f"_{metric}_"

@@ -26,6 +26,9 @@ from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
 FIRST_TICK_MS = 100.0  # simulated time to the first look; then the tick adapts to the replay's speed
 MIN_TICK_MS, MAX_TICK_MS = 10.0, 60_000.0
 CPU_PER_TICK = (0.05, 0.2)  # aim for a look every 0.05-0.2 CPU s: often enough to stop a crawl in time
+# With early stops, also about this many completions per tick: a window's TTFT sum then bounds its requests
+# one by one (replay/early_stop.py), where a window of many completions bounds them only loosely.
+COMPLETIONS_PER_TICK = 1
 
 
 class ReplayStalled(Exception):
@@ -56,6 +59,7 @@ class ProgressWatch:
         self.ticks = 0
         self.stopped: str | None = None
         self._tick_ms = FIRST_TICK_MS
+        self._window_ms = FIRST_TICK_MS  # the window the last tick closed
         self._started: float | None = None  # the first tick: building the engines (a perf-DB load) is not pace
         self._last_cpu = 0.0
 
@@ -80,8 +84,9 @@ class ProgressWatch:
                 raise
         if self.limit_seconds is not None:
             self._judge(cpu - self._started, now_ms)
-        self._adapt(cpu - self._last_cpu)
+        self._adapt(cpu - self._last_cpu, int(traffic.get("ttft_count", 0) or 0))
         self._last_cpu = cpu
+        self._window_ms = self._tick_ms
         return {"target_prefill": None, "target_decode": None, "next_tick_ms": now_ms + self._tick_ms}
 
     def _judge(self, cpu: float, now_ms: float) -> None:
@@ -101,12 +106,14 @@ class ProgressWatch:
         )
         raise ReplayStalled(self.stopped)
 
-    def _adapt(self, cpu_spent: float) -> None:
+    def _adapt(self, cpu_spent: float, completed: int) -> None:
         low, high = CPU_PER_TICK
         if cpu_spent < low:
             self._tick_ms = min(MAX_TICK_MS, self._tick_ms * 2)
         elif cpu_spent > high:
             self._tick_ms = max(MIN_TICK_MS, self._tick_ms / 2)
+        if self.stops is not None and completed > COMPLETIONS_PER_TICK:
+            self._tick_ms = max(MIN_TICK_MS, min(self._tick_ms, self._window_ms * COMPLETIONS_PER_TICK / completed))
 
 
 def _held(snapshot: dict[str, Any]) -> int:
