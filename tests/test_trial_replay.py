@@ -397,9 +397,15 @@ def test_a_p99_sla_rejects_a_candidate_whose_mean_meets_it_and_says_which_bound(
     on_mean = evaluate_trial(spec_for(config(goal={"target": "goodput", "sla": on_mean_sla}), agg(1, 1)))
     assert on_mean.status == "feasible" and on_mean.sla_miss < 1
     sla = {"ttft_ms": between, "percentile": 99}
-    on_p99 = evaluate_trial(spec_for(config(goal={"target": "throughput", "sla": sla}), agg(1, 1)))
+    spec = spec_for(config(goal={"target": "throughput", "sla": sla}), agg(1, 1))
+    unstopped = spec.model_copy(update={"replay": spec.replay.model_copy(update={"screen": None})})
+    on_p99 = evaluate_trial(unstopped)  # replayed to its end: judged on its own p99
     assert on_p99.status == "infeasible" and on_p99.reason.startswith("misses the p99 SLA: p99_ttft_ms")
     assert on_p99.sla_miss == pytest.approx(p99 / between) and on_p99.metrics["p99_ttft_ms"] == p99
+    # With its early stops, 3 of 200 requests certainly past the bound already decide the p99: stopped there.
+    stopped = evaluate_trial(spec)
+    assert stopped.status == "infeasible" and stopped.stop.rule == "percentile" and stopped.stop.limit == 3
+    assert stopped.reason.startswith("stopped early, certain to miss the p99 SLA: ") and stopped.sla_miss >= 1
 
 
 def test_cost_comes_from_the_replays_own_gpu_hours_and_output_tokens():
