@@ -180,3 +180,27 @@ def test_a_light_then_heavy_trace_is_paced_by_its_first_requests_not_by_its_firs
     assert watch.checkpoint is None and watch.completed == 0  # not stopped: nothing is certain
     stall = prefix_stall(100.0, {**rules(requests=250, prefix=plan.requests), "fraction": plan.fraction})
     assert stall.cpu_seconds == pytest.approx(20.0)  # its share of the limit is the prefix's share of the requests
+
+
+def test_the_rounds_prune_bar_is_the_kth_best_of_the_history_told_before_it_and_nothing_else():
+    from spica_lib.search.history import BranchHistory, Observation
+    from spica_lib.search.rounds import prune_bar
+    from spica_lib.trial.spec import TrialResult
+
+    cfg = build(config_data(goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 2000, "itl_ms": 50}}))
+    scores = {f"k{i}": float(s) for i, s in enumerate([50, 10, 40, 30, 20, 60, 5])}
+    results = {key: TrialResult(status="feasible", score=s, used_gpus=1) for key, s in scores.items()}
+    results["bad"] = TrialResult(status="infeasible", used_gpus=1)
+
+    def told(*keys, status="feasible"):
+        return [Observation(vizier_id=i, round=0, params={}, key=k, status=status) for i, k in enumerate(keys)]
+
+    history = BranchHistory(deployment_mode="agg", round=0,
+                            observations=told("k0", "k1", "k2", "k3") + told("k0", status="cache_hit"))  # fmt: skip
+    assert prune_bar(cfg, history, results) is None  # 4 distinct feasible trials: no 5th best yet
+    history.observations += told("k4", "bad")
+    bar = prune_bar(cfg, history, results)
+    assert bar.below == 10.0 and bar.rank == 5  # 50, 40, 30, 20, 10: the 5th
+    # Results the round's own trials (or a round in flight) produce are not in its history: no effect.
+    assert prune_bar(cfg, history, {**results, "k5": results["k5"], "k6": results["k6"]}) == bar
+    assert prune_bar(build(config_data(goal={"target": "throughput"})), history, results) is None  # no goodput
