@@ -1,7 +1,6 @@
 """Trials through the real Dynamo replay on small workloads (a few hundred requests each)."""
 
 import json
-import math
 import random
 
 import pandas as pd
