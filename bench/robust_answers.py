@@ -24,7 +24,7 @@ and, first, the wall of the default sweep (`spica run config/default.yaml`), med
 make it grow: docs/benchmarks.md gives the figure before the sequential finish).
 
 Run: .venv/bin/python bench/robust_answers.py [--landscapes light,heavy,trace,conversation] [--sweeps 10]
-     [--conversation-sweeps 3] [--no-wall]
+     [--conversation-sweeps 3] [--no-wall] [--finish-max N]
 """
 
 from __future__ import annotations
@@ -89,12 +89,17 @@ def conversation_trace() -> str:
     return str(generated())
 
 
+FINISH_MAX: int | None = None  # --finish-max: sweep.finish_max_samples (None: the default)
+
+
 def config_for(landscape: str, sample: int) -> SmartSearchConfig:
     space, workload, sla = LANDSCAPES[landscape]
     workload = dict(workload)
     if landscape == "conversation":
         workload["trace_path"] = conversation_trace()
     sweep = {"max_rounds": 3, "candidates_per_round": 4, "parallel_evals": 2, "seed": 0, "baselines": False}
+    if FINISH_MAX is not None:
+        sweep["finish_max_samples"] = FINISH_MAX
     if "request_rate" in workload:
         workload["arrival_seed"] = sample
     else:
@@ -224,7 +229,10 @@ def main() -> None:
     parser.add_argument("--sweeps", type=int, default=10)
     parser.add_argument("--conversation-sweeps", type=int, default=3)
     parser.add_argument("--no-wall", action="store_true")
+    parser.add_argument("--finish-max", type=int, default=None, help="sweep.finish_max_samples (default: the default)")
     args = parser.parse_args()
+    global FINISH_MAX
+    FINISH_MAX = args.finish_max
     if not args.no_wall:  # first, on a quiet machine
         walls = [default_wall() for _ in range(3)]
         print(f"default sweep wall: median {statistics.median(walls):.1f} s of {[round(w, 1) for w in walls]}", flush=True)

@@ -21,7 +21,8 @@ def test_validate_prints_a_summary_and_exits_0(capsys):
     assert "vllm (perf DB" in out and "sglang (perf DB" in out
     assert "agg" in out and "disagg" in out and "knob combinations" in out
     assert "memory-feasible layouts (vllm" in out
-    assert "limits     120 s per trial (240 requests per replay); screened on the first 20% of the workload" in out
+    assert "limits     120 s per trial (240 requests per replay); stopped early when certain to stay below the " in out
+    assert "branch's top scores; paced by the first 20% of the requests" in out
     assert "round 0 warm-started from the static estimate" in out
 
 

@@ -25,20 +25,20 @@ from spica_lib.replay.worker import ReplayWorker
 from spica_lib.trial.evaluate import evaluate_trial, evaluate_trials, prepare_trial
 
 
-def fake_sleep(call, per_request=None, on_screen=None):
+def fake_sleep(call, per_request=None, on_checkpoint=None):
     time.sleep(60)
 
 
-def fake_crash(call, per_request=None, on_screen=None):
+def fake_crash(call, per_request=None, on_checkpoint=None):
     faulthandler.disable()  # pytest's handler would print the crash of this deliberate segfault
     os.kill(os.getpid(), signal.SIGSEGV)
 
 
-def fake_exit(call, per_request=None, on_screen=None):
+def fake_exit(call, per_request=None, on_checkpoint=None):
     os._exit(3)
 
 
-def fake_echo(call, per_request=None, on_screen=None):
+def fake_echo(call, per_request=None, on_checkpoint=None):
     return {"metrics": {"x": float(call["x"])}, "scaling_events": [], "replay_seconds": 0.0}
 
 
@@ -68,16 +68,19 @@ def test_the_time_limit_kills_the_child_and_the_others_go_on(monkeypatch):
     assert psutil.Process().children() == []
 
 
-def fake_prefix_then_sleep(call, per_request=None, on_screen=None):
-    on_screen({"screened": False, "metric": "mean_ttft_ms", "value": 900.0, "ratio": 0.45, "prefix": "p"})
+CHECKPOINT = {"prefix": "p", "completed": 7, "at_sim_ms": 900.0, "replay_seconds": 0.01, "cpu_seconds": 0.01}
+
+
+def fake_prefix_then_sleep(call, per_request=None, on_checkpoint=None):
+    on_checkpoint(CHECKPOINT)
     time.sleep(60)
 
 
-def test_a_child_stopped_at_its_limit_still_reports_what_its_prefix_showed(monkeypatch):
+def test_a_child_stopped_at_its_limit_still_reports_where_its_prefix_got(monkeypatch):
     stopped = outcomes({"a": {}}, monkeypatch, fake_prefix_then_sleep, timeout=1.0)["a"]
-    assert stopped.status == "timed_out" and stopped.screen["ratio"] == 0.45 and stopped.report is None
+    assert stopped.status == "timed_out" and stopped.checkpoint == CHECKPOINT and stopped.report is None
     finished = outcomes({"a": {"x": 1}}, monkeypatch, fake_echo)["a"]
-    assert finished.screen is None and finished.report["ok"]
+    assert finished.checkpoint is None and finished.report["ok"]
 
 
 def busy(seconds):
@@ -87,33 +90,33 @@ def busy(seconds):
         pass
 
 
-def fake_quick_prefix_then_busy(call, per_request=None, on_screen=None):
-    on_screen({"screened": False, "metric": "mean_ttft_ms", "value": 900.0, "ratio": 0.45, "prefix": "p",
-               "replay_seconds": 0.01, "cpu_seconds": 0.01})  # fmt: skip
+def fake_quick_prefix_then_busy(call, per_request=None, on_checkpoint=None):
+    on_checkpoint(CHECKPOINT)
     busy(60)
 
 
-def fake_busy(call, per_request=None, on_screen=None):
+def fake_busy(call, per_request=None, on_checkpoint=None):
     busy(60)
 
 
-SCREEN = {"bounds": [["mean_ttft_ms", 2000.0]], "margin": 2.0, "fraction": 0.5, "prefix": "first half"}
+RULES = {"requests": 100, "bounds": [["mean_ttft_ms", 2000.0]], "fraction": 0.5, "prefix_requests": 50,
+         "prefix": "first half"}  # fmt: skip
 
 
 def test_a_replay_that_stalls_is_stopped_at_its_prefix_pace_or_its_prefix_share_not_its_limit(monkeypatch):
     monkeypatch.setattr(stall_module, "STALL_FLOOR_SECONDS", 0.5)
     # The prefix took 0.01 CPU s for half the work: the full replay is stopped once it runs 10x past 0.02 s
     # (here the 0.5 s floor), long before its 30 s limit.
-    stalled = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_quick_prefix_then_busy, timeout=30)["a"]
+    stalled = outcomes({"a": {"stop": RULES}}, monkeypatch, fake_quick_prefix_then_busy, timeout=30)["a"]
     assert stalled.status == "timed_out" and stalled.reason.startswith("stalled: the full replay ran past 0 CPU s")
-    assert stalled.screen["ratio"] == 0.45 and 0.5 <= stalled.cpu_seconds < 5
+    assert stalled.checkpoint == CHECKPOINT and 0.5 <= stalled.cpu_seconds < 5
     # A prefix still running at its share of the limit (half of 4 s of CPU) is stopped there.
-    slow_prefix = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_busy, timeout=4)["a"]
-    assert slow_prefix.status == "timed_out" and slow_prefix.screen is None
-    assert slow_prefix.reason.startswith("stalled: its prefix (first half) did not finish within 2 CPU s")
+    slow_prefix = outcomes({"a": {"stop": RULES}}, monkeypatch, fake_busy, timeout=4)["a"]
+    assert slow_prefix.status == "timed_out" and slow_prefix.checkpoint is None
+    assert slow_prefix.reason.startswith("stalled: its prefix (first half) was not done within 2 CPU s")
     assert 2 <= slow_prefix.cpu_seconds < 3.5
     # A replay waiting for a core is not stalled: only its limit stops a sleeping one.
-    waiting = outcomes({"a": {"screen": SCREEN}}, monkeypatch, fake_sleep, timeout=3)["a"]
+    waiting = outcomes({"a": {"stop": RULES}}, monkeypatch, fake_sleep, timeout=3)["a"]
     assert waiting.reason == "replay exceeded max_eval_seconds=3 and was stopped"
     assert psutil.Process().children() == []
 
@@ -123,7 +126,7 @@ import threading, time
 import spica_lib.replay.worker as worker_module
 from spica_lib.replay.worker import ReplayWorker
 
-def fake_sleep(call, per_request=None, on_screen=None):
+def fake_sleep(call, per_request=None, on_checkpoint=None):
     time.sleep(120)
 
 worker_module.execute_call = fake_sleep

@@ -306,8 +306,9 @@ def trials_without_timings(run_path):
         record = json.loads(path.read_text())
         result = {k: v for k, v in record["result"].items() if k not in TIMINGS}
         result["metrics"] = {k: v for k, v in result["metrics"].items() if k not in WALL_CLOCK_METRICS}
-        if result.get("screen"):
-            result["screen"] = {k: v for k, v in result["screen"].items() if k not in TIMINGS}
+        for part in ("checkpoint", "stop"):  # where the prefix ended and where a stop came: their timings vary
+            if result.get(part):
+                result[part] = {k: v for k, v in result[part].items() if k not in TIMINGS}
         out[path.name] = {**record, "result": result}
     return out
 

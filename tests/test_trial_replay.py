@@ -1,7 +1,6 @@
 """Trials through the real Dynamo replay on small workloads (a few hundred requests each)."""
 
 import json
-import math
 import random
 
 import pandas as pd
@@ -397,9 +396,15 @@ def test_a_p99_sla_rejects_a_candidate_whose_mean_meets_it_and_says_which_bound(
     on_mean = evaluate_trial(spec_for(config(goal={"target": "goodput", "sla": on_mean_sla}), agg(1, 1)))
     assert on_mean.status == "feasible" and on_mean.sla_miss < 1
     sla = {"ttft_ms": between, "percentile": 99}
-    on_p99 = evaluate_trial(spec_for(config(goal={"target": "throughput", "sla": sla}), agg(1, 1)))
+    spec = spec_for(config(goal={"target": "throughput", "sla": sla}), agg(1, 1))
+    unstopped = spec.model_copy(update={"replay": spec.replay.model_copy(update={"screen": None})})
+    on_p99 = evaluate_trial(unstopped)  # replayed to its end: judged on its own p99
     assert on_p99.status == "infeasible" and on_p99.reason.startswith("misses the p99 SLA: p99_ttft_ms")
     assert on_p99.sla_miss == pytest.approx(p99 / between) and on_p99.metrics["p99_ttft_ms"] == p99
+    # With its early stops, 3 of 200 requests certainly past the bound already decide the p99: stopped there.
+    stopped = evaluate_trial(spec)
+    assert stopped.status == "infeasible" and stopped.stop.rule == "percentile" and stopped.stop.limit == 3
+    assert stopped.reason.startswith("stopped early, certain to miss the p99 SLA: ") and stopped.sla_miss >= 1
 
 
 def test_cost_comes_from_the_replays_own_gpu_hours_and_output_tokens():
@@ -415,87 +420,117 @@ def test_cost_comes_from_the_replays_own_gpu_hours_and_output_tokens():
 
 
 def busy(**goal_extra):
-    """400 requests at 40 req/s against a 1 s mean TTFT bound: one TP1 worker drowns, four TP2 keep up."""
+    """400 requests at 40 req/s against a 1 s TTFT bound: one TP1 worker drowns, four TP2 keep up."""
     goal = {"target": "goodput", "sla": {"ttft_ms": 1000, "itl_ms": 60}, **goal_extra}
     return config(goal=goal, request_rate=40.0, num_request_ratio=10)
 
 
-def test_an_overloaded_candidate_is_screened_on_its_prefix_and_its_trial_says_so(tmp_path):
-    spec = spec_for(busy(), agg(1, 1))
-    assert spec.replay.screen.requests == 80 and spec.replay.screen.bounds == [("mean_ttft_ms", 1000.0),
-                                                                                ("mean_itl_ms", 60.0)]  # fmt: skip
+def test_an_overloaded_candidate_certain_to_miss_its_coverage_floor_is_stopped_and_its_trial_says_so(tmp_path):
+    spec = spec_for(busy(sla_coverage=0.9), agg(1, 1))
+    assert spec.replay.screen.requests == 80 and spec.replay.screen.coverage == 0.9
     ((record, source),) = job([spec], tmp_path, attempt=1, last_attempt=1).values()
     result = record.result
-    assert source == "replayed" and result.status == "infeasible" and result.screen.screened
-    # Judged inside the one replay: its prefill queue runs away long before the 80 requests of its screen
-    # complete, and the time spent queued alone puts its mean TTFT past twice the bound.
-    assert result.reason.startswith("screened: ") and "requests were waiting for prefill" in result.reason
-    assert "at least 2x the mean_ttft_ms bound" in result.reason and result.screen.metric == "mean_ttft_ms"
-    assert result.metrics["completed_requests"] < 80 and result.sla_miss == result.screen.ratio >= 2.0
-    # Resumed or retried, the screen is restored from the journal, never replayed again.
+    assert source == "replayed" and result.status == "infeasible", result.reason
+    # Its prefill queue runs away: requests waiting longer than the TTFT bound are certain misses, and
+    # more than the 40 the 90 % floor allows of 400 are certain long before the replay ends.
+    stop = result.stop
+    assert stop.rule == "coverage" and stop.certain_misses > stop.limit == pytest.approx(40.0)
+    assert result.reason.startswith("stopped early, certain to miss the 90 % coverage floor: ")
+    assert stop.partial_metrics["completed_requests"] < 400 and result.metrics == {}  # partial: under its own names
+    assert result.sla_miss == pytest.approx((stop.certain_misses / 400) / 0.1) and result.sla_miss > 1
+    # Resumed or retried, the stop is restored from the journal, never replayed again.
     ((again, source),) = job([spec], tmp_path, attempt=2, last_attempt=2).values()
     assert source == "journal" and again.result == result
 
 
-def test_a_candidate_that_keeps_up_is_replayed_in_full_after_its_screen():
-    result = evaluate_trial(spec_for(busy(), agg(2, 4)), max_eval_seconds=120)
-    assert result.status == "feasible" and result.metrics["completed_requests"] == 400
-    assert result.screen is not None and not result.screen.screened and result.screen.ratio < 2.0
+def test_a_soft_sla_alone_never_stops_an_overloaded_replay_early():
+    # The same drowning candidate under the goodput target alone: its mean TTFT is far past the bound, but
+    # goodput still counts the requests that met it; only a bar from the branch's top could prune it.
+    result = evaluate_trial(spec_for(busy(), agg(1, 1)), max_eval_seconds=120)
+    assert result.status == "feasible" and result.stop is None and result.metrics["completed_requests"] == 400
+    assert result.metrics["mean_ttft_ms"] > 2000 and result.score >= 0
 
 
-def test_no_sla_or_no_fraction_means_no_screen_and_asking_for_one_without_an_sla_is_an_error():
+def test_a_candidate_that_keeps_up_is_replayed_in_full_past_its_pace_checkpoint():
+    result = evaluate_trial(spec_for(busy(sla_coverage=0.9), agg(2, 4)), max_eval_seconds=120)
+    assert result.status == "feasible" and result.metrics["completed_requests"] == 400 and result.stop is None
+    assert result.checkpoint.prefix == "first 80 of 400 requests" and result.checkpoint.completed >= 80
+
+
+def test_a_goodput_trial_whose_score_cannot_reach_the_rounds_bar_is_pruned_and_told_its_bound():
+    from spica_lib.trial.evaluate import evaluate_trials
+    from spica_lib.trial.screen import PruneBar
+
+    cfg = busy()
+    healthy = evaluate_trial(spec_for(cfg, agg(2, 4)), max_eval_seconds=120)
+    drowning = spec_for(cfg, agg(1, 1))
+    full = evaluate_trial(drowning, max_eval_seconds=120)
+    bar = PruneBar(below=healthy.score, rank=5)  # a branch whose 5th best scores as the healthy one does
+    ((_, result),) = evaluate_trials({"t": drowning}, max_eval_seconds=120, prune=bar)
+    assert result.status == "pruned" and result.reason.startswith("pruned: its score can reach at most"), result.reason
+    assert full.score <= result.stop.score_bound < bar.below and result.stop.rank == 5
+    assert result.score is None and result.metrics == {} and 0 < result.stop.at_sim_ms < full.metrics["duration_ms"]
+    assert designer_metrics(result, cfg.goal) == {"objective": result.stop.score_bound}  # its bound, not a miss
+    # A bar the trial reaches never stops it: the bound is never below the score it ends with.
+    kept = dict(evaluate_trials({"t": spec_for(cfg, agg(2, 4))}, max_eval_seconds=120,
+                                prune=PruneBar(below=healthy.score * 0.999, rank=5)))  # fmt: skip
+    assert kept["t"].status == "feasible" and kept["t"].score == healthy.score
+
+
+def test_no_sla_or_no_fraction_means_no_early_stop_and_asking_for_one_without_an_sla_is_an_error():
     assert spec_for(config(goal={"target": "throughput"}), agg(1, 1)).replay.screen is None
     unscreened = config_data(workload={"request_rate": 40.0})
     unscreened.update(goal={"target": "goodput", "sla": SLA}, sweep={"screen_fraction": None})  # None: off
     assert spec_for(build(unscreened), agg(1, 1)).replay.screen is None
     from conftest import rejected
 
-    rejected(config_data(sweep={"screen_fraction": 0.3}), "", "nothing to screen against")
-    rejected(config_data(sweep={"screen_margin": 1.0}), "sweep.screen_margin")
+    rejected(config_data(sweep={"screen_fraction": 0.3}), "", "nothing to stop against")
+    rejected(config_data(sweep={"screen_margin": 2.0}), "sweep", "screen_margin", "is gone")
 
 
-def test_an_open_loop_trace_is_screened_on_the_first_part_of_its_simulated_time():
+def test_an_open_loop_trace_certain_to_miss_its_p90_is_stopped_and_paced_by_its_first_requests():
     data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
                                  "trace_path": str(TRACE), "arrival_speedup_ratio": 8.0})  # fmt: skip
-    data["goal"] = {"target": "goodput", "sla": SLA}
+    data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": 2000, "percentile": 90}}
     spec = spec_for(build(data), agg(1, 1))  # one TP1 worker under the trace sped up 8x
-    assert spec.replay.screen.sim_time_ms == pytest.approx(0.2 * 1_022_025 / 8.0)  # 20 % of the span, sped up
+    assert spec.replay.screen.requests == 799 and spec.replay.screen.prefix == "first 799 of 3993 requests"
     result = evaluate_trial(spec, max_eval_seconds=120)
-    assert result.status == "infeasible" and result.screen.screened and "s simulated" in result.reason
-    assert result.metrics["completed_requests"] < 3993 * 0.2  # it stopped at the prefix
+    assert result.status == "infeasible" and result.stop.rule == "percentile", result.reason
+    assert result.stop.certain_misses >= result.stop.limit == 3993 - 3592  # p90 of 3993: 401 past it decide
+    assert "s simulated" in result.reason and result.stop.partial_metrics["completed_requests"] < 3993
 
 
-def test_a_replay_stopped_at_its_limit_after_its_prefix_says_what_the_prefix_showed_and_tells_the_miss():
+def test_a_replay_stopped_at_its_limit_after_its_checkpoint_says_where_it_got_and_tells_no_miss():
     data = config_data(workload={"isl": 2048, "osl": 256, "request_rate": 40.0, "num_request_ratio": 600})
-    # A p99 TTFT bound and a margin of 1000: no rule of the in-replay screen stops it before its limit.
-    data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": SLA["ttft_ms"], "percentile": 99}}
-    data["sweep"] = {"screen_fraction": 0.02, "screen_margin": 1000}  # a prefix that never stops it
+    # A p99 TTFT bound no request can miss: no early stop, only the time limit ends it.
+    data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": 10**9, "percentile": 99}}
+    data["sweep"] = {"screen_fraction": 0.02}
     cfg = build(data)
-    result = evaluate_trial(spec_for(cfg, agg(1, 1)), max_eval_seconds=3)  # 24,000 requests on one GPU
+    # 24,000 requests on one GPU: its limit, or its pace before it, stops it well past its first 480 (a busy
+    # machine may slow it, never past its checkpoint: the prefix is a few seconds' work of a 20 s limit).
+    result = evaluate_trial(spec_for(cfg, agg(1, 1)), max_eval_seconds=20)
     assert result.status == "timed_out", result.reason
-    assert result.screen is not None and not result.screen.screened
-    assert result.screen.prefix == "first 480 of 24000 requests"
-    assert result.reason.startswith("replay exceeded max_eval_seconds=3 and was stopped; its prefix")
-    assert result.sla_miss == result.screen.ratio > 1  # already over its bound on the prefix
-    assert designer_metrics(result, cfg.goal) == {"objective": -math.log1p(result.sla_miss)}
+    assert result.checkpoint is not None and result.checkpoint.prefix == "first 480 of 24000 requests"
+    assert result.reason.startswith(("replay exceeded max_eval_seconds=20 and was stopped; ", "stalled: "))
+    assert "; its prefix (first 480 of 24000 requests) was done by" in result.reason
+    assert result.sla_miss is None and designer_metrics(result, cfg.goal) == {}  # a time limit is no verdict
 
 
 def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefix_pace(monkeypatch):
     # The shipped trace at half speed on SGLang 1 x TP4 prefill + 1 x TP4 decode: its first 20 % of
-    # simulated time replays in well under a second, but past about two thirds of the trace the
-    # queue runs away and the replay crawls for minutes. Its pace gives it away long before its limit.
+    # requests replays in well under a second, but past about two thirds of the trace the queue runs
+    # away and the replay crawls for minutes. Its pace gives it away long before its limit.
     import spica_lib.replay.stall as stall_module
 
     monkeypatch.setattr(stall_module, "STALL_FACTOR", 2.0)
     monkeypatch.setattr(stall_module, "STALL_FLOOR_SECONDS", 3.0)
     data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
                                  "trace_path": str(TRACE), "arrival_speedup_ratio": 0.5})  # fmt: skip
-    data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": 3000, "percentile": 99}}  # p99: never certain
-    data["sweep"] = {"screen_margin": 1000}  # never screened: the pace alone decides
+    data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": 10**9, "percentile": 99}}  # never certain
     result = evaluate_trial(queueing_disagg(build(data)), max_eval_seconds=300)
     assert result.status == "timed_out" and result.reason.startswith("stalled: the full replay ran past"), result.reason
-    assert result.wall_seconds < 60 and not result.screen.screened
-    assert "its prefix (first " in result.reason and result.sla_miss == result.screen.ratio
+    assert result.wall_seconds < 60 and result.stop is None and result.sla_miss is None
+    assert "its prefix (first 799 of 3993 requests) was done by" in result.reason
 
 
 def queueing_disagg(cfg):
@@ -507,28 +542,27 @@ def queueing_disagg(cfg):
     return prepare_trial(cfg, sel, layout, backend_version="0.5.14", estimator=estimator)
 
 
-def trace_at_half_speed():
+def trace_at_half_speed(**goal_extra):
     data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
                                  "trace_path": str(TRACE), "arrival_speedup_ratio": 0.5})  # fmt: skip
-    data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 60}}
+    data["goal"] = {"target": "goodput_per_gpu", "sla": {"ttft_ms": 3000, "itl_ms": 60}, **goal_extra}
     return build(data)
 
 
-def test_a_replay_whose_prefill_queue_runs_away_is_stopped_from_inside_well_before_its_limit():
-    # SGLang 1 x TP4 prefill + 1 x TP4 decode under the shipped trace at half speed: its prefix passes,
-    # then its queue runs away and the replay would crawl for minutes (the pace test above).
-    result = evaluate_trial(queueing_disagg(trace_at_half_speed()), max_eval_seconds=300)
-    assert result.status == "infeasible" and result.reason.startswith("screened: "), result.reason
-    assert "requests were waiting for prefill at" in result.reason  # the time queued alone rules it out
-    assert result.wall_seconds < 30, result.wall_seconds
-    assert result.screen.screened and result.sla_miss == result.screen.ratio >= 2.0
-    assert result.metrics["completed_requests"] < 3993
+def test_a_replay_whose_prefill_queue_runs_away_is_stopped_once_its_floor_is_certain_well_before_its_limit():
+    # SGLang 1 x TP4 prefill + 1 x TP4 decode under the shipped trace at half speed with a 90 % floor: its
+    # queue runs away past half the trace, and the replay would crawl for minutes (the pace test above).
+    result = evaluate_trial(queueing_disagg(trace_at_half_speed(sla_coverage=0.9)), max_eval_seconds=300)
+    assert result.status == "infeasible" and result.stop.rule == "coverage", result.reason
+    assert result.stop.certain_misses > 399.3 and result.wall_seconds < 30, result.wall_seconds
+    assert result.stop.partial_metrics["completed_requests"] < 3993
 
 
-def test_a_healthy_replay_of_the_whole_trace_is_not_stopped_and_keeps_its_screen_verdict():
-    result = evaluate_trial(spec_for(trace_at_half_speed(), agg(4, 2)), max_eval_seconds=300)  # 2 x TP4 keeps up
+def test_a_healthy_replay_of_the_whole_trace_is_not_stopped_and_records_its_checkpoint():
+    # 2 x TP4 keeps up: 73 % of its requests meet every bound, over a 70 % floor.
+    result = evaluate_trial(spec_for(trace_at_half_speed(sla_coverage=0.7), agg(4, 2)), max_eval_seconds=300)
     assert result.status == "feasible" and result.metrics["completed_requests"] == 3993, result.reason
-    assert result.screen is not None and not result.screen.screened and result.screen.ratio < 2.0
+    assert result.stop is None and result.checkpoint.completed >= 799
 
 
 def test_a_replay_watched_for_its_progress_scores_exactly_as_one_without(monkeypatch):

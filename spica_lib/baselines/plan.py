@@ -156,7 +156,7 @@ def _without(
             if searched
             else Baseline(name=name, label=label, source="none", note=note)
         )
-    if ablated.key() in records:  # the search already replayed the winner without it
+    if ablated.key() in records and records[ablated.key()].result.status != "pruned":  # replayed it in full
         known = records[ablated.key()]
         best = known if searched is None or scored(known.result) >= scored(searched.result) else searched
         return BaselineCase(_from_search(name, best, note="the best the search replayed without it"))

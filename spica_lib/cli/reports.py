@@ -123,11 +123,15 @@ def _limit_line(config: SmartSearchConfig) -> str:
     size = f"{requests} requests per replay" if requests is not None else "request count set per candidate"
     line = f"{sweep.max_eval_seconds:g} s per trial ({size})"
     if config.goal.sla is None or sweep.screen_fraction is None:
-        return line + "; no prefix screen" + (" (no SLA to screen against)" if config.goal.sla is None else "")
+        return line + "; no early stops" + (" (no SLA to stop against)" if config.goal.sla is None else "")
+    goal = config.goal
+    rules = [f"certain to miss the {goal.sla.statistic} SLA"] if goal.sla.is_constraint else []
+    rules += ["certain to miss the coverage floor"] if goal.sla_coverage is not None else []
+    rules += ["certain to stay below the branch's top scores"] if not goal.is_pareto and goal.target.needs_sla else []
     return (
-        line + f"; screened on the first {sweep.screen_fraction:.0%} of the workload, "
-        f"stopped there at {sweep.screen_margin:g}x an SLA bound or past its share of the limit, "
-        f"and stopped later past {STALL_FACTOR:g}x the prefix's pace"
+        line + f"; stopped early when {' or '.join(rules) or 'never (no rule for this goal)'}; paced by the "
+        f"first {sweep.screen_fraction:.0%} of the requests (past its share of the limit, or later past "
+        f"{STALL_FACTOR:g}x its pace: timed out)"
     )
 
 

@@ -76,7 +76,8 @@ class SLATarget(StrictModel):
     Without `percentile` the bounds only shape goodput, so they need a goodput target (refused
     otherwise: they would do nothing). With it, they are a hard constraint on that percentile over
     requests, for any target: a candidate whose p-th percentile TTFT, ITL or E2E is over its bound
-    is infeasible, whatever its score. Prefix screening follows the same statistic either way.
+    is infeasible, whatever its score. A replay is stopped early only where it is certain to miss it
+    (replay/early_stop.py).
     """
 
     ttft_ms: Number | None = Field(default=None, gt=0)
@@ -240,7 +241,7 @@ class OptimizationGoal(StrictModel):
             targets = ", ".join(t.value for t in self.objectives)
             raise ValueError(
                 f"goal.sla without a percentile only decides which requests count as goodput, and {targets} "
-                "counts no goodput: the bounds would change nothing but which candidates are screened out. "
+                "counts no goodput: the bounds would change nothing. "
                 "Make them a constraint with goal.sla.percentile (50 for the median, 90/95/99 for a tail) or "
                 "goal.sla_coverage (the share of requests that must meet them), or use a goodput target "
                 "(goodput, goodput_per_gpu)"

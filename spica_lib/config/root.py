@@ -90,16 +90,11 @@ class SmartSearchConfig(StrictModel):
             self.sweep.max_eval_seconds = default_max_eval_seconds(self._most_expected_requests())
         # Compared with the defaults, not with what was written, so that a dumped config reads back.
         defaults = SweepConfig.model_fields
-        screening = [n for n in ("screen_fraction", "screen_margin") if getattr(self.sweep, n) != defaults[n].default]
-        if "screen_margin" in screening and self.sweep.screen_fraction is None:
-            raise ValueError(
-                f"sweep.screen_margin {self.sweep.screen_margin} is how far over a bound a screened prefix must be; "
-                "sweep.screen_fraction is null (no screen), so it would change nothing: remove one of them"
-            )
+        screening = self.sweep.screen_fraction != defaults["screen_fraction"].default
         if screening and self.sweep.screen_fraction is not None and self.goal.sla is None:
             raise ValueError(
-                f"sweep.{sorted(screening)[0]} screens a candidate against goal.sla on a prefix of the workload; "
-                "without an SLA there is nothing to screen against: set goal.sla, or remove it"
+                f"sweep.screen_fraction {self.sweep.screen_fraction} sets the prefix of the early stops against "
+                "goal.sla; without an SLA there is nothing to stop against: set goal.sla, or remove it"
             )
         self._resolve_finish()
         self._resolve_stress()

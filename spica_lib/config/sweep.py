@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
@@ -64,10 +64,10 @@ class SweepConfig(StrictModel):
     # adds samples, doubling, to the deployments still in contention until the recommendation is decided or each
     # has `finish_max_samples`. Left out: DEFAULT_FINISH_MAX_SAMPLES (at least finish_samples).
     finish_max_samples: StrictInt | None = Field(default=None, ge=1)
-    # Prefix screening (needs goal.sla): replay the first fraction of the workload first; a candidate whose
-    # SLA statistic there is already `screen_margin` times its bound is infeasible without the full replay.
+    # Early stops (needs goal.sla; replay/early_stop.py): a replay is stopped once a sound bound says it is
+    # certain to miss a hard constraint or cannot reach the branch's top scores; its first `screen_fraction`
+    # of the requests is the prefix whose pace sets the rest's CPU budget (a time limit). null: none of them.
     screen_fraction: StrictFloat | None = Field(default=0.2, gt=0, lt=1)
-    screen_margin: StrictInt | StrictFloat = Field(default=2.0, gt=1)
     # Warm start: round 0 of each branch replays a diverse top set of its pool, ranked by aiconfigurator's
     # static estimate under the workload (search/warm_start.py), before the designer explores. Left out:
     # on, unless a workload's traffic depends on the candidate (kv_load_ratio), where nothing can be ranked.
@@ -87,6 +87,17 @@ class SweepConfig(StrictModel):
     # the SLA, by bisection with replays. Left out: DEFAULT_CAPACITY_TOP when goal.sla_coverage is set, else off.
     # 0: off.
     capacity_top: StrictInt | None = Field(default=None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_screen_margin(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "screen_margin" in data:
+            raise ValueError(
+                f"screen_margin ({data['screen_margin']!r}) is gone: a replay is no longer stopped at a margin over a "
+                "bound on a prefix (a guess that dropped deployments that would have ranked), only on bounds that "
+                "hold whatever the rest of the traffic does (README, \"Early stops\"); remove it"
+            )
+        return data
 
     @model_validator(mode="after")
     def _rounds_in_flight_within_rounds(self) -> SweepConfig:

@@ -145,6 +145,20 @@ def _scan(path: str, size: int, mtime_ns: int) -> TraceScan:  # size and mtime: 
     )
 
 
+def trace_output_lengths(path: str | Path) -> tuple[int, ...]:
+    """Every record's output length, smallest first (once per file and process; the trace was checked by
+    its scan, so this reads the one field it needs)."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return _output_lengths(str(resolved), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _output_lengths(path: str, size: int, mtime_ns: int) -> tuple[int, ...]:
+    with open(path, encoding="utf-8") as handle:
+        return tuple(sorted(int(json.loads(line)["output_length"]) for line in handle if line.strip()))
+
+
 def parse_record(line: str, number: int) -> MooncakeRecord:
     try:
         data = json.loads(line)

@@ -1,18 +1,19 @@
-"""Progress from inside a replay, and a stop when its pace says it cannot finish within its limit.
+"""Progress from inside a replay, and a time limit by its pace: a stop when its pace so far, kept up, overruns it.
 
 ai-dynamo 1.5.1's native replay calls a scaling policy back every tick of simulated time with a
 snapshot of the deployment (arrivals in the last window, requests held by each worker); raising
 from the callback stops the replay, and a policy that changes nothing leaves the result exactly
 as it is without one. `ProgressWatch` is such a policy: it counts requests finished (arrived, and
 no longer held by a worker) against the replay's own CPU time, and once that CPU time is past a
-floor, stops the replay when even its pace so far, kept up to the end, would overrun its limit.
-A queue that runs away makes the simulator slower with every request, so a linear forecast errs
-on the side of letting a replay go on: what it stops could not have finished in time.
+floor, stops the replay when its pace so far (CPU seconds per request finished, the work), kept up
+to the end, would overrun its limit. That is a forecast, not a bound (a trace heavy at its start can
+have a light remainder): a replay it stops is recorded `timed_out` with what it saw, never as a
+verdict on the candidate.
 
 It applies to every replay without a planner (the planner's own scaling policy takes the same
-slot; those replays keep the CPU-time checks of replay/stall.py). With a screen it also carries the
-SLA's watch (replay/sla_watch.py), which stops a replay the SLA has already ruled out. Kept free of
-heavy imports: it runs in the replay child.
+slot; those replays keep only their time limit). With an SLA it also carries the early stops
+(replay/early_stop.py), which stop a replay only on bounds that hold whatever the rest does. Kept
+free of heavy imports: it runs in the replay child.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from spica_lib.replay.sla_watch import ReplayScreened, SlaWatch
+from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
 
 FIRST_TICK_MS = 100.0  # simulated time to the first look; then the tick adapts to the replay's speed
 MIN_TICK_MS, MAX_TICK_MS = 10.0, 60_000.0
 CPU_PER_TICK = (0.05, 0.2)  # aim for a look every 0.05-0.2 CPU s: often enough to stop a crawl in time
+# With early stops, also about this many completions per tick: a window's TTFT sum then bounds its requests
+# one by one (replay/early_stop.py), where a window of many completions bounds them only loosely.
+COMPLETIONS_PER_TICK = 1
 
 
 class ReplayStalled(Exception):
@@ -39,18 +43,23 @@ class ProgressWatch:
     """A do-nothing scaling policy that watches a replay's pace (see the module docstring)."""
 
     def __init__(
-        self, requests: int, limit_seconds: float | None, floor_seconds: float | None, sla: SlaWatch | None = None
+        self,
+        requests: int,
+        limit_seconds: float | None,
+        floor_seconds: float | None,
+        stops: EarlyStopWatch | None = None,
     ):
         self.requests = max(1, int(requests))
         self.limit_seconds = float(limit_seconds) if limit_seconds else None  # None: no limit to pace against
         self.floor_seconds = float(floor_seconds or 0.0)
-        self.sla = sla
-        self.screened: ReplayScreened | None = None
+        self.stops = stops
+        self.stopped_early: ReplayStopped | None = None
         self.arrived = 0
         self.finished = 0
         self.ticks = 0
         self.stopped: str | None = None
         self._tick_ms = FIRST_TICK_MS
+        self._window_ms = FIRST_TICK_MS  # the window the last tick closed
         self._started: float | None = None  # the first tick: building the engines (a perf-DB load) is not pace
         self._last_cpu = 0.0
 
@@ -67,16 +76,17 @@ class ProgressWatch:
         cpu = time.process_time()
         if self._started is None:
             self._started = self._last_cpu = cpu
-        if self.sla is not None:
+        if self.stops is not None:
             try:
-                self.sla.on_tick(now_ms, traffic, _queued_for_prefill(snapshot), self.finished)
-            except ReplayScreened as screened:
-                self.screened = screened
+                self.stops.on_tick(now_ms, traffic, _queued_for_prefill(snapshot))
+            except ReplayStopped as stopped:
+                self.stopped_early = stopped
                 raise
         if self.limit_seconds is not None:
             self._judge(cpu - self._started, now_ms)
-        self._adapt(cpu - self._last_cpu)
+        self._adapt(cpu - self._last_cpu, int(traffic.get("ttft_count", 0) or 0))
         self._last_cpu = cpu
+        self._window_ms = self._tick_ms
         return {"target_prefill": None, "target_decode": None, "next_tick_ms": now_ms + self._tick_ms}
 
     def _judge(self, cpu: float, now_ms: float) -> None:
@@ -92,16 +102,18 @@ class ProgressWatch:
         self.stopped = (
             f"stalled: {self.finished} of {self.requests} requests finished after {cpu:.0f} CPU s "
             f"({now_ms / 1000:.0f} s simulated); at that pace the replay needs about {forecast:.0f} CPU s, "
-            f"over max_eval_seconds={self.limit_seconds:g}, and a growing queue only slows it further"
+            f"over max_eval_seconds={self.limit_seconds:g} (a forecast: a time limit, not a verdict)"
         )
         raise ReplayStalled(self.stopped)
 
-    def _adapt(self, cpu_spent: float) -> None:
+    def _adapt(self, cpu_spent: float, completed: int) -> None:
         low, high = CPU_PER_TICK
         if cpu_spent < low:
             self._tick_ms = min(MAX_TICK_MS, self._tick_ms * 2)
         elif cpu_spent > high:
             self._tick_ms = max(MIN_TICK_MS, self._tick_ms / 2)
+        if self.stops is not None and completed > COMPLETIONS_PER_TICK:
+            self._tick_ms = max(MIN_TICK_MS, min(self._tick_ms, self._window_ms * COMPLETIONS_PER_TICK / completed))
 
 
 def _held(snapshot: dict[str, Any]) -> int:
@@ -121,8 +133,8 @@ def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch
     """The replay Dynamo's `run_*_trace_replay` runs without a planner, with `watch` as its scaling policy.
 
     The public entry points pass no policy without a planner; their native calls take one. Raises
-    ReplayStalled when the watch stopped the replay for its pace, ReplayScreened when its SLA watch did,
-    and Dynamo's errors otherwise.
+    ReplayStalled when the watch stopped the replay for its pace, ReplayStopped when an early stop's bound
+    did, and Dynamo's errors otherwise.
     """
     from dynamo._core import run_mocker_synthetic_trace_replay, run_mocker_trace_replay
     from dynamo.replay.api import _materialize_offline_report
@@ -137,8 +149,8 @@ def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch
     try:
         result = native(*args, **native_kwargs, scaling_policy=watch)
     except Exception as exc:
-        if watch.screened is not None:
-            raise watch.screened from exc
+        if watch.stopped_early is not None:
+            raise watch.stopped_early from exc
         if watch.stopped is not None:
             raise ReplayStalled(watch.stopped) from exc
         raise

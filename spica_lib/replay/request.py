@@ -7,12 +7,12 @@ plain-data call that `spica_lib.replay.call` makes, in a child forked by `spica_
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SLATarget, Workload
-from spica_lib.config.trace import scan_trace
+from spica_lib.config.trace import scan_trace, trace_output_lengths
 from spica_lib.config.workload import DEFAULT_ARRIVAL_SEED
 from spica_lib.replay.plan import DeploymentPlan
 
@@ -22,33 +22,53 @@ WALL_CLOCK_METRICS = frozenset({"wall_time_ms", "processed_tokens_per_s", "proce
 
 
 class ScreenPlan(BaseModel):
-    """Replay a prefix of the workload first: the first `requests` (synthetic) or the first `sim_time_ms`
-    of simulated time (trace). If the SLA's statistic there is `margin` times a bound, stop there."""
+    """The early stops a replay is watched for (replay/early_stop.py): the SLA's bounds, with the percentile
+    or coverage floor that makes them hard; and the pace checkpoint, the first `requests` requests (the
+    prefix's share of the work, `fraction`), whose CPU time paces the rest of the replay (a time limit)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     bounds: list[tuple[str, float]]  # (replay metric, bound), e.g. ("p99_ttft_ms", 2000.0)
-    margin: float
-    fraction: float  # the share of the workload the prefix holds (its share of the time limit, too)
-    requests: int | None = None
-    sim_time_ms: float | None = None
+    percentile: float | None = None  # goal.sla.percentile: the bounds are a hard constraint on it
+    coverage: float | None = None  # goal.sla_coverage: the least share of requests that must meet every bound
+    fraction: float  # the prefix's share of the workload's requests (its share of the time limit, too)
+    requests: int | None = None  # the prefix's requests: the pace checkpoint (None: no checkpoint)
     prefix: str  # in words, for the trial's reason: "first 48 of 240 requests"
 
 
-class ScreenOutcome(BaseModel):
-    """What the prefix showed (replayed first, or judged inside the one replay): the worst bound's metric,
-    value and ratio, and whether it stopped there and why."""
+class PaceCheckpoint(BaseModel):
+    """Where the replay's prefix of the work ended: its requests completed, the simulated time, the time taken.
+    The worker gives the rest of the replay a CPU budget from it (replay/stall.py)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    screened: bool
-    metric: str
-    value: float
-    ratio: float  # value / bound (1e6 when the prefix completed no request)
     prefix: str
+    completed: int
+    at_sim_ms: float
     replay_seconds: float
     cpu_seconds: float = 0.0  # the prefix's CPU time in its child
-    why: str | None = None  # judged inside the replay and stopped: the rule that stopped it (replay/sla_watch.py)
+
+
+class EarlyStop(BaseModel):
+    """Why and where a replay was stopped early, on a bound that holds whatever the rest does
+    (replay/early_stop.py). What it covered is here, under names that say it is partial."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    rule: Literal["percentile", "coverage", "prune"]
+    metric: str | None = None  # the SLA metric whose certain misses decided (a prune may have none)
+    bound_ms: float | None = None
+    at_sim_ms: float  # simulated time of the tick that decided
+    requests: int  # requests of the whole workload
+    certain_misses: int  # requests certainly over `metric`'s bound by then
+    limit: float | None = None  # percentile: misses that put the percentile over; coverage: misses allowed
+    score_bound: float | None = None  # prune: the most the score could still reach ...
+    below: float | None = None  # ... and the branch's k-th best score before the round, which it cannot reach
+    rank: int | None = None  # ... that k
+    why: str
+    partial_metrics: dict[str, float] = Field(default_factory=dict)  # over the requests completed by then
+    replay_seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
 
 class ReplayRequest(BaseModel):
@@ -82,9 +102,8 @@ class ReplayOutcome(BaseModel):
     metrics: dict[str, float]
     scaling_events: list[ScalingEvent] = Field(default_factory=list)
     replay_seconds: float
-    screen: ScreenOutcome | None = (
-        None  # with a screen plan: what the prefix showed (metrics are the prefix's if screened)
-    )
+    checkpoint: PaceCheckpoint | None = None  # the pace checkpoint, when the replay reached it
+    stop: EarlyStop | None = None  # stopped early on a sound bound (metrics then empty: what it covered is here)
 
 
 def _router_and_engines(plan: DeploymentPlan) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -150,8 +169,12 @@ def _load(request: ReplayRequest) -> tuple[str, list[Any], dict[str, Any]]:
     return "synthetic", [w.isl, w.osl, w.resolved_request_count(request.concurrency)], kwargs
 
 
-def replay_call(request: ReplayRequest) -> dict[str, Any]:
-    """The request as one plain-data Dynamo call (see `spica_lib.replay.call`)."""
+def replay_call(request: ReplayRequest, prune: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The request as one plain-data Dynamo call (see `spica_lib.replay.call`).
+
+    `prune` ({"below", "rank", "gpus"}): stop once the goodput score (per `gpus` GPUs) certainly stays
+    below `below` (replay/early_stop.py). It is the round's, not the trial's: it is not in the trial key.
+    """
     function, args, load = _load(request)
     common, engines = _router_and_engines(request.plan)
     kwargs = {**common, "benchmark_granularity": request.benchmark_granularity}
@@ -164,7 +187,7 @@ def replay_call(request: ReplayRequest) -> dict[str, Any]:
         "load": load,
         "engines": engines,
         "router_config": request.plan.router_config,
-        "screen": _screen(request.screen, function, args),
+        "stop": _stop_rules(request, function, args, prune),
         "pace": {"requests": _requests(request, args)},  # the worker adds the limit (replay/progress.py)
     }
 
@@ -176,17 +199,38 @@ def _requests(request: ReplayRequest, args: list[Any]) -> int:
     return int(args[2])
 
 
-def _screen(plan: ScreenPlan | None, function: str, args: list[Any]) -> dict[str, Any] | None:
-    """The prefix call's changes to the full call (plain data for the child), with the bounds to check and
-    the prefix's share of the workload (the worker judges the replay's pace by it: replay/stall.py)."""
-    if plan is None:
+def _stop_rules(
+    request: ReplayRequest, function: str, args: list[Any], prune: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The early stops' rules for the child (replay/early_stop.py), or None: no screen, or a planner (whose
+    scaling policy takes the callback the watch needs)."""
+    plan = request.screen
+    if plan is None or request.plan.planner_config is not None:
         return None
-    if function == "synthetic":
-        change = {"args": [*args[:2], plan.requests]}
-    else:
-        change = {"kwargs": {"max_sim_time_ms": plan.sim_time_ms}}
-    bounds = [list(b) for b in plan.bounds]
-    return {**change, "bounds": bounds, "margin": plan.margin, "fraction": plan.fraction, "prefix": plan.prefix}
+    rules: dict[str, Any] = {
+        "requests": _requests(request, args),
+        "bounds": [list(b) for b in plan.bounds],
+        "percentile": plan.percentile,
+        "coverage": plan.coverage,
+        "fraction": plan.fraction,
+        "prefix_requests": plan.requests,
+        "prefix": plan.prefix,
+        "prune": None,
+    }
+    if prune is not None:
+        workload = request.workload
+        if function == "synthetic":
+            traffic = {"output_tokens": int(args[1]) * int(args[2]), "osl": int(args[1]), "span_ms": 0.0}
+        else:
+            scan = scan_trace(workload.trace_path)
+            traffic = {
+                "output_tokens": scan.output_tokens,
+                "output_lengths": list(trace_output_lengths(workload.trace_path)),
+                # A closed loop's arrivals follow its completions, not the trace's clock.
+                "span_ms": 0.0 if workload.replay_concurrency else scan.duration_ms / workload.arrival_speedup_ratio,
+            }
+        rules["prune"] = {**prune, **traffic}
+    return rules
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:

@@ -1,21 +1,22 @@
-"""When a running replay is stopped: at its time limit, or earlier when it has stalled.
+"""When a running replay is stopped for its time: at its limit, or earlier when its pace says it has stalled.
 
-These checks judge a replay from outside, by its CPU time. Every replay without an autoscaling
-planner is also watched from inside (replay/progress.py); a planner takes the callback that watch
-uses, so for a planner replay these are the only checks. A replay's cost per simulated second
-explodes once a queue grows deep (bench/replay_cost.py: on the shipped trace at half speed, SGLang disagg 1 x TP4 +
-1 x TP4 replays its first 20 % of simulated time in well under a second and then crawls for
-minutes). A screened trial gives two checkpoints to judge its pace by:
+These checks judge a replay from outside, by its CPU time; they are time limits, and a replay they
+stop is recorded `timed_out`, never as a verdict on the candidate. Every replay without an
+autoscaling planner is also watched from inside (replay/progress.py), which marks the pace
+checkpoint: the prefix's share of the workload's requests completed (trial/screen.py). A replay's
+cost per simulated second explodes once a queue grows deep (bench/replay_cost.py: on the shipped
+trace at half speed, SGLang disagg 1 x TP4 + 1 x TP4 replays its first 20 % of simulated time in
+well under a second and then crawls for minutes). The checkpoint gives two limits:
 
-- its prefix must finish within its share of the limit (`fraction` x `max_eval_seconds`): slower,
-  the full replay cannot finish in time at the same pace;
-- after the prefix, the full replay gets `STALL_FACTOR` times what the prefix's pace predicts for
-  it (prefix CPU seconds / fraction). Past that, its queue has run away; no further minute of such
-  a replay changes the verdict, and its round would wait for it.
+- the prefix must be done within its share of the limit (`fraction` x `max_eval_seconds`, the
+  fraction counted in requests, the work, not in simulated time);
+- after it, the rest gets `STALL_FACTOR` times what the prefix's pace predicts for it (prefix CPU
+  seconds / fraction).
 
 Both get at least `STALL_FLOOR_SECONDS`, and neither goes past the time limit. Both count the
 replay child's own CPU time, not wall time: on a busy machine (other replays, other jobs) a
-healthy replay waits for a core, and wall time would call that a stall.
+healthy replay waits for a core, and wall time would call that a stall. A replay with a planner has
+no checkpoint (the planner takes the callback): only its limit stops it.
 """
 
 from __future__ import annotations
@@ -50,26 +51,27 @@ def limit_reason(timeout: float) -> str:
     return f"replay exceeded max_eval_seconds={timeout:g} and was stopped"
 
 
-def prefix_stall(timeout: float | None, screen: dict[str, Any] | None) -> Stall | None:
-    """The prefix's share of the time limit, for a call with a screen (None without a limit or a screen)."""
-    if timeout is None or not screen or not screen.get("fraction"):
+def prefix_stall(timeout: float | None, rules: dict[str, Any] | None) -> Stall | None:
+    """The prefix's share of the time limit, for a call with a pace checkpoint (None without a limit or one)."""
+    if timeout is None or not rules or not rules.get("prefix_requests"):
         return None
-    share = min(timeout, max(STALL_FLOOR_SECONDS, screen["fraction"] * timeout))
+    share = min(timeout, max(STALL_FLOOR_SECONDS, rules["fraction"] * timeout))
     return Stall(
         share,
-        f"{STALLED}: its prefix ({screen['prefix']}) did not finish within {share:.0f} CPU s, its share of "
-        f"max_eval_seconds={timeout:g}; at that pace the full replay cannot finish in time",
+        f"{STALLED}: its prefix ({rules['prefix']}) was not done within {share:.0f} CPU s, its share of "
+        f"max_eval_seconds={timeout:g} (a time limit, not a verdict on the candidate)",
     )
 
 
-def pace_stall(cpu_now: float, screen: dict[str, Any] | None, verdict: dict[str, Any]) -> Stall | None:
-    """The full replay's CPU budget from its prefix's pace, counted from `cpu_now` (when the verdict was heard)."""
-    if not screen or not screen.get("fraction"):
+def pace_stall(cpu_now: float, rules: dict[str, Any] | None, checkpoint: dict[str, Any]) -> Stall | None:
+    """The rest of the replay's CPU budget from its prefix's pace, counted from `cpu_now` (when the checkpoint
+    was heard)."""
+    if not rules or not rules.get("prefix_requests"):
         return None
-    expected = float(verdict.get("cpu_seconds", 0.0)) / screen["fraction"]
+    expected = float(checkpoint.get("cpu_seconds", 0.0)) / rules["fraction"]
     budget = max(STALL_FLOOR_SECONDS, STALL_FACTOR * expected)
     return Stall(
         cpu_now + budget,
         f"{STALLED}: the full replay ran past {budget:.0f} CPU s, over {STALL_FACTOR:g}x the {expected:.1f} s its "
-        "prefix's pace predicts (a queue that keeps growing makes the simulator crawl)",
+        "prefix's pace predicts (a time limit: a queue that keeps growing makes the simulator crawl)",
     )

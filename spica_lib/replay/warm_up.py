@@ -20,7 +20,7 @@ from typing import Any
 from spica_lib.replay.call import execute_call
 
 # A replay of a handful of requests: enough to load the perf DB behind a (system, backend, version).
-WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}, "screen": None, "pace": None}
+WARM_UP_LOAD = {"function": "synthetic", "args": [128, 4, 2], "load": {"replay_concurrency": 1}, "stop": None, "pace": None}
 # A warm-up takes 1-3 s (a planner's some more); one still running after this has hung.
 WARM_UP_SECONDS = 120.0
 

@@ -54,7 +54,7 @@ class ChildOutcome:
     report: dict[str, Any] | None
     wall_seconds: float
     cpu_seconds: float
-    screen: dict[str, Any] | None = None  # the prefix's verdict, sent before the full replay (see execute_call)
+    checkpoint: dict[str, Any] | None = None  # the pace checkpoint, sent as soon as it is reached (see execute_call)
 
 
 @dataclass
@@ -65,8 +65,8 @@ class _Running:
     deadline: float | None  # the time limit, in time.perf_counter() seconds
     stall: Stall | None = None  # when its CPU time says it has stalled (see spica_lib.replay.stall)
     stopped_for: str = ""  # why it was stopped early
-    screen: dict[str, Any] | None = None  # the call's screen, when it has one
-    heard_verdict: bool = False
+    rules: dict[str, Any] | None = None  # the call's early stops and pace checkpoint, when it has them
+    heard_checkpoint: bool = False
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
     open_pipes: int = 2
@@ -148,14 +148,14 @@ class ReplayWorker:
         os.close(err_write)
         started = time.perf_counter()
         deadline = started + self.timeout if self.timeout else None
-        screen = call.get("screen")
+        rules = call.get("stop")
         running = _Running(
             key=key,
             pid=pid,
             started=started,
             deadline=deadline,
-            screen=screen,
-            stall=prefix_stall(self.timeout, screen),
+            rules=rules,
+            stall=prefix_stall(self.timeout, rules),
         )
         self.running[pid] = running
         for descriptor, stream in ((out_read, "out"), (err_read, "err")):
@@ -172,8 +172,8 @@ class ReplayWorker:
                 buffer.extend(chunk)
                 if stream == "err" and len(buffer) > 4 * STDERR_TAIL:
                     del buffer[: -2 * STDERR_TAIL]
-                elif stream == "out" and not running.heard_verdict:
-                    self._hear_verdict(running)
+                elif stream == "out" and not running.heard_checkpoint:
+                    self._hear_checkpoint(running)
                 continue
             selector.unregister(selected.fd)
             os.close(selected.fd)
@@ -189,13 +189,13 @@ class ReplayWorker:
             elif running.open_pipes == 0:
                 yield self._end(selector, running, timed_out=False)
 
-    def _hear_verdict(self, running: _Running) -> None:
-        """Once the prefix's verdict arrives, the full replay's deadline follows the prefix's pace."""
-        verdict = next((m["screen"] for m in _messages(running.out) if "screen" in m), None)
-        if verdict is None:
+    def _hear_checkpoint(self, running: _Running) -> None:
+        """Once the pace checkpoint arrives, the rest of the replay's CPU budget follows the prefix's pace."""
+        checkpoint = next((m["checkpoint"] for m in _messages(running.out) if "checkpoint" in m), None)
+        if checkpoint is None:
             return
-        running.heard_verdict = True
-        running.stall = pace_stall(child_cpu_seconds(running.pid), running.screen, verdict)
+        running.heard_checkpoint = True
+        running.stall = pace_stall(child_cpu_seconds(running.pid), running.rules, checkpoint)
 
     def _end(self, selector: selectors.BaseSelector, running: _Running, timed_out: bool) -> ChildOutcome:
         if timed_out:
@@ -209,11 +209,10 @@ class ReplayWorker:
                 os.close(key)
         wall = time.perf_counter() - running.started
         cpu = usage.ru_utime + usage.ru_stime
-        # The child writes one JSON line per message: the prefix's verdict (when it has a screen and
-        # was not stopped there), then its report.
+        # The child writes one JSON line per message: the pace checkpoint (when it reached one), then its report.
         messages = _messages(running.out)
-        screen = next((m["screen"] for m in messages if "screen" in m), None)
-        base = {"key": running.key, "wall_seconds": wall, "cpu_seconds": cpu, "screen": screen}
+        checkpoint = next((m["checkpoint"] for m in messages if "checkpoint" in m), None)
+        base = {"key": running.key, "wall_seconds": wall, "cpu_seconds": cpu, "checkpoint": checkpoint}
         if timed_out:
             return ChildOutcome(status="timed_out", reason=running.stopped_for, report=None, **base)
         try:
@@ -259,7 +258,7 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
                 data = data[os.write(out, data) :]
 
         try:
-            report = {"ok": True, "outcome": execute_call(call, per_request, lambda v: send({"screen": v}))}
+            report = {"ok": True, "outcome": execute_call(call, per_request, lambda c: send({"checkpoint": c}))}
             wait_out_stand_in(call, started)  # benchmarks of the control flow only (replay/stand_in.py)
         except ReplayStalled as stall:  # stopped by its own pace: timed out, not failed
             report = {"ok": False, "stalled": stall.reason}

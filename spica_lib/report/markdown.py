@@ -10,7 +10,7 @@ from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
 from spica_lib.baselines.compare import comparison_cell
 from spica_lib.report.view import RunView
-from spica_lib.results.merge import CandidateRow, held_out_text, same_result_as
+from spica_lib.results.merge import CandidateRow, held_out_text, same_result_as, stops_text
 from spica_lib.trial.describe import describe
 from spica_lib.trial.score import sla_miss
 from spica_lib.trial.spec import TrialResult
@@ -96,6 +96,8 @@ def _tallies(view: RunView) -> str:
         return ""
     tallies = ", ".join(f"{name} {count}" for name, count in summary.tallies.items())
     lines = ["## Outcomes", "", f"{summary.unique_trials} unique replays; observations: {tallies}."]
+    if summary.early_stops:  # counted apart from the statuses: which rule stopped how many replays
+        lines += ["", f"Stopped before the end of their replay: {stops_text(summary)} (README, \"Early stops\")."]
     if summary.failure_reasons:
         lines += ["", "| failure reason | count |", "|---|---:|"]
         lines += [f"| {reason[:160]} | {count} |" for reason, count in summary.failure_reasons.items()]

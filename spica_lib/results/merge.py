@@ -52,7 +52,14 @@ HEADLINE_METRICS = (
     "completed_requests",
 )
 NOT_AN_OUTCOME = WALL_CLOCK_METRICS | {"planner_total_ticks"}
-TALLY_KEYS = ("feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit")
+TALLY_KEYS = ("feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit", "pruned")
+# How a replay was stopped before its end, per unique trial (replay/early_stop.py, replay/stall.py).
+STOP_WORDS = {
+    "percentile": "certain to miss the percentile SLA (infeasible)",
+    "coverage": "certain to miss the coverage floor (infeasible)",
+    "prune": "pruned below the branch's top {rank}",
+    "stalled": "stopped for their pace (timed out)",
+}
 
 
 class SweepSummary(BaseModel):
@@ -100,6 +107,10 @@ class SweepSummary(BaseModel):
     # warning when it is under COVERAGE_WARNING_SHARE.
     sla_coverage: float | None = None
     coverage_warning: str | None = None
+    # Replays stopped before their end, per rule (unique trials; STOP_WORDS), counted apart from the tallies'
+    # statuses: "percentile" and "coverage" are infeasible, "prune" pruned, "stalled" timed out.
+    early_stops: dict[str, int] = Field(default_factory=dict)
+    prune_rank: int | None = None  # the k of the prune rule: a pruned trial could not rank in the branch's top k
 
 
 class CandidateRow(BaseModel):
@@ -334,8 +345,31 @@ def summarise(
         summary.stress_survives, summary.stress_flips, summary.stress_note = stress.survives, stress.flips, stress.sentence
     if capacity is not None:
         summary.capacity_note = capacity.sentence(0) or capacity.note
+    summary.early_stops, summary.prune_rank = early_stops(results)
     summary.line = summary_line(config, summary)
     return summary
+
+
+def early_stops(results: list[Any]) -> tuple[dict[str, int], int | None]:
+    """How many unique trials each early-stop rule ended (a stalled replay counts as "stalled"), and the
+    prune rule's k."""
+    stops: Counter[str] = Counter()
+    rank = None
+    for result in results:
+        if result.stop is not None:
+            stops[result.stop.rule] += 1
+            rank = result.stop.rank or rank
+        elif result.status == "timed_out" and (result.reason or "").startswith("stalled"):
+            stops["stalled"] += 1
+    return dict(stops), rank
+
+
+def stops_text(summary: SweepSummary) -> str:
+    """The early stops in words: `2 pruned below the branch's top 5, 1 stopped for their pace (timed out)`."""
+    return ", ".join(
+        f"{count} {STOP_WORDS.get(rule, rule).format(rank=summary.prune_rank)}"
+        for rule, count in sorted(summary.early_stops.items())
+    )
 
 
 def no_feasible_candidate(summary_path: str) -> str | None:
@@ -377,12 +411,16 @@ def coverage_warning(config: SmartSearchConfig, coverage: float | None) -> str |
 
 def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
     t = summary.tallies
-    attempts = t["feasible"] + t["infeasible"] + t["failed"] + t["timed_out"]
+    pruned = t.get("pruned", 0)
+    attempts = t["feasible"] + t["infeasible"] + t["failed"] + t["timed_out"] + pruned
     line = (
         f"spica done: {t['feasible']}/{attempts} replay attempt(s) feasible, {t['infeasible']} infeasible, "
-        f"{t['unsupported']} backend-unsupported, {t['failed']} replay-failed, {t['timed_out']} timed out, "
+        + (f"{pruned} pruned, " if pruned else "")
+        + f"{t['unsupported']} backend-unsupported, {t['failed']} replay-failed, {t['timed_out']} timed out, "
         f"{t['cache_hit']} cache hit(s)"
     )
+    if summary.early_stops:
+        line += f" (stopped early: {stops_text(summary)})"
     if summary.best_score is None:
         line += " — NO feasible candidate (check backends / SLA / gpu_budget / replay errors)"
     elif summary.front_size is not None:

@@ -191,6 +191,7 @@ def replay(job: JobArgs) -> None:
             parallel=job.threads,
             # The host's warm-up for this job counts: it is what the job waited for before its first replay.
             on_warm=lambda seconds: _log_warm_up(log, seconds + HOST.prepare_seconds),
+            prune=read_model(job.input["suggestions"], RoundSuggestions).prune,  # the round's bar, not the job's
         )
         try:
             for record, source in records:

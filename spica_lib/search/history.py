@@ -9,11 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from spica_lib.config import OptimizationGoal
 from spica_lib.search.metrics import designer_metrics
 from spica_lib.search.warm_start import WarmStart
+from spica_lib.trial.screen import PruneBar
 from spica_lib.trial.spec import TrialResult
 
 SCHEMA_VERSION = 1
 Outcome = Literal["new", "duplicate", "cached", "unsupported", "infeasible", "failed"]
-ObservedStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit"]
+ObservedStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit", "pruned"]
 
 
 class Suggested(BaseModel):
@@ -59,6 +60,10 @@ class RoundSuggestions(BaseModel):
     # sweep.rounds_in_flight > 1: the rounds still replaying when this pass was asked for. Their new trials
     # were the designer's active trials, and a suggestion of one of them is a duplicate of it.
     in_flight: list[int] = Field(default_factory=list)
+    # A goodput goal: the branch's k-th best score in the history this round was suggested from; a trial of
+    # the round whose score certainly stays below it is stopped and recorded `pruned` (replay/early_stop.py).
+    # Fixed by the round (never by which replay finished first), so a seed still fixes the search.
+    prune: PruneBar | None = None
 
     def batches(self) -> list[list[str]]:
         """The new trials of each replay job of the pass, in order."""

@@ -29,7 +29,14 @@ def designer_metrics(result: TrialResult, goal: OptimizationGoal) -> dict[str, f
     A goodput goal scores 0 for every candidate that misses its SLA, often most of the space: a flat
     plateau where a designer learns nothing, so those are told their miss too. A trial with no miss
     to tell is told nothing (Vizier marks it infeasible, below every value).
+
+    A pruned trial (a goodput target, stopped once its score could no longer reach the branch's k-th
+    best: replay/early_stop.py) is not infeasible: it is told the optimistic bound it was pruned with,
+    the most its score could have been. That never tells a region worse than it is, and it is still
+    below the k trials the branch has, so the designer is not drawn to it either.
     """
+    if result.status == "pruned" and result.stop is not None and result.stop.score_bound is not None:
+        return {"objective": result.stop.score_bound}
     if result.status != "feasible":
         if goal.is_pareto or result.sla_miss is None:
             return {}

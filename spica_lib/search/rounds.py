@@ -15,6 +15,14 @@ layout (the replay refused it, facts/replay_limits.py) is remembered for the bra
 and backend are answered `unsupported` under any other knobs, without a replay.
 With `sweep.warm_start`, round 0 first replays the seeds the static estimate picks
 (search/warm_start.py) and asks the designer only for what they leave to fill.
+With a goodput goal, each round carries its prune bar (`prune_bar`): the k-th best feasible score of
+the history the round is suggested from (k: trial/screen.py, at least the finish's top). A replay of
+the round whose score certainly stays below it is stopped and recorded `pruned` (replay/early_stop.py):
+it cannot rank in the branch's top k, so not in the sweep's. The bar is fixed by the round number (the
+history told before the round, never the trials of the round itself or of rounds in flight, whichever
+replay finishes first), and its refill passes keep it: a seed still fixes the search, and a killed
+sweep resumes into the same trials with the same bars. A pruned trial is not infeasible for the
+search: the designer is told its optimistic bound (search/metrics.py).
 With `sweep.rounds_in_flight` W > 1, round k is asked for once round k - W is told: its history is
 every round up to k - W, and the new trials of rounds k - W + 1 .. k - 1 (still in flight) are the
 designer's active trials; a suggestion of one of them is a duplicate of that round's trial (told
@@ -48,6 +56,7 @@ from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
 from spica_lib.search.warm_start import share_of_round, warm_start
 from spica_lib.trial.evaluate import over_budget, prepare_failure, prepare_trial
+from spica_lib.trial.screen import PruneBar, prune_rank
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
 REPLACEMENT_FACTOR = 11  # a round may ask Vizier for up to 11x its target (the batch + 10x replacements)
@@ -88,6 +97,7 @@ def suggest_round(
         target=target,
         trials_per_job=trials_per_job,
         in_flight=[p.round for p in in_flight],
+        prune=prune_bar(context.config, history, known_results),
     )
     if spec.status != "ready":
         return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
@@ -137,6 +147,7 @@ def refill_round(
         trials_per_job=trials_per_job,
         replaces=[key for key in passes[-1].new_keys if results[key].status in REPLACED_STATUSES],
         in_flight=first.in_flight,
+        prune=first.prune,  # the round's bar: the history before the round, not what its first pass found
     )
     if needed == 0:
         return refill, []
@@ -148,6 +159,21 @@ def refill_round(
     ]
     cap = REPLACEMENT_FACTOR * first.target - sum(p.attempts for p in passes)
     return _ask(context, BranchSpace(spec, pool), refill, history, told, results, cap, [], in_flight or [])
+
+
+def prune_bar(
+    config: SmartSearchConfig, history: BranchHistory | None, known_results: dict[str, TrialResult]
+) -> PruneBar | None:
+    """The round's prune bar: the k-th best feasible score among the distinct trials of `history` (None
+    before the branch has k of them, without a screen, or for a goal whose score has no sound bound)."""
+    goal = config.goal
+    if history is None or goal.is_pareto or not goal.target.needs_sla or config.sweep.screen_fraction is None:
+        return None
+    keys = {o.key for o in history.observations if o.key and o.status in ("feasible", "cache_hit")}
+    scores = sorted((known_results[k].score for k in keys if k in known_results and known_results[k].score is not None),
+                    reverse=True)  # fmt: skip
+    rank = prune_rank(config)
+    return PruneBar(below=scores[rank - 1], rank=rank) if len(scores) >= rank else None
 
 
 def in_flight_duplicate(item: Suggested, round_index: int) -> bool:
@@ -348,7 +374,9 @@ def tell_round(
     previous = history or BranchHistory(deployment_mode=first.deployment_mode, round=-1)
     observations = list(previous.observations)
     # Rounds in flight: a replacement of an earlier round may have replayed a later round's new trial too.
-    replayed_before = {o.key for o in observations if o.status in ("feasible", "infeasible", "failed", "timed_out")}
+    replayed_before = {
+        o.key for o in observations if o.status in ("feasible", "infeasible", "failed", "timed_out", "pruned")
+    }
     counts: dict[str, int] = {}
     for item in (item for p in passes for item in p.suggested):
         if item.outcome == "new" and item.key in replayed_before:

@@ -18,14 +18,13 @@ from spica_lib.config.presets import CompositeEntry
 from spica_lib.config.trace import scan_trace
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
-from spica_lib.replay.call import NO_REQUEST_DONE
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo, role_sku
-from spica_lib.replay.request import ReplayOutcome, ReplayRequest, ScreenOutcome, replay_call
+from spica_lib.replay.request import PaceCheckpoint, ReplayOutcome, ReplayRequest, replay_call
 from spica_lib.replay.warm_up import warm_up
 from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
-from spica_lib.trial.screen import screen_plan
+from spica_lib.trial.screen import PruneBar, prune_rules, screen_plan
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus, WorkloadReplay
 from spica_lib.trial.unroll import as_round_robin, unroll_sample
 from spica_lib.trial.workloads import combine_workloads, part_key, split_part_key
@@ -156,14 +155,16 @@ def evaluate_trials(
     per_request: dict[str, str] | None = None,
     on_warm: Callable[[float], None] | None = None,
     on_start: Callable[[str], None] | None = None,
+    prune: PruneBar | None = None,
 ) -> Iterator[tuple[str, TrialResult]]:
     """Gate, replay and score trials (key -> spec), `parallel` at a time; yield each result as it ends.
 
     Every replay runs in a child forked from this process, killed at `max_eval_seconds`. With
     `warm`, Dynamo and the perf DBs the trials need are loaded here first, so no child pays for
-    them. Never raises for a bad candidate: the result says what happened.
+    them. With `prune` (the round's bar), a goodput trial whose score certainly stays below it is
+    stopped and recorded `pruned`. Never raises for a bad candidate: the result says what happened.
     """
-    refused, calls = _replay_calls(specs)
+    refused, calls = _replay_calls(specs, prune)
     yield from refused.items()
     if not calls:
         return
@@ -199,8 +200,11 @@ def warm_up_trials(specs: dict[str, TrialSpec]) -> float:
     return warm_up(_replay_calls(specs)[1])
 
 
-def _replay_calls(specs: dict[str, TrialSpec]) -> tuple[dict[str, TrialResult], dict[str, dict[str, Any]]]:
-    """The trials refused before any replay (key -> result), and the replay calls of the others."""
+def _replay_calls(
+    specs: dict[str, TrialSpec], prune: PruneBar | None = None
+) -> tuple[dict[str, TrialResult], dict[str, dict[str, Any]]]:
+    """The trials refused before any replay (key -> result), and the replay calls of the others. A trial
+    on several workloads is never pruned (its score combines them; each part's bound is not the score's)."""
     refused, calls = {}, {}
     for key, spec in specs.items():
         problem = before_replay_problem(spec)
@@ -209,7 +213,7 @@ def _replay_calls(specs: dict[str, TrialSpec]) -> tuple[dict[str, TrialResult], 
         elif spec.workloads:
             calls.update({part_key(key, part.name): replay_call(part.replay) for part in spec.workloads})
         else:
-            calls[key] = replay_call(spec.replay)
+            calls[key] = replay_call(spec.replay, prune_rules(spec.goal, spec.replay, spec.used_gpus, prune))
     return refused, calls
 
 
@@ -252,20 +256,20 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
         "cpu_seconds": run.cpu_seconds,
         "versions": package_versions(),
     }
-    if run.status == "timed_out" and run.screen is not None:
-        return _timed_out_after_prefix(spec, run, base)
+    if run.status == "timed_out" and run.checkpoint is not None:
+        return _timed_out_after_prefix(run, base)
     if run.status != "ok":
         return TrialResult(status=run.status, reason=run.reason, **base)
     outcome = ReplayOutcome.model_validate(run.report["outcome"])
-    if outcome.screen is not None and outcome.screen.screened:
-        return _screened(spec, outcome, base)
+    if outcome.stop is not None:
+        return _stopped(spec, outcome, base)
     # A NaN or infinite number has no JSON form: written, it would come back as null and the trial
     # file (and its journal entry, restored on every retry) would never load again.
     metrics = {k: v for k, v in outcome.metrics.items() if math.isfinite(v)}
     timing = {
         "replay_seconds": outcome.replay_seconds,
         "scaling_events": outcome.scaling_events,
-        "screen": outcome.screen,
+        "checkpoint": outcome.checkpoint,
     }
     broken = sorted(set(outcome.metrics) - set(metrics))
     if broken:
@@ -321,47 +325,40 @@ def _price(spec: TrialSpec) -> float | dict[str, float] | None:
     return next(iter(prices.values())) if len(set(prices.values())) == 1 else prices
 
 
-def _screened(spec: TrialSpec, outcome: ReplayOutcome, base: dict[str, Any]) -> TrialResult:
-    """A trial the prefix already showed hopeless: infeasible, with how far it missed (told to the designer)."""
-    screen = outcome.screen
-    shown = "no request completed" if screen.ratio >= NO_REQUEST_DONE else f"{screen.metric} {screen.value:.4g}"
-    if screen.why is not None:  # stopped from inside the replay: the watch says which rule
-        reason = f"screened: {screen.why}"
-    else:
-        reason = f"screened: {shown} on the {screen.prefix} (at least {spec.replay.screen.margin:g}x its bound)"
-    return TrialResult(
-        status="infeasible",
-        reason=reason,
-        metrics={k: v for k, v in outcome.metrics.items() if math.isfinite(v)},
-        sla_miss=screen.ratio,
-        screen=screen,
-        replay_seconds=outcome.replay_seconds,
-        scaling_events=outcome.scaling_events,
-        **base,
-    )
+def _stopped(spec: TrialSpec, outcome: ReplayOutcome, base: dict[str, Any]) -> TrialResult:
+    """A replay stopped early on a sound bound (replay/early_stop.py): infeasible when a hard constraint is
+    certain to miss, pruned when its score cannot reach the round's bar. Its metrics stay empty: what it
+    covered is in `stop`, under names that say so, and never flows into rankings, capacity points or plots.
+
+    A certain miss is told to the designer as the share of requests certainly past the bound over the share
+    the constraint allows (at least 1; the coverage floor's own ratio, goal.coverage_miss), a lower bound
+    on how far it missed."""
+    stop = outcome.stop
+    common = {"stop": stop, "checkpoint": outcome.checkpoint, "replay_seconds": outcome.replay_seconds, **base}
+    if stop.rule == "prune":
+        return TrialResult(status="pruned", reason=f"pruned: {stop.why}", **common)
+    goal = spec.goal
+    allowed = 1.0 - float(goal.sla_coverage) if stop.rule == "coverage" else 1.0 - float(goal.sla.percentile) / 100
+    miss = (stop.certain_misses / stop.requests) / max(allowed, 1e-3)
+    rule = f"the {100 * goal.sla_coverage:g} % coverage floor" if stop.rule == "coverage" else f"the {goal.sla.statistic} SLA"
+    return TrialResult(status="infeasible", reason=f"stopped early, certain to miss {rule}: {stop.why}",
+                       sla_miss=max(1.0, miss), **common)  # fmt: skip
 
 
-def _timed_out_after_prefix(spec: TrialSpec, run: ChildOutcome, base: dict[str, Any]) -> TrialResult:
-    """A full replay stopped (at its limit, or stalled) after its prefix passed the screen: say what the
-    prefix showed.
+def _timed_out_after_prefix(run: ChildOutcome, base: dict[str, Any]) -> TrialResult:
+    """A replay stopped for its time (at its limit, or stalled) after its pace checkpoint: say where it got.
 
     The simulator's cost per request grows with the queue (a deep queue made one replay 20x slower
     per request), so a replay that ran its prefix quickly and then ran out of time had a queue that
-    kept growing. The prefix's SLA ratio is recorded as the trial's SLA miss, so the designer is
-    told how far it was off instead of nothing.
+    kept growing. That is what it saw, not a verdict on the SLA: nothing is told as a miss.
     """
-    screen = ScreenOutcome.model_validate(run.screen)
-    shown = "no request completed" if screen.ratio >= NO_REQUEST_DONE else f"{screen.metric} {screen.value:.4g}"
-    verdict = (
-        f"already over its bound ({screen.ratio:.2g}x)"
-        if screen.ratio > 1
-        else f"within its bound ({screen.ratio:.2g}x); the rest of the workload then took over "
-        f"{max(1.0, (run.wall_seconds - screen.replay_seconds) / max(screen.replay_seconds, 1e-3)):.0f}x "
-        "the prefix's time"
+    checkpoint = PaceCheckpoint.model_validate(run.checkpoint)
+    rest = max(1.0, (run.wall_seconds - checkpoint.replay_seconds) / max(checkpoint.replay_seconds, 1e-3))
+    reason = (
+        f"{run.reason}; its prefix ({checkpoint.prefix}) was done by {checkpoint.at_sim_ms / 1000:.0f} s simulated "
+        f"in {checkpoint.replay_seconds:.2f} s, and the rest then took over {rest:.0f}x that"
     )
-    reason = f"{run.reason}; its prefix ({screen.prefix}, replayed in {screen.replay_seconds:.2f} s) showed {shown}, {verdict}"
-    miss = screen.ratio if spec.replay.screen is not None and screen.ratio < NO_REQUEST_DONE else None
-    return TrialResult(status="timed_out", reason=reason, sla_miss=miss, screen=screen, **base)
+    return TrialResult(status="timed_out", reason=reason, checkpoint=checkpoint, **base)
 
 
 def killed_outside(spec: TrialSpec, attempt: int, job_error: str = "") -> TrialResult:

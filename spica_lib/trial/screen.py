@@ -1,50 +1,76 @@
-"""Prefix screening: which prefix of the workload a trial is screened on, if any.
+"""The early stops a trial's replay is watched for, and the prefix of work its pace is judged by.
 
-A candidate that misses the SLA by a wide margin shows it within its first requests, and an
-overloaded replay gets slower with every queued request (a deep queue made one real-trace replay
-20x slower per request). So a trial with an SLA first replays `sweep.screen_fraction` of its
-workload: for a synthetic workload the first requests, for an open-loop trace the first part of its
-simulated time. Too short a prefix says nothing, so workloads whose prefix would hold fewer than
-`MIN_SCREEN_REQUESTS` requests are replayed in full directly, as are closed-loop traces (their
-arrivals do not follow the trace's clock).
+With a goal.sla, a replay without a planner is stopped early only on bounds that hold whatever the
+rest of the traffic does (replay/early_stop.py): a hard constraint (goal.sla.percentile, or a
+goal.sla_coverage floor) once it is certain to miss, and a goodput target once its score can no
+longer reach the branch's k-th best (the bar comes from the round, search/rounds.py). The prefix is
+not a verdict: it is the first `sweep.screen_fraction` of the workload's requests, counted in
+requests (a trace's records in arrival order, whatever their spread in time), and only its pace
+matters: its CPU time sets the budget of the rest of the replay (replay/stall.py), a time limit
+recorded as `timed_out`. Too short a prefix says nothing of the pace: under `MIN_SCREEN_REQUESTS`
+requests there is no checkpoint (the bounds still apply).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from spica_lib.config import SmartSearchConfig, Workload
+from pydantic import BaseModel, ConfigDict
+
+from spica_lib.config import OptimizationGoal, OptimizationTarget, SmartSearchConfig, Workload
 from spica_lib.config.trace import scan_trace
-from spica_lib.replay.request import ScreenPlan
+from spica_lib.replay.request import ReplayRequest, ScreenPlan
 
 MIN_SCREEN_REQUESTS = 40
+PRUNE_RANK = 5  # a trial is pruned only below the k-th best, k at least this (and at least the finish's top)
+
+
+class PruneBar(BaseModel):
+    """The score a round's trials must be able to reach not to be pruned: the `rank`-th best feasible score
+    of the branch's history as told before the round was suggested (search/rounds.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    below: float
+    rank: int
+
+
+def prune_rank(config: SmartSearchConfig) -> int:
+    """k: a pruned trial cannot rank in the top k, which holds the finish's top and the deployment files'."""
+    sweep = config.sweep
+    return max(PRUNE_RANK, sweep.finish_top or 0, sweep.top_k)
+
+
+def prune_rules(goal: OptimizationGoal, request: ReplayRequest, used_gpus: int, bar: PruneBar | None) -> dict | None:
+    """The replay call's prune ({"below", "rank", "gpus"}) for a goodput target, or None: no bar, another
+    target (only a goodput score has a bound the ticks can give), no screen, or a planner (no watch, and GPUs
+    it scales)."""
+    if bar is None or request.screen is None or goal.is_pareto or not goal.target.needs_sla:
+        return None
+    if request.plan.planner_config is not None:
+        return None
+    gpus = used_gpus if goal.target is OptimizationTarget.GOODPUT_PER_GPU else 1
+    prune: dict[str, Any] = {"below": bar.below, "rank": bar.rank, "gpus": gpus}
+    return prune
 
 
 def screen_plan(
     config: SmartSearchConfig, concurrency: int | None, workload: Workload | None = None
 ) -> ScreenPlan | None:
-    """The prefix to screen on for `workload` (default: the config's), or None to replay it in full."""
+    """The early stops for `workload` (default: the config's), or None (no SLA, or the screen turned off)."""
     goal, sweep, workload = config.goal, config.sweep, workload or config.workload
     if goal.sla is None or sweep.screen_fraction is None:
         return None
-    fraction = sweep.screen_fraction
-    common = {"bounds": goal.sla.bounds(), "margin": float(sweep.screen_margin), "fraction": fraction}
-    if not workload.is_trace_based:
-        total = workload.resolved_request_count(concurrency)
-        requests = math.ceil(fraction * total)
-        if requests < MIN_SCREEN_REQUESTS or requests >= total:
-            return None
-        common["fraction"] = requests / total
-        return ScreenPlan(**common, requests=requests, prefix=f"first {requests} of {total} requests")
-    if workload.replay_concurrency is not None:
-        return None
-    scan = scan_trace(workload.trace_path)
-    if fraction * scan.records < MIN_SCREEN_REQUESTS or scan.duration_ms <= 0:
-        return None
-    simulated = fraction * scan.duration_ms / workload.arrival_speedup_ratio
-    total = scan.duration_ms / workload.arrival_speedup_ratio
+    total = scan_trace(workload.trace_path).records if workload.is_trace_based else None
+    total = total if total is not None else workload.resolved_request_count(concurrency)
+    requests = math.ceil(sweep.screen_fraction * total)
+    checkpoint = MIN_SCREEN_REQUESTS <= requests < total
     return ScreenPlan(
-        **common,
-        sim_time_ms=simulated,
-        prefix=f"first {simulated / 1000:.0f} s of {total / 1000:.0f} s simulated (~{fraction:.0%} of the trace)",
+        bounds=goal.sla.bounds(),
+        percentile=goal.sla.percentile,
+        coverage=goal.sla_coverage,
+        fraction=requests / total if checkpoint else sweep.screen_fraction,
+        requests=requests if checkpoint else None,
+        prefix=f"first {requests} of {total} requests" if checkpoint else f"all {total} requests (no checkpoint)",
     )

@@ -16,10 +16,12 @@ from spica_lib.config import OptimizationGoal
 from spica_lib.config.trace import scan_trace
 from spica_lib.config.workload import SPLIT_MARK
 from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
-from spica_lib.replay.request import ReplayRequest, ScalingEvent, ScreenOutcome
+from spica_lib.replay.request import EarlyStop, PaceCheckpoint, ReplayRequest, ScalingEvent
 
 SCHEMA_VERSION = 2  # 2: the key hashes the replayed deployment, not the selection
-TrialStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported"]
+# "pruned": stopped early because its score could no longer reach the branch's k-th best (replay/early_stop.py):
+# not infeasible, not ranked.
+TrialStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported", "pruned"]
 
 
 class WorkloadReplay(BaseModel):
@@ -129,7 +131,8 @@ class TrialResult(BaseModel):
     used_gpus: int
     average_gpus: float | None = None
     sla_miss: float | None = None  # worst ratio of the SLA's statistic to its bound (> 1: missed); None without SLA
-    screen: ScreenOutcome | None = None  # the prefix replay, when the trial was screened first
+    checkpoint: PaceCheckpoint | None = None  # where the prefix of the work ended, when the replay reached it
+    stop: EarlyStop | None = None  # stopped early on a sound bound: which rule, where, with what (metrics then empty)
     scaling_events: list[ScalingEvent] = Field(default_factory=list)
     wall_seconds: float = 0.0
     cpu_seconds: float = 0.0

@@ -8,6 +8,7 @@ from typing import Literal
 
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.trial.evaluate import evaluate_trials, killed_outside
+from spica_lib.trial.screen import PruneBar
 from spica_lib.trial.spec import TrialRecord, TrialSpec
 
 Source = Literal["journal", "replayed", "killed"]
@@ -23,8 +24,12 @@ def run_replay_job(
     max_eval_seconds: float | None = None,
     parallel: int = 1,
     on_warm: Callable[[float], None] | None = None,
+    prune: PruneBar | None = None,
 ) -> Iterator[tuple[TrialRecord, Source]]:
     """The trials of one replay job (key -> spec), each yielded with where its record came from.
+
+    `prune` is the round's bar (RoundSuggestions.prune): fixed when the round was suggested, so a retried
+    or resumed job judges its trials against the same bar as the first attempt.
 
     Every finished trial is journaled (`journal(key)`) before it is yielded for its trial file.
     Snakemake deletes the output of a job it sees fail, also when a cancel or time limit hits
@@ -57,6 +62,7 @@ def run_replay_job(
         warm=True,
         on_warm=on_warm,
         on_start=mark,
+        prune=prune,
     )
     for key, result in results:
         record = TrialRecord(key=key, spec=pending[key], result=result)

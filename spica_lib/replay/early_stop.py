@@ -1,0 +1,203 @@
+"""Early stops from inside a replay, only where a bound that holds whatever the rest of the traffic does
+says the replay can no longer matter.
+
+A replay without a planner reports every tick (replay/progress.py): the requests that arrived in the
+last window (`num_req`), the requests that completed in it with their mean TTFT (`ttft_count`,
+`avg_ttft_ms`), and per worker the requests it holds, among them those waiting for their prefill
+(`num_queued_prefill`; a request preempted after its first token waits as queued *decode*, not here).
+From these, at each tick, a lower bound on how many requests miss a latency bound B:
+
+- **waiting**: a request still waiting for its prefill that arrived at least B ago has no first token
+  after B, so its TTFT is over B. Of the `queued` requests waiting now, at most the arrivals since the
+  last tick at least B back can be younger than B: `queued - (arrived now - arrived then)` are past it.
+  For an end-to-end bound every request not yet completed counts, not only the queued ones.
+- **completed**: a window's c completed requests with mean TTFT m sum to c*m; each TTFT is at most the
+  simulated time now, so at least `ceil((c*m - c*B) / (now - B))` of them are over B (exactly the one
+  when c = 1; windows are summed, each request completes in one).
+The two sets are disjoint (waiting requests have not completed), so their sum is a lower bound on the
+misses of that bound, and the misses of any bound bound those of every bound. No other statistic is
+judged: the ticks' ITL is a per-request mean, not the SLA's, so an ITL bound is never a reason to stop.
+
+The rules, each told as a structured stop (rule, metric, bound, simulated time, counts, the bound that
+decided and what it was compared with):
+
+- `percentile` (a hard constraint, goal.sla.percentile p): the p-th percentile over all N requests is
+  over B once at least `N - floor(p (N - 1) / 100)` requests are (every interpolation between order
+  statistics at or above that rank is then over B). The trial is infeasible.
+- `coverage` (a hard constraint, goal.sla_coverage f): once more than `N (1 - f)` requests certainly miss
+  a bound, fewer than f of them can meet every bound. The trial is infeasible.
+- `prune` (a goodput target, soft): an optimistic bound on the final score: every request not yet known
+  to miss meets the SLA, so goodput is at most the output tokens of all requests less those of the
+  fewest-token requests that certainly miss, over a duration of at least the simulated time now (the
+  replay is still running) and at least the trace's span; per GPU, over the GPUs held (no planner: all of
+  them). When even that is below `below`, the branch's k-th best score told before the round was
+  suggested (search/rounds.py), the trial cannot rank in the top k: it is `pruned`, not infeasible.
+
+A stop raises `ReplayStopped`. Without a planner the watch also marks the work checkpoint the worker
+paces the rest of the replay by (replay/stall.py): once the prefix's share of the requests has
+completed, `on_checkpoint` hears the CPU time spent. That is a time limit, never a verdict on the SLA.
+Kept free of heavy imports: it runs in the replay child.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Callable
+from itertools import accumulate
+from typing import Any
+
+EPSILON = 1e-9
+
+
+class ReplayStopped(Exception):
+    """Raised inside the replay's callback to stop a replay a sound bound has ruled out."""
+
+    def __init__(self, stop: dict[str, Any]):
+        super().__init__(stop["why"])
+        self.stop = stop
+
+
+def percentile_misses_needed(requests: int, percentile: float) -> int:
+    """How many of `requests` must be over a bound for their `percentile`-th percentile to be over it."""
+    return requests - math.floor(percentile * (requests - 1) / 100.0 + EPSILON)
+
+
+def coverage_misses_allowed(requests: int, coverage: float) -> float:
+    """How many of `requests` may miss the SLA with `coverage` of them still meeting it."""
+    return requests * (1.0 - coverage)
+
+
+class EarlyStopWatch:
+    """The sound early stops of one replay (see the module docstring), fed one tick at a time.
+
+    `rules` is the call's `stop` (replay/request.py): requests, bounds [[metric, ms]], percentile,
+    coverage, prefix_requests / prefix (the pace checkpoint), and `prune` (below, rank, per_gpu gpus,
+    output_tokens, output_lengths or osl, span_ms) or None.
+    """
+
+    def __init__(self, rules: dict[str, Any], on_checkpoint: Callable[[dict[str, Any]], None] | None = None):
+        self.requests = max(1, int(rules["requests"]))
+        self.bounds = [(str(metric), float(bound)) for metric, bound in rules.get("bounds") or []]
+        self.percentile = rules.get("percentile")
+        self.coverage = rules.get("coverage")
+        self.prune = rules.get("prune")
+        # The fewest output tokens k requests can hold, for every k (a trace's lengths, sorted and summed once).
+        self._fewest = [0, *accumulate(sorted((self.prune or {}).get("output_lengths") or []))]
+        self.prefix_requests = rules.get("prefix_requests")
+        self.prefix = rules.get("prefix")
+        self.on_checkpoint = on_checkpoint
+        self.checkpoint: dict[str, Any] | None = None
+        self.arrived = 0
+        self.completed = 0
+        self._ttft_sum = 0.0
+        # Completed requests certainly over each TTFT bound (metric -> count).
+        self._past_ttft = {metric: 0 for metric, _ in self.bounds if _is(metric, "ttft")}
+        self._ticks: list[float] = []  # tick times (ms) and the arrivals counted by each
+        self._arrivals: list[int] = []
+        self._started, self._cpu = time.perf_counter(), time.process_time()
+
+    def on_tick(self, now_ms: float, traffic: dict[str, Any], queued_prefill: int) -> None:
+        """One tick: `traffic` as the replay reports it, `queued_prefill` the requests waiting for a prefill."""
+        self.arrived += int(traffic.get("num_req", 0) or 0)
+        count = int(traffic.get("ttft_count", 0) or 0)
+        total = float(traffic.get("avg_ttft_ms", 0.0) or 0.0) * count
+        self.completed += count
+        self._ttft_sum += total
+        for metric, bound in self.bounds:
+            if metric in self._past_ttft and count and total > count * bound * (1 + EPSILON):
+                room = now_ms - bound
+                past = count if room <= 0 else math.ceil((total - count * bound) / room - EPSILON)
+                self._past_ttft[metric] += min(count, max(1, past))
+        self._ticks.append(now_ms)
+        self._arrivals.append(self.arrived)
+        misses = {metric: self._misses(metric, bound, now_ms, queued_prefill) for metric, bound in self.bounds}
+        self._hard(now_ms, misses)
+        self._prune(now_ms, misses)
+        self._mark_checkpoint(now_ms)
+
+    def _misses(self, metric: str, bound: float, now_ms: float, queued_prefill: int) -> int:
+        """A lower bound on the requests whose `metric` ends over `bound` (see the module docstring)."""
+        index = bisect.bisect_right(self._ticks, now_ms - bound) - 1
+        arrived_then = self._arrivals[index] if index >= 0 else 0
+        if _is(metric, "ttft"):
+            return self._past_ttft[metric] + max(0, queued_prefill - (self.arrived - arrived_then))
+        if _is(metric, "e2e"):  # every request not completed that arrived at least `bound` ago
+            return max(0, arrived_then - self.completed)
+        return 0  # ITL: the ticks carry no statistic that bounds the SLA's
+
+    def _hard(self, now_ms: float, misses: dict[str, int]) -> None:
+        worst = max(misses.items(), key=lambda item: item[1], default=None)
+        if worst is None:
+            return
+        if self.percentile is not None:
+            needed = percentile_misses_needed(self.requests, float(self.percentile))
+            for metric, bound in self.bounds:
+                if misses[metric] >= needed:
+                    why = (f"{misses[metric]} of its {self.requests} requests are certainly over the {metric} bound "
+                           f"of {bound:g} ms by {now_ms / 1000:.0f} s simulated; {needed} over it put the "
+                           f"p{self.percentile:g} over it, whatever the rest does")  # fmt: skip
+                    raise ReplayStopped(self._stop("percentile", now_ms, metric, bound, misses[metric], needed, why))
+        if self.coverage is not None:
+            metric, missed = worst
+            allowed = coverage_misses_allowed(self.requests, float(self.coverage))
+            if missed > allowed + EPSILON:
+                bound = dict(self.bounds)[metric]
+                why = (f"{missed} of its {self.requests} requests certainly miss the {metric} bound of {bound:g} ms "
+                       f"by {now_ms / 1000:.0f} s simulated; the {100 * self.coverage:g} % floor lets "
+                       f"{allowed:.4g} miss")  # fmt: skip
+                raise ReplayStopped(self._stop("coverage", now_ms, metric, bound, missed, allowed, why))
+
+    def _prune(self, now_ms: float, misses: dict[str, int]) -> None:
+        prune = self.prune
+        if prune is None:
+            return
+        metric, missed = max(misses.items(), key=lambda item: item[1], default=("", 0))
+        unfinished = self.completed < self.requests
+        duration_ms = max(float(prune.get("span_ms") or 0.0), now_ms if unfinished else 0.0)
+        if duration_ms <= 0:
+            return
+        good_tokens = float(prune["output_tokens"]) - self._fewest_tokens(missed)
+        bound = good_tokens / (duration_ms / 1000.0) / float(prune.get("gpus") or 1)
+        below = float(prune["below"])
+        if bound < below * (1 - 1e-6):
+            why = (f"its score can reach at most {bound:.4g} (every request not yet known to miss meets the SLA, "
+                   f"over at least {duration_ms / 1000:.0f} s; {missed} certainly miss) by {now_ms / 1000:.0f} s "
+                   f"simulated, below {below:.4g}, the branch's #{prune['rank']} before this round")  # fmt: skip
+            stop = self._stop("prune", now_ms, metric or None, dict(self.bounds).get(metric), missed, None, why)
+            raise ReplayStopped({**stop, "score_bound": bound, "below": below, "rank": int(prune["rank"])})
+
+    def _fewest_tokens(self, count: int) -> float:
+        """The fewest output tokens `count` requests of the workload can hold."""
+        if count <= 0:
+            return 0.0
+        if self.prune.get("osl") is not None:  # a synthetic workload: every request asks for the same length
+            return float(self.prune["osl"]) * count
+        return float(self._fewest[min(count, len(self._fewest) - 1)])
+
+    def _mark_checkpoint(self, now_ms: float) -> None:
+        if self.checkpoint is not None or self.prefix_requests is None or self.completed < int(self.prefix_requests):
+            return
+        self.checkpoint = {"prefix": self.prefix, "completed": self.completed, "at_sim_ms": now_ms,
+                           "replay_seconds": time.perf_counter() - self._started,
+                           "cpu_seconds": time.process_time() - self._cpu}  # fmt: skip
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(self.checkpoint)
+
+    def _stop(self, rule: str, now_ms: float, metric: str | None, bound: float | None, misses: int,
+              limit: float | None, why: str) -> dict[str, Any]:  # fmt: skip
+        partial = {"completed_requests": float(self.completed), "arrived_requests": float(self.arrived)}
+        if self.completed:
+            partial["mean_ttft_ms"] = self._ttft_sum / self.completed
+        return {"rule": rule, "metric": metric, "bound_ms": bound, "at_sim_ms": now_ms, "requests": self.requests,
+                "certain_misses": misses, "limit": limit, "why": why, "partial_metrics": partial,
+                "replay_seconds": time.perf_counter() - self._started,
+                "cpu_seconds": time.process_time() - self._cpu}  # fmt: skip
+
+
+
+
+def _is(metric: str, kind: str) -> bool:
+    """Whether an SLA metric (`p90_ttft_ms`, `mean_e2e_latency_ms`) is of `kind` ("ttft", "e2e")."""
+    return f"_{kind}_" in f"_{metric}_"

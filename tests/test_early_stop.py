@@ -1,0 +1,206 @@
+"""The early stops' rules on hand-made ticks (real replays are in test_trial_replay.py).
+
+Each case is one the prefix screen got wrong (issue 38): it judged a percentile or a median by the
+mean, made a goodput target's mean bound a hard limit, stopped a heavy prefix whose rest was light,
+called a trace whose first part of time held few requests hopeless, and integrated a queue that
+drained and refilled between long ticks. A stop here needs a bound that holds whatever the rest does.
+"""
+
+import json
+
+import pytest
+from conftest import build, config_data
+
+from spica_lib.replay.early_stop import (
+    EarlyStopWatch,
+    ReplayStopped,
+    coverage_misses_allowed,
+    percentile_misses_needed,
+)
+from spica_lib.replay.stall import prefix_stall
+from spica_lib.trial.screen import screen_plan
+
+
+def rules(requests=100, bounds=(("p90_ttft_ms", 1000.0),), percentile=None, coverage=None, prune=None, prefix=None):
+    return {"requests": requests, "bounds": [list(b) for b in bounds], "percentile": percentile, "coverage": coverage,
+            "prune": prune, "prefix_requests": prefix, "prefix": f"first {prefix} of {requests} requests",
+            "fraction": (prefix or 0) / requests}  # fmt: skip
+
+
+def done(*ttfts, arrived=0):
+    """A tick's traffic: requests that completed in the window with these TTFTs (ms), and arrivals."""
+    count = len(ttfts)
+    return {"num_req": arrived, "ttft_count": count, "avg_ttft_ms": sum(ttfts) / count if count else 0.0}
+
+
+def feed(watch, ticks):
+    """ticks: (now_ms, traffic, queued_prefill)."""
+    for now, traffic, queued in ticks:
+        watch.on_tick(now, traffic, queued)
+
+
+def test_the_counts_that_decide_a_percentile_and_a_coverage_floor():
+    assert percentile_misses_needed(100, 90) == 11  # 89 of the sorted 0..99 within: p90 interpolates 89..90
+    assert percentile_misses_needed(100, 50) == 51
+    assert percentile_misses_needed(1000, 99) == 11
+    assert coverage_misses_allowed(200, 0.99) == pytest.approx(2.0)
+
+
+def test_a_p90_bound_is_judged_by_the_requests_past_it_not_by_a_mean_a_heavy_tail_drags_up():
+    # The issue's prefix: p90 200 ms, mean 2090 ms (one request of 19.1 s), against a p90 bound of 1000 ms.
+    watch = EarlyStopWatch(rules(percentile=90))
+    ticks = [(1000.0 * (i + 1), done(200.0, arrived=1), 0) for i in range(9)]
+    feed(watch, [*ticks, (30_000.0, done(19_100.0, arrived=1), 0)])  # mean of the ten: 2090 ms; one past 1000
+    # Ten more over the bound make 11 of 100: the p90 can no longer come back under it.
+    feed(watch, [(31_000.0 + 1000 * i, done(1500.0, arrived=1), 0) for i in range(9)])
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(41_000.0, done(1500.0, arrived=1), 0)
+    found = stop.value.stop
+    assert found["rule"] == "percentile" and found["certain_misses"] == 11 == found["limit"]
+    assert found["metric"] == "p90_ttft_ms" and found["at_sim_ms"] == 41_000.0
+    assert found["partial_metrics"]["completed_requests"] == 20 and "mean_ttft_ms" not in found  # partial names only
+
+
+def test_a_median_bound_is_not_stopped_on_a_prefix_whose_median_is_under_it():
+    watch = EarlyStopWatch(rules(bounds=[("median_ttft_ms", 500.0)], percentile=50))
+    # 20 completed, median 300 ms, mean 1040 ms (a few very slow ones): a mean-judged screen stopped this.
+    feed(watch, [(1000.0 * (i + 1), done(300.0 if i % 5 else 4000.0, arrived=1), 0) for i in range(20)])
+    assert watch.completed == 20  # no stop: 4 certain misses, 51 needed
+
+
+def test_waiting_requests_count_only_when_they_cannot_all_be_younger_than_the_bound():
+    watch = EarlyStopWatch(rules(bounds=[("median_ttft_ms", 500.0)], percentile=50))
+    feed(watch, [(1000.0 * (i + 1), done(300.0 if i % 5 else 4000.0, arrived=1), 0) for i in range(20)])
+    watch.on_tick(20_100.0, done(arrived=47), 47)  # 47 waiting, all arrived in the last 100 ms: none certain
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(20_700.0, done(arrived=0), 47)  # 600 ms later they are all past 500 ms: 4 + 47 = 51
+    assert stop.value.stop["rule"] == "percentile" and stop.value.stop["certain_misses"] == 51
+
+
+def test_a_queue_that_drains_and_refills_between_long_ticks_proves_nothing():
+    # A light replay ticks every 60 s: 50 waiting at both ends, but all 50 now arrived in the last second.
+    watch = EarlyStopWatch(rules(bounds=[("p90_ttft_ms", 2000.0)], percentile=90, requests=100))
+    watch.on_tick(1000.0, done(arrived=50), 50)
+    watch.on_tick(61_000.0, done(*[100.0] * 50, arrived=50), 50)  # the first 50 completed fast; 50 new just came
+    assert watch.completed == 50  # not stopped (a time integral of the queue would say 50 x 60 s waited)
+
+
+def test_a_mean_bound_under_a_goodput_target_never_stops_a_replay_without_a_bar():
+    # Mean TTFT 2.5x its bound, but 75 % of requests meet the SLA: goodput counts them; nothing is certain.
+    watch = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 1000.0), ("mean_itl_ms", 50.0)]))
+    ticks = [(1000.0 * (i + 1), done(500.0 if i % 4 else 8500.0, arrived=1), 0) for i in range(100)]
+    feed(watch, ticks)
+    assert watch.completed == 100 and watch._ttft_sum / 100 == pytest.approx(2500.0)
+
+
+def prune(below, osl=100, gpus=4, span_ms=0.0):
+    return {"below": below, "rank": 5, "gpus": gpus, "output_tokens": osl * 100, "osl": osl, "span_ms": span_ms}
+
+
+def test_a_goodput_trial_is_pruned_only_once_its_optimistic_score_is_below_the_bar():
+    # 100 requests of 100 output tokens on 4 GPUs, arrivals over 100 s: at best 10,000 tokens / 100 s / 4 = 25.
+    ticks = [(1000.0 * (i + 1), done(500.0 if i % 4 else 8500.0, arrived=1), 0) for i in range(40)]
+    kept = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 1000.0)], prune=prune(below=20.0, span_ms=100_000.0)))
+    feed(kept, ticks)  # 10 certain misses by 40 s: at most 9,000 tokens / 100 s / 4 = 22.5 >= 20
+    assert kept.completed == 40
+    pruned = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 1000.0)], prune=prune(below=23.0, span_ms=100_000.0)))
+    with pytest.raises(ReplayStopped) as stop:
+        feed(pruned, ticks)
+    found = stop.value.stop
+    assert found["rule"] == "prune" and found["score_bound"] < 23.0 and found["below"] == 23.0 and found["rank"] == 5
+    assert found["certain_misses"] == 9  # (10,000 - 9 x 100 tokens) / 100 s / 4 GPUs = 22.75 (8 misses: 23.0)
+    assert found["score_bound"] == pytest.approx(22.75) and found["at_sim_ms"] == 33_000.0
+
+
+def test_a_replay_still_running_past_the_trace_is_pruned_by_its_duration_alone():
+    # No certain miss at all; but it is still running at 200 s, so its goodput is at most 10,000 / 200 / 4 = 12.5.
+    watch = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 10_000.0)], prune=prune(below=13.0, span_ms=100_000.0)))
+    watch.on_tick(150_000.0, done(100.0, arrived=100), 0)
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(200_000.0, done(100.0), 0)
+    assert stop.value.stop["score_bound"] == pytest.approx(12.5) and stop.value.stop["certain_misses"] == 0
+
+
+def test_a_coverage_floor_stops_once_more_requests_certainly_miss_than_it_allows():
+    # 99 % of 200 must meet the SLA: 2 may miss. Mean 300 ms is far under the bound; a mean screen saw nothing.
+    watch = EarlyStopWatch(rules(requests=200, bounds=[("mean_ttft_ms", 2000.0)], coverage=0.99))
+    feed(watch, [(1000.0 * (i + 1), done(100.0, arrived=1), 0) for i in range(50)])
+    watch.on_tick(50_500.0, done(5000.0, arrived=1), 0)
+    watch.on_tick(51_000.0, done(5000.0, arrived=1), 0)  # 2 misses: still allowed
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(51_500.0, done(5000.0, arrived=1), 0)
+    found = stop.value.stop
+    assert found["rule"] == "coverage" and found["certain_misses"] == 3 and found["limit"] == pytest.approx(2.0)
+
+
+def test_an_end_to_end_bound_counts_every_request_not_yet_completed_that_arrived_long_enough_ago():
+    watch = EarlyStopWatch(rules(requests=100, bounds=[("p90_e2e_latency_ms", 10_000.0)], percentile=90))
+    watch.on_tick(1000.0, done(arrived=30), 0)
+    watch.on_tick(5000.0, done(arrived=10), 0)
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(12_000.0, done(), 0)  # the 30 of the first second have waited 11 s: 30 over 10 s
+    assert stop.value.stop["certain_misses"] == 30
+
+
+def test_an_itl_bound_is_never_a_reason_to_stop():
+    watch = EarlyStopWatch(rules(bounds=[("p90_itl_ms", 1.0)], percentile=90))
+    feed(watch, [(1000.0 * (i + 1), done(9e6, arrived=1), 10**6) for i in range(50)])  # nothing bounds the ITL
+    assert watch.completed == 50
+
+
+def test_a_heavy_prefix_is_no_verdict_it_is_only_the_checkpoint_that_paces_the_rest():
+    # The first 20 requests (the prefix) each take 3x the bound, the other 80 are fast: a prefix screen stopped it.
+    told = []
+    watch = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 1000.0)], prefix=20), on_checkpoint=told.append)
+    feed(watch, [(1000.0 * (i + 1), done(3000.0 if i < 20 else 200.0, arrived=1), 0) for i in range(100)])
+    assert watch.completed == 100
+    (checkpoint,) = told
+    assert checkpoint["completed"] == 20 and checkpoint["at_sim_ms"] == 20_000.0 and checkpoint["cpu_seconds"] >= 0
+
+
+def trace(path, stamps):
+    path.write_text("".join(json.dumps({"timestamp": s, "input_length": 512, "output_length": 8,
+                                        "hash_ids": [i]}) + "\n" for i, s in enumerate(stamps)))  # fmt: skip
+    return path
+
+
+def test_a_light_then_heavy_trace_is_paced_by_its_first_requests_not_by_its_first_part_of_time(tmp_path):
+    # 250 requests: 10 over the first 80 % of the span, 240 in the last 20 %. The first 20 % of its time
+    # holds 3 of them, not the 50 that `fraction x records` counted; nothing had finished there, and it
+    # was screened as "no request finished". Now the prefix is its first 50 requests, and its share of
+    # the time limit is theirs: 20 % of the work.
+    stamps = [i * 16_000 for i in range(10)] + [160_000 + i * 166 for i in range(240)]
+    data = config_data(workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None,
+                                 "trace_path": str(trace(tmp_path / "t.jsonl", stamps))})  # fmt: skip
+    data["goal"] = {"target": "goodput", "sla": {"ttft_ms": 1000, "itl_ms": 50}}
+    plan = screen_plan(build(data), None)
+    assert plan.requests == 50 and plan.fraction == pytest.approx(0.2) and plan.prefix == "first 50 of 250 requests"
+    watch = EarlyStopWatch(rules(requests=250, bounds=plan.bounds, prefix=plan.requests))
+    feed(watch, [(16_000.0 * (i + 1), done(arrived=1), 0) for i in range(3)])  # 20 % of its time: nothing done
+    assert watch.checkpoint is None and watch.completed == 0  # not stopped: nothing is certain
+    stall = prefix_stall(100.0, {**rules(requests=250, prefix=plan.requests), "fraction": plan.fraction})
+    assert stall.cpu_seconds == pytest.approx(20.0)  # its share of the limit is the prefix's share of the requests
+
+
+def test_the_rounds_prune_bar_is_the_kth_best_of_the_history_told_before_it_and_nothing_else():
+    from spica_lib.search.history import BranchHistory, Observation
+    from spica_lib.search.rounds import prune_bar
+    from spica_lib.trial.spec import TrialResult
+
+    cfg = build(config_data(goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 2000, "itl_ms": 50}}))
+    scores = {f"k{i}": float(s) for i, s in enumerate([50, 10, 40, 30, 20, 60, 5])}
+    results = {key: TrialResult(status="feasible", score=s, used_gpus=1) for key, s in scores.items()}
+    results["bad"] = TrialResult(status="infeasible", used_gpus=1)
+
+    def told(*keys, status="feasible"):
+        return [Observation(vizier_id=i, round=0, params={}, key=k, status=status) for i, k in enumerate(keys)]
+
+    history = BranchHistory(deployment_mode="agg", round=0,
+                            observations=told("k0", "k1", "k2", "k3") + told("k0", status="cache_hit"))  # fmt: skip
+    assert prune_bar(cfg, history, results) is None  # 4 distinct feasible trials: no 5th best yet
+    history.observations += told("k4", "bad")
+    bar = prune_bar(cfg, history, results)
+    assert bar.below == 10.0 and bar.rank == 5  # 50, 40, 30, 20, 10: the 5th
+    # Results the round's own trials (or a round in flight) produce are not in its history: no effect.
+    assert prune_bar(cfg, history, {**results, "k5": results["k5"], "k6": results["k6"]}) == bar
+    assert prune_bar(build(config_data(goal={"target": "throughput"})), history, results) is None  # no goodput
