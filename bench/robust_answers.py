@@ -10,13 +10,15 @@ routers):
 Each landscape is searched `--sweeps` times (synthetic: on `arrival_seed` 1..N; a trace: the one trace, the
 sweep's `seed` 1..N), through the sweep's own round logic (real Vizier, real replays: `run_round`, 2 branches x
 3 rounds x 4 as the default config) and its own sequential finish (`run_finish`, default settings: 4 to 16
-samples, a 5 % margin). Then every finished deployment is replayed on 40 evaluation samples (synthetic: arrival
-seeds from 10^6; a trace: resamples 1000..1039, none of them a finish's). Printed per landscape:
+samples, a 5 % margin). Then every finished deployment is replayed on 40 evaluation samples, 40 of its sweep's own
+(synthetic: arrival seeds from 10^6; a trace: resamples from 1000; never a search's or a finish's), the same
+for every deployment of a sweep. Printed per landscape:
   - samples: the finish's samples per deployment (fewest / most over the sweeps) and its replays;
   - among the best: sweeps whose recommendation's evaluation mean is within the equivalence margin (5 %) of
     the best evaluation mean among the finished top (goal >= 9 / 10), next to the search's own #1;
   - bias: the reported statistic (summary.best_score: the mean of all the recommendation's finish samples)
-    against its evaluation mean: sweeps within 3 % (goal >= 9 / 10), median and worst;
+    against its evaluation mean: sweeps within 3 % (goal >= 9 / 10), median and worst, next to the evaluation
+    mean's own standard error (40 samples measure a deployment only so well);
   - decided: sweeps whose finish decided before its cap;
   - seconds: the search's rounds and the finish, in this process (the replays dominate both; on a trace the
     goal is a finish cheaper than the search's rounds), medians over the sweeps;
@@ -56,7 +58,7 @@ REPO = Path(__file__).resolve().parents[1]
 TRACE = REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
 EVALUATION_SAMPLES = 40
 EVALUATION_SEED = 1_000_000  # evaluation arrival seeds: 10^6 + i, never a search's (1..10) or a finish's
-EVALUATION_RESAMPLE = 1000  # evaluation resamples of a trace: 1000 + i, never a finish's (0..15)
+EVALUATION_RESAMPLE = 1000  # evaluation resamples of a trace: from 1000, never a finish's (0..15)
 MARGIN = 0.05
 BIAS_GOAL = 0.03
 SPACE = {
@@ -150,14 +152,18 @@ def finish_top(config: SmartSearchConfig, records, best):
     return {row.key: (records[row.key].spec, records[row.key].result) for row in distinct[: config.sweep.finish_top]}
 
 
-def evaluation(spec: TrialSpec, replays: Replays) -> list[float]:
-    """A deployment's scores on the evaluation samples (0 where it was not feasible: it did not hold there)."""
+def evaluation(spec: TrialSpec, replays: Replays, sweep: int) -> list[float]:
+    """A deployment's scores on its sweep's 40 evaluation samples (0 where it was not feasible: it did not hold
+    there). Each sweep has its own (all of the sweep's deployments the same ones), so that one unlucky set of 40
+    does not shift every sweep's comparison the same way."""
     workload = spec.replay.workload
+    first = EVALUATION_SAMPLES * sweep
     if workload.draws_arrivals:
-        fresh = {str(i): workload.model_copy(update={"arrival_seed": EVALUATION_SEED + i}) for i in range(EVALUATION_SAMPLES)}
+        fresh = {str(i): workload.model_copy(update={"arrival_seed": EVALUATION_SEED + first + i})
+                 for i in range(EVALUATION_SAMPLES)}  # fmt: skip
         specs = {i: spec.model_copy(update={"replay": spec.replay.model_copy(update={"workload": w})}) for i, w in fresh.items()}
     else:
-        specs = {str(i): spec.on_fresh_sample(EVALUATION_RESAMPLE + i) for i in range(EVALUATION_SAMPLES)}
+        specs = {str(i): spec.on_fresh_sample(EVALUATION_RESAMPLE + first + i) for i in range(EVALUATION_SAMPLES)}
     return [_score(result) for result in replays.many(specs).values()]
 
 
@@ -182,7 +188,8 @@ def landscape_rows(landscape: str, sweeps: int) -> None:
         result = run_finish(config, top, replays.many)
         finish_seconds = time.perf_counter() - finishing
         verdict = judge(result)
-        means = {key: statistics.fmean(evaluation(records[key].spec, replays)) for key in top}
+        scores = {key: evaluation(records[key].spec, replays, sample) for key in top}
+        means = {key: statistics.fmean(values) for key, values in scores.items()}
         chosen = verdict.ranks[0]
         best_mean = max(means.values())
         counts = [len(d.samples) for d in result.deployments]
@@ -191,6 +198,8 @@ def landscape_rows(landscape: str, sweeps: int) -> None:
             "search_among": means[best[0].key] >= (1 - MARGIN) * best_mean,
             "bias": chosen.statistic / means[chosen.key] - 1 if means[chosen.key] else float("nan"),
             "search_bias": best[0].candidate.score / means[best[0].key] - 1 if means[best[0].key] else float("nan"),
+            "evaluation_se": statistics.stdev(scores[chosen.key]) / len(scores[chosen.key]) ** 0.5 / means[chosen.key]
+            if means[chosen.key] else float("nan"),
             "fewest": min(counts), "most": max(counts),
             "replays": sum(s.replayed for d in result.deployments for s in d.samples),
             "decided": verdict.decided, "search_s": search_seconds, "finish_s": finish_seconds,
@@ -209,7 +218,8 @@ def landscape_rows(landscape: str, sweeps: int) -> None:
         f"recommendation among the best {sum(r['among'] for r in rows)}/{n} (the search's own #1: "
         f"{sum(r['search_among'] for r in rows)}/{n}); reported statistic within {BIAS_GOAL:.0%} of its evaluation "
         f"mean {within}/{n} (median {statistics.median(bias):+.1%}, worst {max(bias, key=abs):+.1%}; the search's "
-        f"own best: median {statistics.median(search_bias):+.1%}, worst {max(search_bias, key=abs):+.1%}); "
+        f"own best: median {statistics.median(search_bias):+.1%}, worst {max(search_bias, key=abs):+.1%}; the "
+        f"evaluation mean's own standard error, median {statistics.median(r['evaluation_se'] for r in rows):.1%}); "
         f"seconds in this process: search {statistics.median(r['search_s'] for r in rows):.0f}, finish "
         f"{statistics.median(r['finish_s'] for r in rows):.0f} (medians)",
         flush=True,

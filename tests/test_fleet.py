@@ -40,20 +40,22 @@ DISAGG_KNOBS = {
     "decode_max_num_seqs": 256,
 }
 AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-# What one-SKU configs hashed to before inventories, coverage floors and capacity existed (computed with the code
-# of commit 679092f): the trial key of each branch's default suggestion. Their run ids changed with the sequential
-# finish (its samples and equivalence margin are part of the run), to RUN_IDS.
+# What one-SKU configs hash to: each config's run id and the trial key of each branch's default suggestion. The
+# trial keys were computed with the code of commit 679092f, before inventories, coverage floors and capacity
+# existed; those of configs with an SLA changed once since, with the sound early stops (issue 38: the screen
+# plan a trial is replayed with is part of it), cost.yaml's (no SLA) never. The run ids changed with the
+# sequential finish (its samples and equivalence margin are part of a run) and the early stops.
 GOLDEN = {
-    "default.yaml": {"agg": "d5731b06781be5264c723454242db079d95f7934fd0e7eb67cc74634a9db3706",
-                     "disagg": "f519ae45cef3ee9af29015736b92e03e96105c87ddbf89f9159636ddb3e93d5b"},
+    "default.yaml": {"agg": "2f24ad57f15a16037106e9087037317150fc49e65b57f4be55c72aa78fd273fb",
+                     "disagg": "62cc422cd9b496f5e16b45cef281484e1fd15da7e6bf9cbb584437608375a52f"},
     "examples/cost.yaml": {"agg": "fdd8388fbabe294d7aa83729a73eeb70acb2225bd91213e0d79db7e849c8080b",
                            "disagg": "3c5810a66953f8a91ab03eda33cc32db376de4c33ede20db2ead7d9c11f242da"},
-    "examples/p99_sla.yaml": {"agg": "92d80982afc0ed58e3014302c4cb4a4eb13a25e62fc89c12f1a6ffa8e47abeb7"},
+    "examples/p99_sla.yaml": {"agg": "cbbeedbc9901b2055e283e40ea3fd81a5ea11226b0ee4efafff4be260414e4f0"},
 }  # fmt: skip
 RUN_IDS = {
-    "default.yaml": "7835ffe14e48c98c8f569a2225e5637ef2315e12b8243f1ea76e8ec38415fc81",
-    "examples/cost.yaml": "ba873e876bef409ae47c9a22f17e1a37bd0c6d1c043d145fe03c23c413661cf9",
-    "examples/p99_sla.yaml": "cef274400ae72379acda21ba4e8edaf08d18c32ea5c3c88b1aed625c52b078ee",
+    "default.yaml": "f96c3a9c30cceebc1482918ebbb97bd9820eb626d34c75ed660ac5a266fbb7d1",
+    "examples/cost.yaml": "d92e4a8d7d47a1c8c98f5c5c0aa0871c12d79fea1c9ea774e40375aaf55971ab",
+    "examples/p99_sla.yaml": "ca35607c89a8f68fc061cada84454012675c835ac95736deb5a154bdbc3268fd",
 }
 
 
@@ -242,12 +244,14 @@ def test_the_coverage_floor_rejects_a_deployment_whose_mean_passes():
     bound = {"ttft_ms": round(1.15 * mean, 1)}
     floor = build(fleet(goal={"target": "throughput", "sla": bound, "sla_coverage": 0.99}))
     result = dict(evaluate_trials({"floor": trial(floor, layout, mode="agg")}, max_eval_seconds=120))["floor"]
-    assert result.metrics["mean_ttft_ms"] <= bound["ttft_ms"]  # the mean passes ...
-    assert result.metrics["sla_coverage"] < 0.99 and result.status == "infeasible"  # ... the coverage does not
-    assert "under the 99 % floor" in result.reason and result.sla_miss > 1.0  # told to the designer as a miss
+    # The floor is certain to miss before the replay ends: it is stopped early, infeasible, told as a miss.
+    assert result.status == "infeasible" and result.sla_miss > 1.0
+    assert "99 % coverage floor" in result.reason or "99 % floor" in result.reason, result.reason
     loose = build(fleet(goal={"target": "throughput", "sla": bound, "sla_coverage": 0.5}))
     kept = dict(evaluate_trials({"loose": trial(loose, layout, mode="agg")}, max_eval_seconds=120))["loose"]
     assert kept.status == "feasible" and kept.sla_miss <= 1.0
+    # Replayed in full (the loose floor holds): the mean passes the bound, and under 99 % of requests meet it.
+    assert kept.metrics["mean_ttft_ms"] <= bound["ttft_ms"] and kept.metrics["sla_coverage"] < 0.99
 
 
 @pytest.mark.slow

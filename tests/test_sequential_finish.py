@@ -72,7 +72,7 @@ def test_samples_go_only_to_deployments_still_in_contention_and_stop_when_decide
     result = run_finish(cfg, top, fake_replayer(means, 12.0, asked))
     counts = {d.key: len(d.samples) for d in result.deployments}
     assert counts["low"] == 4  # shown behind at the first look: no more samples
-    assert counts["best"] == counts["cheap"] > 4 and len(asked) > 1
+    assert counts["cheap"] >= counts["best"] > 4 and len(asked) > 1  # contenders paired; the pick topped up
     assert all(not any(name.startswith("low#") for name in batch) for batch in asked[1:])
     from spica_lib.results.confidence import judge
 

@@ -18,8 +18,10 @@ resamples; a window of at least a minute holds the minute-scale bursts and the s
 gaps between a conversation's turns (docs/benchmarks.md, "Fresh traffic from a trace", measures how
 far a resample's request count, rate and lengths move).
 
-A resample is written once per (trace content, sample index, blocks) under SPICA_TRACE_SPLITS,
-atomically; any process (a SLURM job included) rebuilds the same bytes from the same inputs.
+A resample is written once per (trace content, sample index, blocks), atomically, in the run's
+folder (`$SPICA_TRACE_RESAMPLES`, which the workflow sets to results/<run>/.trace-resamples for its
+jobs) or, outside a sweep, under the held-out splits' root (SPICA_TRACE_SPLITS); any process (a
+SLURM job included) rebuilds the same bytes from the same inputs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import numpy as np
 from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.config.trace import DEFAULT_SPLIT_ROOT, SPLIT_ROOT_ENV, scan_trace
 
+RESAMPLES_ENV = "SPICA_TRACE_RESAMPLES"  # where a sweep keeps its resamples (set by the workflow)
 RESAMPLE_FORMAT = 1  # bumped when the rule changes, so an older resample is never reused
 TARGET_BLOCKS = 10
 MIN_BLOCK_MS = 60_000.0
@@ -48,7 +51,7 @@ def resample_trace(path: str | Path, index: int) -> str:
     """The path of fresh sample `index` of the trace at `path` (written on first use)."""
     scan = scan_trace(path)
     blocks = blocks_for(scan.duration_ms)
-    root = Path(os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
+    root = Path(os.environ.get(RESAMPLES_ENV) or os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
     target = root / f"{scan.sha256[:24]}-resample{index}-b{blocks}-v{RESAMPLE_FORMAT}" / "trace.jsonl"
     if target.is_file():
         return str(target)

@@ -13,8 +13,9 @@ made at level alpha / L per look so that stopping at any of them keeps the famil
 Exact replays (round robin on traffic that does not change) give intervals of one point and
 decide at the first look; so do repeats whose spread is negligible against the gaps.
 
-A decided finish also goes on (the same way) while the recommendation's statistic has a standard
-error above PRECISION of itself: the level it reports is the one a fleet is sized by.
+A decided finish also gives the recommendation alone more samples while its statistic has a
+standard error above PRECISION of itself: the level it reports is the one a fleet is sized by.
+Those samples pair with no other deployment's, so they change no comparison.
 
 The statistic reported after a stop is the plain statistic of all the samples a deployment got
 (the sample mean, by default), with its bootstrap standard error. Stopping depends on the data,
@@ -60,11 +61,14 @@ def next_counts(finish: FinishResult, verdict: FinishVerdict) -> dict[str, int]:
     if verdict.decided and precise(verdict):
         return {}
     counts = {d.key: len(d.samples) for d in finish.deployments}
-    current = max(counts[key] for key in verdict.contender_keys)
+    # Decided but imprecise: only the recommendation's level is wanted; its new samples pair with nothing, so no
+    # comparison changes (they are left out of every pair), only its statistic and standard error.
+    wanted = [verdict.recommended.key] if verdict.decided else verdict.contender_keys
+    current = max(counts[key] for key in wanted)
     later = [n for n in finish.looks if n > current]
     if not later:
         return {}
-    return {key: later[0] for key in verdict.contender_keys}
+    return {key: later[0] for key in wanted}
 
 
 def stop_reason(finish: FinishResult, verdict: FinishVerdict) -> str:
