@@ -41,6 +41,7 @@ from spica_lib.report.replayed import Replayed
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
 GPU = "nvidia.com/gpu"
+GPUS_PER_NODE = 8  # the generator's NodeConfig.num_gpus_per_node (its default, given to it: generator.py)
 GPU_TYPE_LABEL = "spica.dev/gpu-sku"  # on each worker's pods: the GPU type its role was replayed on
 SERVICE_FIELDS = {
     "componentType", "subComponentType", "replicas", "multinode", "extraPodSpec", "labels", "annotations",
@@ -58,6 +59,10 @@ def v1beta1_documents(
     if dgd.get("kind") != "DynamoGraphDeployment":
         raise ValueError(f"the generator's first document is a {dgd.get('kind')}, not a DynamoGraphDeployment")
     components = [_component(service, played, skus) for service in dgd["spec"]["services"].values()]
+    if not any("multinode" in component for component in components):
+        others = [other for other in others if other.get("kind") != "ComputeDomain"]
+        for component in components:
+            _drop_compute_domain(component["podTemplate"]["spec"])
     if played.planner is not None:
         for component in components:
             if component["type"] in SCALED_BY_PLANNER[played.mode]:
@@ -93,6 +98,11 @@ def _component(service: dict[str, Any], played: Replayed, skus: dict[str, str]) 
     if service.get("envFromSecret"):
         main["envFrom"] = [{"secretRef": {"name": service["envFromSecret"]}}, *(main.get("envFrom") or [])]
     resources = _resources(service.get("resources"))
+    component: dict[str, Any] = {"name": COMPONENT[role], "type": _type(role), "replicas": service.get("replicas", 1)}
+    if service.get("multinode"):
+        component["multinode"] = dict(service["multinode"])
+    if role in played.roles:
+        _replayed_gpus(component, resources, played.roles[role].gpus)
     if resources:
         main["resources"] = resources
     metadata = {key: dict(service[key]) for key in ("labels", "annotations") if service.get(key)}
@@ -101,9 +111,6 @@ def _component(service: dict[str, Any], played: Replayed, skus: dict[str, str]) 
     template: dict[str, Any] = {"spec": {**pod, "containers": [main, *pod.get("containers", [])]}}
     if metadata:
         template = {"metadata": metadata, **template}
-    component: dict[str, Any] = {"name": COMPONENT[role], "type": _type(role), "replicas": service.get("replicas", 1)}
-    if service.get("multinode"):
-        component["multinode"] = dict(service["multinode"])
     component["podTemplate"] = template
     return component
 
@@ -135,6 +142,37 @@ def _resources(resources: dict[str, Any] | None) -> dict[str, Any]:
     if (resources or {}).get("claims"):
         out["claims"] = copy.deepcopy(resources["claims"])
     return out
+
+
+def _replayed_gpus(component: dict[str, Any], resources: dict[str, Any], gpus: int) -> None:
+    """A worker's GPUs as replayed, split over nodes as the generator splits them.
+
+    The generator counts TP x PP x DP GPUs after its rules set an SGLang or TRT-LLM MoE worker's TP to
+    the expert width; with attention DP that counts the data-parallel ranks twice (4 GPUs become 16,
+    and a multinode worker). The replayed layout's count is the engine's: `--tp` covers the DP ranks.
+    """
+    nodes = -(-gpus // GPUS_PER_NODE)
+    resources.setdefault("limits", {})[GPU] = str(gpus if nodes == 1 else GPUS_PER_NODE)
+    if nodes == 1:
+        component.pop("multinode", None)
+    else:
+        component["multinode"] = {"nodeCount": nodes}
+
+
+def _drop_compute_domain(pod: dict[str, Any]) -> None:
+    """Without a multinode worker, the generator's NVLink compute-domain claims have nothing to claim."""
+    claims = [c for c in pod.get("resourceClaims", []) if not str(c.get("name", "")).startswith("compute-domain")]
+    if claims:
+        pod["resourceClaims"] = claims
+    else:
+        pod.pop("resourceClaims", None)
+    for container in pod.get("containers", []):
+        resources = container.get("resources", {})
+        kept = [c for c in resources.get("claims", []) if not str(c.get("name", "")).startswith("compute-domain")]
+        if kept:
+            resources["claims"] = kept
+        else:
+            resources.pop("claims", None)
 
 
 def _pin_gpu_type(pod: dict[str, Any], metadata: dict[str, Any], sku: str) -> None:

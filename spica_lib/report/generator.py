@@ -23,6 +23,7 @@ The generator writes v1alpha1 documents into a scratch folder; they are returned
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from pathlib import Path
@@ -30,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from spica_lib.report.dgd import GPUS_PER_NODE
 from spica_lib.report.release import installed_release
 from spica_lib.report.replayed import Replayed, RoleEngine
 
@@ -85,7 +87,8 @@ def _complete_vllm(dgd: dict[str, Any], played: Replayed) -> None:
     """Add to each vLLM worker's argv what the generator's vLLM template has no place for.
 
     Its `cli_args.j2` emits neither the memory fraction (the mapping has `gpu-memory-utilization`, the
-    template drops it) nor chunked prefill; both were replayed, so both are stated.
+    template drops it) nor chunked prefill, and loses the speculative config its `vllm.rule` sets for a
+    multi-token-prediction depth; all were replayed, so all are stated.
     """
     for service in dgd["spec"]["services"].values():
         if service.get("componentType") != "worker":
@@ -96,6 +99,8 @@ def _complete_vllm(dgd: dict[str, Any], played: Replayed) -> None:
             args += ["--gpu-memory-utilization", f"{engine.memory_fraction:g}"]
         if not {"--enable-chunked-prefill", "--no-enable-chunked-prefill"} & set(args):
             args.append("--enable-chunked-prefill" if engine.chunked_prefill else "--no-enable-chunked-prefill")
+        if engine.nextn and "--speculative-config" not in args:  # its vllm.rule sets method "mtp", its template loses it
+            args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": engine.nextn})]
 
 
 def _raw_inputs(played: Replayed, name: str, namespace: str) -> dict[str, Any]:
@@ -107,6 +112,7 @@ def _raw_inputs(played: Replayed, name: str, namespace: str) -> dict[str, Any]:
         "K8sConfig.k8s_image": installed_release().backends[played.backend].image,
         "K8sConfig.k8s_namespace": namespace,
         "K8sConfig.name": name,
+        "NodeConfig.num_gpus_per_node": GPUS_PER_NODE,
     }
     if played.router:
         raw["DynConfig.router_config"] = dict(played.router)
@@ -140,6 +146,7 @@ def _sizing(engine: RoleEngine, backend: str) -> Any:
         extra["chunked-prefill-size"] = engine.max_num_batched_tokens if engine.chunked_prefill else -1
     return RoleSizing(
         tensor_parallel_size=engine.tp,
+        pipeline_parallel_size=1,  # the replay runs no pipeline parallelism; unset, TRT-LLM's YAML gets a null
         data_parallel_size=engine.attention_dp,
         moe_tensor_parallel_size=engine.moe_tp,
         moe_expert_parallel_size=engine.moe_ep,

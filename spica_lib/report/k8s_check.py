@@ -32,6 +32,7 @@ MAX_COMPONENTS = 25
 GPU = "nvidia.com/gpu"
 SEMVER = re.compile(r"^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$")
 KNOWN_KINDS = {("batch/v1", "Job"): "V1Job", ("v1", "ConfigMap"): "V1ConfigMap"}
+COMPUTE_DOMAIN = ("resource.nvidia.com/v1beta1", "ComputeDomain")  # with a multinode worker (the generator's)
 
 
 def document_problems(document: dict[str, Any]) -> list[str]:
@@ -39,6 +40,10 @@ def document_problems(document: dict[str, Any]) -> list[str]:
     api, kind = document.get("apiVersion"), document.get("kind")
     if (api, kind) == (DGD_API_VERSION, "DynamoGraphDeployment"):
         return dgd_problems(document)
+    if (api, kind) == COMPUTE_DOMAIN:  # NVIDIA's DRA driver's CRD: no schema installed, its shape is the generator's
+        found = model_problems(document.get("metadata", {}), "V1ObjectMeta", f"{kind}.metadata")
+        found += _unknown(document, {"apiVersion", "kind", "metadata", "spec"}, kind)
+        return found + _unknown(document.get("spec", {}), {"channel", "numNodes"}, f"{kind}.spec") + _name_and_namespace(document, kind)
     model = KNOWN_KINDS.get((api, kind))
     if model is None:
         return [f"{api} {kind}: a kind these files do not emit"]

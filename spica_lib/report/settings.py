@@ -39,7 +39,7 @@ MOE_SETTINGS = ("moe_tp", "moe_ep")
 # What an engine does with a setting its command leaves out (the images' vLLM 0.28 and SGLang 0.5.18).
 ENGINE_DEFAULTS = {
     "vllm": {"tp": 1, "attention_dp": 1, "prefix_caching": True, "nextn": None, "moe_ep": 1},
-    "sglang": {"tp": 1, "attention_dp": 1, "prefix_caching": True, "nextn": None, "moe_ep": 1},
+    "sglang": {"prefix_caching": True, "nextn": None},
     "trtllm": {"attention_dp": 1, "nextn": None, "moe_ep": 1, "moe_tp": 1},
 }
 ENGINE_YAML = re.compile(r"<<'YAML'\n(.*?)\nYAML\n", re.DOTALL)
@@ -215,14 +215,18 @@ def _vllm(flags: _Flags, _: dict[str, Any]) -> dict[str, Any]:
 
 
 def _sglang(flags: _Flags, _: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's `--tp` is the worker's width: with `--enable-dp-attention` it holds the `--dp` attention
+    ranks (attention TP = tp / dp), and its experts split it `--ep` ways (MoE TP = tp / ep)."""
     chunk = flags.number("--chunked-prefill-size")
-    dp = flags.number("--data-parallel-size", "--dp-size", "--dp")
-    if dp and dp > 1 and not flags.has("--enable-dp-attention"):
-        dp = None  # plain data parallelism, not the attention DP that was replayed
+    width = flags.number("--tensor-parallel-size", "--tp-size", "--tp") or 1
+    dp = flags.number("--data-parallel-size", "--dp-size", "--dp") or 1
+    attention = flags.has("--enable-dp-attention")
+    ep = flags.number("--expert-parallel-size", "--ep-size", "--ep") or 1
     return {
-        "tp": flags.number("--tensor-parallel-size", "--tp-size", "--tp"),
-        "attention_dp": dp,
-        "moe_ep": flags.number("--expert-parallel-size", "--ep-size", "--ep"),
+        "tp": width / dp if attention else width,
+        "attention_dp": dp if attention or dp == 1 else None,  # plain DP is not the attention DP replayed
+        "moe_tp": width / ep,
+        "moe_ep": ep,
         "max_num_seqs": flags.number("--max-running-requests"),
         "max_num_batched_tokens": chunk if chunk and chunk > 0 else None,
         "block_size": flags.number("--page-size"),
