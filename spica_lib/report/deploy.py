@@ -113,7 +113,7 @@ def write_deployment(
         summary.differences = settings.differences(played, dgd, skus) + _version_difference(record, release.version)
     except Exception as exc:  # the files stay honest: say what failed rather than emit something else
         summary.error = f"{type(exc).__name__}: {exc}"
-    summary.files = sorted(p.name for p in folder.iterdir() if p.name != "deploy.json") + ["deploy.json"]
+    summary.files = sorted({p.name for p in folder.iterdir()} | {"README.md", "deploy.json"})
     write_model(folder / "deploy.json", summary)
     atomic_write_text(folder / "README.md", _readme(summary, record, played))
     return summary

@@ -29,6 +29,7 @@ import yaml
 
 from spica_lib.base.dynamo_env import prepare_dynamo_import
 from spica_lib.report.dgd import GPU, components_by_role, main_container
+from spica_lib.report.generator import ROUTER_FLAG
 from spica_lib.report.replayed import Replayed, RoleEngine
 
 ENGINE_SETTINGS = (
@@ -43,7 +44,6 @@ ENGINE_DEFAULTS = {
     "trtllm": {"attention_dp": 1, "nextn": None, "moe_ep": 1, "moe_tp": 1},
 }
 ENGINE_YAML = re.compile(r"<<'YAML'\n(.*?)\nYAML\n", re.DOTALL)
-ROUTER_FLAG = {"kv_router": "kv", "round_robin": "round-robin"}
 ROUTER_FIELDS = ("overlap_score_credit", "prefill_load_scale", "router_temperature", "host_cache_hit_weight",
                  "disk_cache_hit_weight")  # fmt: skip
 
