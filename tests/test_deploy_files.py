@@ -109,7 +109,11 @@ def test_every_mode_and_backend_is_deployed_as_replayed(tmp_path, backend, mode,
         assert "planner" not in components
     else:
         assert planner_config(main_container(components["planner"])) == {  # PlannerConfig accepts it
-            **played.planner, "environment": "kubernetes", "backend": backend, "model_name": played.model}
+            **played.planner,
+            "environment": "kubernetes",
+            "backend": backend,
+            "model_name": played.model,
+        }
         _planner_finds_its_workers(dgd, played)
     assert files.differences == [] and differences(played, dgd, {r: "h200_sxm" for r in played.roles}) == []
     (job,) = jobs  # the benchmark: pinned client, this deployment's own frontend, the replayed load
@@ -128,7 +132,10 @@ def _planner_finds_its_workers(dgd, played):
         roles = {"agg": SubComponentType.DECODE}
     for role, kind in roles.items():
         service = get_component_from_type_or_name(dgd, kind)
-        assert service.get_gpu_count() == played.roles[role].gpus and service.number_replicas() == played.roles[role].workers
+        assert (
+            service.get_gpu_count() == played.roles[role].gpus
+            and service.number_replicas() == played.roles[role].workers
+        )
         assert service.service["scalingAdapter"] == {"enabled": True}
 
 

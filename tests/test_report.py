@@ -119,7 +119,8 @@ def test_deployment_files_apply_side_by_side_at_the_replayed_dynamo_with_every_r
         # A DGD changed after generation is caught: every difference is found by reading it back.
         first = components[next(iter(expected))]
         first["replicas"] += 1
-        assert any("workers replayed" in d for d in differences(replayed(record), dgd, {r: "h200_sxm" for r in expected}))
+        found = differences(replayed(record), dgd, {role: "h200_sxm" for role in expected})
+        assert any("workers replayed" in d for d in found)
     assert len(names) == 3  # the top three stand side by side in one namespace
 
 

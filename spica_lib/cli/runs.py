@@ -7,9 +7,9 @@ from pathlib import Path
 
 from spica_lib.cli.reports import trial_report
 from spica_lib.report.k8s_names import DEFAULT_NAMESPACE
-from spica_lib.run.status import run_status, status_text
 from spica_lib.report.view import RunView
-from spica_lib.run.layout import RESULTS_ROOT, RunFiles
+from spica_lib.run.layout import RESULTS_ROOT
+from spica_lib.run.status import run_status, status_text
 from spica_lib.trial.describe import describe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

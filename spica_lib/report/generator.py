@@ -99,7 +99,9 @@ def _complete_vllm(dgd: dict[str, Any], played: Replayed) -> None:
             args += ["--gpu-memory-utilization", f"{engine.memory_fraction:g}"]
         if not {"--enable-chunked-prefill", "--no-enable-chunked-prefill"} & set(args):
             args.append("--enable-chunked-prefill" if engine.chunked_prefill else "--no-enable-chunked-prefill")
-        if engine.nextn and "--speculative-config" not in args:  # its vllm.rule sets method "mtp", its template loses it
+        if (
+            engine.nextn and "--speculative-config" not in args
+        ):  # its vllm.rule sets method "mtp", its template loses it
             args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": engine.nextn})]
 
 

@@ -13,7 +13,9 @@ packages, not from a copy of ours:
   (`dynamo.profiler.utils.config`: `spec.components`, each with `name`, `type`, `replicas`,
   `podTemplate`, `multinode`, `scalingAdapter`, `runtimeVersionOverride`), and what the operator's
   CRD and admission add to them (deploy/operator/api/v1beta1): a component `type` from its enum,
-  `replicas` >= 0, at most 25 components, and a container named `main` with an image in each.
+  `replicas` >= 0, at most 25 components, and a container named `main` with an image in each;
+- the NVLink ComputeDomain the generator adds for a worker spanning nodes (NVIDIA's DRA driver's
+  CRD, whose schema no installed package holds) is checked for its metadata and its two spec fields.
 """
 
 from __future__ import annotations
@@ -43,7 +45,11 @@ def document_problems(document: dict[str, Any]) -> list[str]:
     if (api, kind) == COMPUTE_DOMAIN:  # NVIDIA's DRA driver's CRD: no schema installed, its shape is the generator's
         found = model_problems(document.get("metadata", {}), "V1ObjectMeta", f"{kind}.metadata")
         found += _unknown(document, {"apiVersion", "kind", "metadata", "spec"}, kind)
-        return found + _unknown(document.get("spec", {}), {"channel", "numNodes"}, f"{kind}.spec") + _name_and_namespace(document, kind)
+        return (
+            found
+            + _unknown(document.get("spec", {}), {"channel", "numNodes"}, f"{kind}.spec")
+            + _name_and_namespace(document, kind)
+        )
     model = KNOWN_KINDS.get((api, kind))
     if model is None:
         return [f"{api} {kind}: a kind these files do not emit"]
