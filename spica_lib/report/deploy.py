@@ -43,6 +43,7 @@ from spica_lib.trial.spec import TrialRecord
 SCHEMA_VERSION = 2  # 2: v1beta1, named per run and rank, written for a namespace, benchmark Jobs
 DGD_FILE = "k8s_deploy.yaml"
 BENCH_FILE = "k8s_bench.yaml"
+CONFIGMAP_BYTES = 1024 * 1024  # what the API server stores in one ConfigMap
 
 
 class DeploymentFiles(BaseModel):
@@ -190,9 +191,11 @@ def _readme(summary: DeploymentFiles, record: TrialRecord, played: Replayed) -> 
         f"kubectl wait -n {ns} --for=condition=Ready dynamographdeployment/{name} --timeout=60m",
     ]  # fmt: skip
     for index, request in _workloads(record):
-        if request.workload.trace_path:
-            cm = trace_configmap(name, index)
-            lines.append(f"kubectl create configmap -n {ns} {cm} --from-file={request.workload.trace_path}")
+        trace = request.workload.trace_path
+        if trace:
+            lines.append(f"kubectl create configmap -n {ns} {trace_configmap(name, index)} --from-file={trace}")
+            if Path(trace).is_file() and Path(trace).stat().st_size > CONFIGMAP_BYTES:
+                lines.append("# the trace is over a ConfigMap's 1 MiB: mount it at /trace from a volume instead")
     lines.append(f"kubectl apply -f {BENCH_FILE}")
     lines += [f"kubectl logs -n {ns} -f job/{job_name(name, index)}" for index, _ in _workloads(record)]
     lines += [
