@@ -18,7 +18,7 @@ from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig,
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.pools.table import read_pool, write_pool
 from spica_lib.replay.request import replay_call
-from spica_lib.report.deploy import gpu_node_selector
+from spica_lib.report.dgd import gpu_node_selector
 from spica_lib.results.capacity import CONFIRM_SAMPLES, RESOLUTION, at_load, bisect_capacity
 from spica_lib.search.space import BranchSpace
 from spica_lib.trial.evaluate import evaluate_trials, prepare_trial
@@ -323,10 +323,9 @@ def test_the_fleet_example_runs_end_to_end(tmp_path):
     report = (result / "report" / "report.md").read_text()
     assert "## Capacity" in report and "capacity.png" in report and (result / "report" / "capacity.png").is_file()
     dgd = yaml.safe_load((result / "deploy" / "1" / "k8s_deploy.yaml").read_text())
-    workers = [s for s in dgd["spec"]["services"].values() if s.get("componentType") == "worker"]
+    workers = [c for c in dgd["spec"]["components"] if c["type"] in ("worker", "prefill", "decode")]
     first = ranked.iloc[0]
-    for service in workers:
-        role = service.get("subComponentType") or "agg"
-        sku = first["decode_sku"] if role in ("decode", "agg") else first["prefill_sku"]
-        assert service["labels"]["spica.dev/gpu-sku"] == sku
-        assert service["extraPodSpec"]["nodeSelector"] == gpu_node_selector(sku)
+    for component in workers:
+        sku = first["prefill_sku"] if component["type"] == "prefill" else first["decode_sku"]
+        assert component["podTemplate"]["metadata"]["labels"]["spica.dev/gpu-sku"] == sku
+        assert component["podTemplate"]["spec"]["nodeSelector"] == gpu_node_selector(sku)

@@ -14,7 +14,11 @@ from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.cli.main import main
 from spica_lib.config.validate import ValidatedConfig
-from spica_lib.report.deploy import DeploymentFiles, differences
+from spica_lib.report.deploy import DeploymentFiles
+from spica_lib.report.dgd import components_by_role, main_container
+from spica_lib.report.k8s_check import document_problems
+from spica_lib.report.replayed import replayed
+from spica_lib.report.settings import differences
 from spica_lib.report.manifest import RunManifest
 from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status
 from spica_lib.report.view import RunView
@@ -92,32 +96,40 @@ def test_the_plots_show_the_candidates_the_sla_misses_and_the_best_so_far(defaul
         assert bests == sorted(bests) and bests[-1] == pytest.approx(ranked[ranked.branch == branch]["score"].max())
 
 
-def test_deployment_files_parse_and_name_the_replayed_shape_and_what_the_generator_changed(default_run):
+def test_deployment_files_apply_side_by_side_at_the_replayed_dynamo_with_every_replayed_setting(default_run):
     run, _ = default_run
+    names = set()
     for rank in (1, 2, 3):
         folder = run / "deploy" / str(rank)
         summary = read_model(folder / "deploy.json", DeploymentFiles)
         record = read_trial(folder / "trial.json")
-        assert summary.error is None and summary.key == record.key
-        dgd = yaml.safe_load((folder / "k8s_deploy.yaml").read_text())
-        assert dgd["kind"] == "DynamoGraphDeployment"
-        workers = [s for s in dgd["spec"]["services"].values() if s.get("componentType") == "worker"]
+        assert summary.error is None and summary.key == record.key and summary.differences == []
+        documents = [*yaml.safe_load_all((folder / "k8s_deploy.yaml").read_text()),
+                     *yaml.safe_load_all((folder / "k8s_bench.yaml").read_text())]  # fmt: skip
+        assert [problem for document in documents for problem in document_problems(document)] == []
+        dgd = documents[0]
+        assert dgd["apiVersion"] == "nvidia.com/v1beta1" and dgd["metadata"]["namespace"] == "default"
+        names.add(dgd["metadata"]["name"])
+        components = components_by_role(dgd)
         backend = record.spec.sample["backend"]
-        assert all(backend in s["extraPodSpec"]["mainContainer"]["image"] for s in workers)
-        roles = {s.get("subComponentType") or "agg": s for s in workers}
         config = record.spec.parallel_config
         expected = {"agg": config} if record.spec.deployment_mode == "agg" else {"prefill": config.prefill,
                                                                                  "decode": config.decode}  # fmt: skip
         for role, replica in expected.items():
-            assert roles[role]["replicas"] == replica.replicas
-            assert f"{replica.shape.tp}" in json.dumps(roles[role]["extraPodSpec"]["mainContainer"]["args"])
-        assert (folder / "run_0.sh").is_file()
-        if backend == "vllm":  # the vLLM template has no memory-fraction flag: reported, not hidden
-            assert any("gpu_memory_utilization" in d for d in summary.differences)
+            container = main_container(components[role])
+            assert container["image"].endswith(f"-runtime:{manifest_dynamo(run)}") and backend[:4] in container["image"]
+            assert components[role]["replicas"] == replica.replicas
+            assert int(container["resources"]["limits"]["nvidia.com/gpu"]) == replica.shape.gpus
         # A DGD changed after generation is caught: every difference is found by reading it back.
-        first = next(iter(roles.values()))
+        first = components[next(iter(expected))]
         first["replicas"] += 1
-        assert any("replicas" in d for d in differences(record, dgd))
+        found = differences(replayed(record), dgd, {role: "h200_sxm" for role in expected})
+        assert any("workers replayed" in d for d in found)
+    assert len(names) == 3  # the top three stand side by side in one namespace
+
+
+def manifest_dynamo(run):
+    return read_model(run / "manifest.json", RunManifest).versions["ai-dynamo"]
 
 
 def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeypatch):
@@ -134,6 +146,16 @@ def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeyp
     assert main(["show", run.name, "999"]) == 2
     (run / "report" / "report.md").unlink()
     assert main(["report", str(run)]) == 0 and (run / "report" / "report.md").is_file()
+    capsys.readouterr()
+    # The namespace is chosen when the files are written: the run id stays the same.
+    assert main(["show", run.name, "2", "--manifests", "--namespace", "team-b"]) == 0
+    printed = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [d["kind"] for d in printed] == ["DynamoGraphDeployment", "Job"]
+    assert {d["metadata"]["namespace"] for d in printed} == {"team-b"} and printed[0]["metadata"]["name"].endswith("-2")
+    assert main(["report", str(run), "--namespace", "team-a"]) == 0
+    assert yaml.safe_load((run / "deploy" / "1" / "k8s_deploy.yaml").read_text())["metadata"]["namespace"] == "team-a"
+    with pytest.raises(SystemExit):
+        main(["report", str(run), "--namespace", "Team_A"])
 
 
 def test_the_time_left_is_the_trials_left_at_the_pace_of_the_trials_this_invocation_finished():

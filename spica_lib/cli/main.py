@@ -18,6 +18,7 @@ from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import build_validated_config
 from spica_lib.fidelity.protocol import PROTOCOLS
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
+from spica_lib.report.k8s_names import DEFAULT_NAMESPACE, check_namespace
 
 EXIT_OK, EXIT_CONFIG = 0, 2
 
@@ -54,8 +55,22 @@ def main(argv: list[str] | None = None) -> int:
     show = commands.add_parser("show", help="one deployment of a run: spec, metrics, reason, scaling events")
     show.add_argument("run", help="a run folder (results/<run>) or a run name")
     show.add_argument("which", nargs="?", default="1", help="a rank in the ranking (default 1) or a trial key prefix")
-    rebuild = commands.add_parser("report", help="rebuild a run's report.md and plots from its files")
+    show.add_argument(
+        "--manifests",
+        action="store_true",
+        help="print the deployment's Kubernetes files instead (its DynamoGraphDeployment and benchmark Jobs), "
+        "e.g. to pipe into `kubectl apply -f -`",
+    )
+    show.add_argument("--namespace", help=f"the namespace --manifests writes for (default {DEFAULT_NAMESPACE})")
+    rebuild = commands.add_parser(
+        "report", help="rebuild a run's report.md, plots and deployment files (deploy/<rank>/) from its files"
+    )
     rebuild.add_argument("run", help="a run folder (results/<run>) or a run name")
+    rebuild.add_argument(
+        "--namespace",
+        default=DEFAULT_NAMESPACE,
+        help=f"the Kubernetes namespace the deployment files are written for (default {DEFAULT_NAMESPACE})",
+    )
     commands.add_parser("schema", help="print the JSON Schema of the config file")
     fidelity = commands.add_parser(
         "fidelity", help="replay measured silicon rows (aiconfigurator's silicon_sample.csv) and report the errors"
@@ -129,7 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("status", "show", "report"):
         from spica_lib.cli.runs import run_command
 
-        return run_command(args.command, args.run, getattr(args, "which", None))
+        if args.command == "show" and args.namespace is not None and not args.manifests:
+            parser.error("--namespace sets the namespace of the files --manifests prints; add --manifests")
+        namespace = getattr(args, "namespace", None) or DEFAULT_NAMESPACE
+        try:
+            check_namespace(namespace)
+        except ValueError as bad:
+            parser.error(f"--namespace: {bad}")
+        manifests = getattr(args, "manifests", False)
+        return run_command(args.command, args.run, getattr(args, "which", None), namespace, manifests)
     return _validate(args.config)
 
 

@@ -6,15 +6,18 @@ import sys
 from pathlib import Path
 
 from spica_lib.cli.reports import trial_report
-from spica_lib.run.status import run_status, status_text
+from spica_lib.report.k8s_names import DEFAULT_NAMESPACE
 from spica_lib.report.view import RunView
-from spica_lib.run.layout import RESULTS_ROOT, RunFiles
+from spica_lib.run.layout import RESULTS_ROOT
+from spica_lib.run.status import run_status, status_text
 from spica_lib.trial.describe import describe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
-def run_command(command: str, run: str, which: str | None) -> int:
+def run_command(
+    command: str, run: str, which: str | None, namespace: str = DEFAULT_NAMESPACE, manifests: bool = False
+) -> int:
     folder = locate_run(run)
     if folder is None:
         print(f"no run at {run!r} (nor {RESULTS_ROOT}/{run}): give a run folder holding config.json", file=sys.stderr)
@@ -23,12 +26,26 @@ def run_command(command: str, run: str, which: str | None) -> int:
         print(status_text(folder, run_status(folder)))
         return EXIT_OK
     if command == "report":
-        from spica_lib.report.build import write_report
+        return _report(RunView(folder), namespace)
+    return _show(RunView(folder), which or "1", namespace if manifests else None)
 
-        for path in write_report(RunView(folder), RunFiles(dir=str(folder)).report_dir):
-            print(path)
-        return EXIT_OK
-    return _show(RunView(folder), which or "1")
+
+def _report(view: RunView, namespace: str) -> int:
+    """report/ and deploy/<rank>/ again, the deployment files for `namespace` (the run id stays the same)."""
+    from spica_lib.report.build import write_report
+    from spica_lib.report.deploy import write_top_deployments
+
+    for path in write_report(view, view.files.report_dir):
+        print(path)
+    failed = 0
+    for files in write_top_deployments(view, view.files.deploy_dir, namespace):
+        folder = f"{view.files.deployment(files.rank)}/"
+        if files.error:
+            failed += 1
+            print(f"{folder}: no Kubernetes files: {files.error}", file=sys.stderr)
+        else:
+            print(f"{folder} {files.name} in namespace {namespace}; {len(files.differences)} difference(s)")
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 def locate_run(run: str) -> Path | None:
@@ -38,7 +55,7 @@ def locate_run(run: str) -> Path | None:
     return None
 
 
-def _show(view: RunView, which: str) -> int:
+def _show(view: RunView, which: str, namespace: str | None = None) -> int:
     if which.isdigit():
         rank = int(which)
         if not 1 <= rank <= len(view.ranked):
@@ -52,6 +69,33 @@ def _show(view: RunView, which: str) -> int:
             return EXIT_USAGE
         key = matches[0]
     record = view.records[key]
+    if namespace is not None:
+        return _manifests(view, key, namespace)
     print(f"{describe(record.spec)}\n  trial      {key}")
     print(trial_report(record.spec, record.result))
     return EXIT_OK if record.result.status == "feasible" else EXIT_FAILED
+
+
+def _manifests(view: RunView, key: str, namespace: str) -> int:
+    """Print one deployment's Kubernetes files for `namespace` (written to a scratch folder, then removed)."""
+    import tempfile
+
+    from spica_lib.report.deploy import BENCH_FILE, DGD_FILE, write_deployment
+
+    ranks = {row.key: rank for rank, row in enumerate(view.ranked, start=1)}
+    if key not in ranks:
+        print(f"trial {key[:12]} is not ranked (not feasible): it has no deployment files", file=sys.stderr)
+        return EXIT_USAGE
+    with tempfile.TemporaryDirectory(prefix="spica-manifests-") as scratch:
+        files = write_deployment(
+            scratch, ranks[key], view.records[key], view.config, run=view.validated.run, namespace=namespace
+        )
+        if files.error:
+            print(f"no Kubernetes files: {files.error}", file=sys.stderr)
+            return EXIT_FAILED
+        print((Path(scratch) / DGD_FILE).read_text(encoding="utf-8").rstrip())
+        print("---")
+        print((Path(scratch) / BENCH_FILE).read_text(encoding="utf-8").rstrip())
+    for difference in files.differences:
+        print(f"# difference: {difference}", file=sys.stderr)
+    return EXIT_OK

@@ -1,18 +1,24 @@
-"""Deployment files for the top candidates: aiconfigurator's generator, checked against what was replayed.
+"""Deployment files for the top candidates: the replayed deployment, as files a cluster applies as they are.
 
-For each of the top `sweep.top_k` deployments, `deploy/<rank>/` holds the generator's Dynamo
-`DynamoGraphDeployment` YAML (`k8s_deploy.yaml`), its launch script (`run_0.sh`) and bench
-files; `trial.json`, the exact trial (spec and result) behind the score; `replayed.json`, the
-engine, router and planner configuration the replay ran; and `deploy.json`, which lists every
-place the generated files differ from, or cannot express, the replayed deployment. The generator
-is asked to keep our engine limits (`preserve_engine_limits`); whatever it still changes or
-drops is found by reading the generated YAML back, never assumed.
+For each of the top `sweep.top_k` deployments, `deploy/<rank>/` holds
+
+- `k8s_deploy.yaml`: the DynamoGraphDeployment, `nvidia.com/v1beta1` (report/dgd.py says why), made
+  from aiconfigurator's generator with every replayed setting as its input (report/generator.py), at
+  the installed Dynamo release's images and paths (report/release.py), named `spica-<run>-<rank>` in
+  the namespace the files are written for (report/k8s_names.py: `spica report --namespace`);
+- `k8s_bench.yaml`: a benchmark Job per replayed workload, sending that traffic to this deployment's
+  own frontend with a pinned AIPerf (report/bench_job.py);
+- `trial.json` (the exact trial behind the score) and `replayed.json` (the plan the replay ran);
+- `deploy.json` (`DeploymentFiles`) and `README.md`: the names, images and engines, how to apply the
+  files, and every replayed setting the files change or cannot express, read back from the YAML as
+  written (report/settings.py), never assumed.
+
+Every document is checked as a cluster would check it before anything is written (report/k8s_check.py);
+a document it would refuse is not written, and `error` says why.
 """
 
 from __future__ import annotations
 
-import logging
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,52 +27,27 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.config import SmartSearchConfig
-from spica_lib.config.fields import ROUTER_WEIGHTS
-from spica_lib.facts.parallel import ReplicaConfig, role_configs
 from spica_lib.replay.plan import role_sku
+from spica_lib.report import settings
+from spica_lib.report.bench_job import AIPERF, benchmark_job, frontend_url, job_name, trace_configmap
+from spica_lib.report.dgd import v1beta1_documents
+from spica_lib.report.generator import generated_documents
+from spica_lib.report.k8s_check import document_problems
+from spica_lib.report.k8s_names import DEFAULT_NAMESPACE, deployment_name
+from spica_lib.report.release import ENGINE_NAME, installed_release
+from spica_lib.report.replayed import Replayed, replayed
 from spica_lib.report.view import RunView
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: v1beta1, named per run and rank, written for a namespace, benchmark Jobs
 DGD_FILE = "k8s_deploy.yaml"
-GPU_TYPE_LABEL = "spica.dev/gpu-sku"  # on each worker service: the GPU type its role was replayed on
-ROUTER_FLAG = {"kv_router": "kv", "round_robin": "round-robin"}
-# Where each backend's generated worker command carries a replayed setting: a `--flag value` pair, or a
-# `key: value` line of TRT-LLM's engine YAML. None: the backend's template has no place for it.
-SETTING_NAMES: dict[str, dict[str, str | None]] = {
-    "vllm": {
-        "tp": "--tensor-parallel-size",
-        "max_num_seqs": "--max-num-seqs",
-        "max_num_batched_tokens": "--max-num-batched-tokens",
-        "block_size": "--block-size",
-        "gpu_memory_utilization": "--gpu-memory-utilization",
-    },
-    "sglang": {
-        "tp": "--tensor-parallel-size",
-        "max_num_seqs": "--max-running-requests",
-        "max_num_batched_tokens": None,
-        "block_size": "--page-size",
-        "gpu_memory_utilization": "--mem-fraction-static",
-    },
-    "trtllm": {
-        "tp": "tensor_parallel_size:",
-        "max_num_seqs": "max_batch_size:",
-        "max_num_batched_tokens": "max_num_tokens:",
-        "block_size": "tokens_per_block:",
-        "gpu_memory_utilization": "free_gpu_memory_fraction:",
-    },
-}
-ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization")
-GENERIC_ENGINE_KEYS = {  # the generator's backend-neutral names for our per-role engine settings
-    "max_num_batched_tokens": "max_num_tokens",
-    "block_size": "tokens_per_block",
-    "gpu_memory_utilization": "kv_cache_free_gpu_memory_fraction",
-}
+BENCH_FILE = "k8s_bench.yaml"
+CONFIGMAP_BYTES = 1024 * 1024  # what the API server stores in one ConfigMap
 
 
 class DeploymentFiles(BaseModel):
-    """Artifact `deploy/<rank>/deploy.json`: what was generated for one ranked deployment, and how it differs."""
+    """Artifact `deploy/<rank>/deploy.json`: what was written for one ranked deployment, and how it differs."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -74,230 +55,172 @@ class DeploymentFiles(BaseModel):
     rank: int
     key: str
     deployment: str
+    name: str  # the DynamoGraphDeployment's name (its components', Services' and Jobs' start with it)
+    namespace: str
+    dynamo_version: str  # the installed ai-dynamo release every image is of
+    images: list[str]
+    engine: str | None = None  # the engine and version the images carry
+    perf_db: dict[str, str]  # role -> the perf-DB version (and GPU type) the replay timed it with
     files: list[str]
-    differences: list[str]  # the generated files change or cannot express these replayed settings
-    error: str | None = None  # the generator failed: no deployment files, only trial.json and replayed.json
+    differences: list[str]  # the files change or cannot express these replayed settings
+    error: str | None = None  # no Kubernetes files: the generator failed, or a cluster would refuse one
 
 
-def write_top_deployments(view: RunView, deploy_dir: str | Path) -> list[DeploymentFiles]:
+def write_top_deployments(
+    view: RunView, deploy_dir: str | Path, namespace: str = DEFAULT_NAMESPACE
+) -> list[DeploymentFiles]:
     """deploy/<rank>/ for each of the top `sweep.top_k` ranked deployments (the Pareto front's first, for a front)."""
     Path(deploy_dir).mkdir(parents=True, exist_ok=True)
     top = view.ranked[: view.config.sweep.top_k]
     return [
-        write_deployment(Path(deploy_dir) / str(rank), rank, view.records[row.key], view.config)
+        write_deployment(Path(deploy_dir) / str(rank), rank, view.records[row.key], view.config,
+                         run=view.validated.run, namespace=namespace)
         for rank, row in enumerate(top, start=1)
-    ]
+    ]  # fmt: skip
 
 
-def write_deployment(folder: str | Path, rank: int, record: TrialRecord, config: SmartSearchConfig) -> DeploymentFiles:
+def write_deployment(
+    folder: str | Path, rank: int, record: TrialRecord, config: SmartSearchConfig, *, run: str,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> DeploymentFiles:  # fmt: skip
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.iterdir():  # files of an earlier report (another namespace, an older layout)
+        if stale.is_file():
+            stale.unlink()
     write_model(folder / "trial.json", record)
     write_model(folder / "replayed.json", record.spec.replay.plan)
-    summary = DeploymentFiles(rank=rank, key=record.key, deployment=describe(record.spec), files=[], differences=[])
+    played = replayed(record)
+    release = installed_release()
+    name = deployment_name(run, rank, namespace)
+    summary = DeploymentFiles(
+        rank=rank, key=record.key, deployment=describe(record.spec), name=name, namespace=namespace,
+        dynamo_version=release.version, images=[], perf_db={}, files=[], differences=[],
+    )  # fmt: skip
+    backend = release.backends[played.backend]
+    if backend.engine_version:
+        summary.engine = f"{ENGINE_NAME[played.backend]} {backend.engine_version}"
+    summary.perf_db = {
+        role: f"{ENGINE_NAME[played.backend]} {engine.perf_db_version} on {engine.system}"
+        for role, engine in played.roles.items()
+    }
+    skus = {role: role_sku(record.spec.sample, role) for role in played.roles}
     try:
-        _generate(record, config, folder)
-        dgd = yaml.safe_load((folder / DGD_FILE).read_text(encoding="utf-8"))
-        summary.differences = differences(record, dgd)
-    except Exception as exc:  # the files stay honest: say the generator failed rather than emit something else
-        summary.error = f"aiconfigurator's generator failed: {type(exc).__name__}: {exc}"
-    summary.files = sorted(p.name for p in folder.iterdir() if p.name != "deploy.json") + ["deploy.json"]
+        documents, jobs = _documents(record, played, name, namespace, skus, rank, run)
+        atomic_write_text(folder / DGD_FILE, dump_documents(documents))
+        atomic_write_text(folder / BENCH_FILE, dump_documents(jobs))
+        dgd = next(yaml.safe_load_all((folder / DGD_FILE).read_text(encoding="utf-8")))  # read back as written
+        summary.images = sorted({_image(c) for c in dgd["spec"]["components"]})
+        summary.differences = settings.differences(played, dgd, skus) + _version_difference(record, release.version)
+    except Exception as exc:  # the files stay honest: say what failed rather than emit something else
+        summary.error = f"{type(exc).__name__}: {exc}"
+    summary.files = sorted({p.name for p in folder.iterdir()} | {"README.md", "deploy.json"})
     write_model(folder / "deploy.json", summary)
-    atomic_write_text(folder / "README.md", _readme(summary))
+    atomic_write_text(folder / "README.md", _readme(summary, record, played))
     return summary
 
 
-def _generate(record: TrialRecord, config: SmartSearchConfig, folder: Path) -> None:
-    from aiconfigurator.generator.api import generate_from_request
-    from aiconfigurator.generator.request import (
-        BackendSpec,
-        EmitTargets,
-        GeneratorRequest,
-        ModelSpec,
-        Overrides,
-        Platform,
-        SlaSpec,
-        Topology,
-    )
-
-    spec, sample = record.spec, record.spec.sample
-    mode = spec.deployment_mode
-    roles = role_configs(spec.parallel_config)
-    raw: dict[str, Any] = {"preserve_engine_limits": True, "DynConfig.router_mode": ROUTER_FLAG[sample["router_mode"]]}
-    if any(r.shape.is_moe_layout for r in roles.values()):
-        raw["ModelConfig.is_moe"] = True
-    workload = config.workload
-    request = GeneratorRequest(
-        model=ModelSpec(model_path=sample["model_name"]),
-        backend=BackendSpec(name=sample["backend"]),
-        topology=Topology(
-            mode=mode,
-            roles={role: _sizing(sample, role, replica) for role, replica in roles.items()},
-            workers={role: replica.replicas for role, replica in roles.items()},
-        ),
-        # Several GPU types: the generator takes one (the decode role's, as its --decode-system); each
-        # role's worker is then pinned to its own type below.
-        platform=Platform(hardware_profile=role_sku(sample, "agg" if mode == "agg" else "decode")),
-        sla=SlaSpec(isl=workload.isl, osl=workload.osl),
-        emit=EmitTargets(output_dir=str(folder)),
-        overrides=Overrides(raw=raw),
-    )
-    problems = request.validate()
-    if problems:
-        raise ValueError("; ".join(map(str, problems)))
-    logging.getLogger("aiconfigurator").setLevel(logging.ERROR)
-    generate_from_request(request)
-    if not (folder / DGD_FILE).is_file():
-        raise FileNotFoundError(f"the generator wrote no {DGD_FILE}")
-    if any(replica.sku for replica in roles.values()):
-        _pin_role_gpus(folder / DGD_FILE, sample, mode)
+def _documents(
+    record: TrialRecord, played: Replayed, name: str, namespace: str, skus: dict[str, str], rank: int, run: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    workload = record.spec.replay.workload
+    generated = generated_documents(
+        played, name=name, namespace=namespace, system=skus.get("decode") or skus["agg"],
+        isl=workload.isl, osl=workload.osl,
+    )  # fmt: skip
+    annotations = {"spica.dev/run": run, "spica.dev/rank": str(rank), "spica.dev/trial": record.key}
+    documents = v1beta1_documents(generated, played, name=name, namespace=namespace, skus=skus, annotations=annotations)
+    jobs = [
+        benchmark_job(dgd=name, namespace=namespace, model=played.model, request=request, workload=index)
+        for index, request in _workloads(record)
+    ]
+    rejected = [problem for document in [*documents, *jobs] for problem in document_problems(document)]
+    if rejected:
+        raise ValueError("a cluster would refuse the generated files: " + "; ".join(rejected))
+    return documents, jobs
 
 
-def gpu_node_selector(sku: str) -> dict[str, str] | None:
-    """The node labels aiconfigurator's generator schedules a GPU type's workers with (its hardware facts)."""
-    from aiconfigurator.generator.facts import request_resolution
-
-    facts = Path(request_resolution.__file__).with_name("hardware.yaml")
-    profiles = (yaml.safe_load(facts.read_text(encoding="utf-8")) or {}).get("profiles", {})
-    profile = profiles.get(request_resolution.hardware_key_for_system(sku)) or {}
-    return dict(profile["node_selector"]) if profile.get("node_selector") else None
+def _workloads(record: TrialRecord) -> list[tuple[int | None, Any]]:
+    """Each replayed workload's request, numbered when there are several."""
+    spec = record.spec
+    if not spec.workloads:
+        return [(None, spec.replay)]
+    return [(index, w.replay) for index, w in enumerate(spec.workloads, start=1)]
 
 
-def _pin_role_gpus(path: Path, sample: dict[str, Any], mode: str) -> None:
-    """Give each worker service the node selector of its role's GPU type (and name the type in a label)."""
-    dgd = yaml.safe_load(path.read_text(encoding="utf-8"))
-    for service in dgd.get("spec", {}).get("services", {}).values():
-        if service.get("componentType") != "worker":
-            continue
-        role = service.get("subComponentType") or "agg"
-        sku = role_sku(sample, "agg" if mode == "agg" else role)
-        pod = service.setdefault("extraPodSpec", {})
-        selector = gpu_node_selector(sku)
-        if selector is None:
-            pod.pop("nodeSelector", None)  # the decode type's labels would schedule this role on the wrong GPUs
-        else:
-            pod["nodeSelector"] = selector
-        service.setdefault("labels", {})[GPU_TYPE_LABEL] = sku
-    atomic_write_text(path, yaml.safe_dump(dgd, sort_keys=False))
+def dump_documents(documents: list[dict[str, Any]]) -> str:
+    """YAML of the documents, multi-line strings (scripts) as literal blocks."""
+    return yaml.dump_all(documents, Dumper=_Dumper, sort_keys=False, width=120)
 
 
-def _sizing(sample: dict[str, Any], role: str, replica: ReplicaConfig) -> Any:
-    from aiconfigurator.generator.request import RoleSizing
-
-    shape = replica.shape
-    return RoleSizing(
-        tensor_parallel_size=shape.tp,
-        data_parallel_size=shape.attention_dp,
-        moe_tensor_parallel_size=shape.moe_tp,
-        moe_expert_parallel_size=shape.moe_ep,
-        max_batch_size=int(sample[f"{role}_max_num_seqs"]),
-        extra={generic: sample[f"{role}_{ours}"] for ours, generic in GENERIC_ENGINE_KEYS.items()},
-    )
+class _Dumper(yaml.SafeDumper):
+    pass
 
 
-def differences(record: TrialRecord, dgd: dict[str, Any]) -> list[str]:
-    """Every replayed setting the generated DGD changes or leaves out, one sentence each."""
-    spec, sample = record.spec, record.spec.sample
-    backend = sample["backend"]
-    services = dgd.get("spec", {}).get("services", {})
-    workers = {
-        (service.get("subComponentType") or "agg"): service
-        for service in services.values()
-        if service.get("componentType") == "worker"
-    }
-    found: list[str] = []
-    for role, replica in role_configs(spec.parallel_config).items():
-        service = workers.get(role)
-        if service is None:
-            found.append(f"{role}: no worker service for this role in the DGD")
-            continue
-        found += _role_differences(role, replica, sample, backend, service)
-    found += _gpu_differences(sample, spec.deployment_mode, workers)
-    found += _router_differences(sample, services.get("Frontend", {}))
-    if spec.replay.plan.planner_config is not None:
-        found.append("planner: the DGD has no planner; replayed.json → planner_config is the configuration replayed")
-    return found
+def _text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
 
 
-def _role_differences(
-    role: str, replica: ReplicaConfig, sample: dict[str, Any], backend: str, service: dict[str, Any]
-) -> list[str]:
-    found = []
-    if int(service.get("replicas", 1)) != replica.replicas:
-        found.append(f"{role}: replicas {replica.replicas} replayed, {service.get('replicas')} in the DGD")
-    gpus = service.get("resources", {}).get("limits", {}).get("gpu")
-    if gpus is not None and int(gpus) != replica.shape.gpus:
-        found.append(f"{role}: {replica.shape.gpus} GPUs per worker replayed, {gpus} in the DGD")
-    command = _command_text(service)
-    wanted = {"tp": replica.shape.tp, **{setting: sample[f"{role}_{setting}"] for setting in ENGINE_SETTINGS}}
-    for setting, value in wanted.items():
-        name = SETTING_NAMES[backend][setting]
-        if name is None:
-            found.append(f"{role}: {setting}={value} was replayed; {backend}'s generated command has no such setting")
-            continue
-        emitted = _emitted(command, name)
-        if emitted is None:
-            found.append(f"{role}: {setting}={value} was replayed; the generated command leaves out {name.rstrip(':')}")
-        elif not _same(emitted, value):
-            found.append(f"{role}: {setting} {value} replayed, {emitted} in the DGD ({name.rstrip(':')})")
-    return found
+_Dumper.add_representer(str, _text)
 
 
-def _gpu_differences(sample: dict[str, Any], mode: str, workers: dict[str, dict[str, Any]]) -> list[str]:
-    """A role on a GPU type the generator has no node labels for runs wherever the cluster puts it."""
-    if "sku" not in sample and "prefill_sku" not in sample:
-        return []
-    found = []
-    for role, service in workers.items():
-        sku = role_sku(sample, "agg" if mode == "agg" else role)
-        if not service.get("extraPodSpec", {}).get("nodeSelector"):
-            found.append(f"{role}: replayed on {sku}; the generator knows no node label for it: add a nodeSelector")
-    return found
+def _image(component: dict[str, Any]) -> str:
+    containers = component["podTemplate"]["spec"]["containers"]
+    return next(c["image"] for c in containers if c["name"] == "main")
 
 
-def _router_differences(sample: dict[str, Any], frontend: dict[str, Any]) -> list[str]:
-    command = _command_text(frontend)
-    mode = sample.get("router_mode", "round_robin")
-    emitted = _emitted(command, "--router-mode")
-    found = []
-    if emitted != ROUTER_FLAG[mode] and not (mode == "round_robin" and emitted is None):
-        found.append(f"router: {mode} replayed, frontend --router-mode is {emitted}")
-    weights = {k: sample[k] for k in ROUTER_WEIGHTS if k in sample}
-    if weights:
-        shown = ", ".join(f"{k}={v:g}" for k, v in weights.items())
-        found.append(f"router: the DGD leaves the KV-router weights at Dynamo's defaults; replayed {shown}")
-    return found
+def _version_difference(record: TrialRecord, installed: str) -> list[str]:
+    replayed_with = record.result.versions.get("ai-dynamo")
+    if replayed_with and replayed_with != installed:
+        return [f"dynamo: the trial was replayed with ai-dynamo {replayed_with}; the images are {installed}'s"]
+    return []
 
 
-def _command_text(service: dict[str, Any]) -> str:
-    container = service.get("extraPodSpec", {}).get("mainContainer", {})
-    return " ".join(str(part) for part in container.get("args", []) or [])
-
-
-def _emitted(command: str, name: str) -> str | None:
-    if name.endswith(":"):
-        found = re.search(rf"(?m)^\s*{re.escape(name)}[ \t]*([^\s]+)", command)
-    else:
-        found = re.search(rf"{re.escape(name)}(?:=|\s+)\"?([^\s\"]+)", command)
-    return found.group(1) if found else None
-
-
-def _same(emitted: str, value: Any) -> bool:
-    try:
-        return float(emitted) == float(value)
-    except (TypeError, ValueError):
-        return str(emitted) == str(value)
-
-
-def _readme(summary: DeploymentFiles) -> str:
-    lines = [f"# Rank {summary.rank}: {summary.deployment}", "", f"Trial `{summary.key}`.", ""]
+def _readme(summary: DeploymentFiles, record: TrialRecord, played: Replayed) -> str:
+    ns, name = summary.namespace, summary.name
+    lines = [f"# Rank {summary.rank}: {summary.deployment}", "",
+             f"Trial `{summary.key}`; files written for namespace `{ns}` (`spica report <run> --namespace NS` "
+             "writes them for another).", ""]  # fmt: skip
     if summary.error:
-        lines += [f"**No deployment files**: {summary.error}", ""]
-    else:
-        lines += [f"`{DGD_FILE}` (DynamoGraphDeployment) and `run_0.sh` come from aiconfigurator's generator.", ""]
+        return "\n".join([*lines, f"**No Kubernetes files**: {summary.error}", ""])
+    lines += [
+        "## Apply", "",
+        "```bash",
+        f"kubectl create secret generic hf-token-secret -n {ns} --from-literal=HF_TOKEN=<your token>  # once",
+        f"kubectl apply -f {DGD_FILE}",
+        f"kubectl wait -n {ns} --for=condition=Ready dynamographdeployment/{name} --timeout=60m",
+    ]  # fmt: skip
+    for index, request in _workloads(record):
+        trace = request.workload.trace_path
+        if trace:
+            lines.append(f"kubectl create configmap -n {ns} {trace_configmap(name, index)} --from-file={trace}")
+            if Path(trace).is_file() and Path(trace).stat().st_size > CONFIGMAP_BYTES:
+                lines.append("# the trace is over a ConfigMap's 1 MiB: mount it at /trace from a volume instead")
+    lines.append(f"kubectl apply -f {BENCH_FILE}")
+    lines += [f"kubectl logs -n {ns} -f job/{job_name(name, index)}" for index, _ in _workloads(record)]
+    lines += [
+        "```", "",
+        f"The DynamoGraphDeployment `{name}` (`nvidia.com/v1beta1`) serves at `{frontend_url(name, ns)}`; "
+        f"each benchmark Job runs AIPerf {AIPERF} against it with the traffic the trial was replayed on. Every "
+        "name starts with the run and the rank, so the top deployments of a run apply side by side.", "",
+        "## What runs", "",
+        f"- Images of ai-dynamo {summary.dynamo_version}, the release the sweep replayed: "
+        + ", ".join(f"`{image}`" for image in summary.images) + ".",
+    ]  # fmt: skip
+    if summary.engine:
+        timed = "; ".join(f"{role}: {db}" for role, db in summary.perf_db.items())
+        lines.append(
+            f"- Engine: the image carries {summary.engine} (the version ai-dynamo {summary.dynamo_version}'s "
+            f"`[{played.backend}]` extra pins); the replay timed each step from aiconfigurator's perf DB for "
+            f"{timed}. The scores are for the perf DB's engine: measure the image's before trusting their level."
+        )
+    lines += ["", "## Differences from the replayed deployment", ""]
     if summary.differences:
-        lines += ["Differences from the replayed deployment (fix these before deploying):", ""]
+        lines += ["Fix these before comparing measurements with the replay:", ""]
         lines += [f"- {d}" for d in summary.differences]
-    elif not summary.error:
-        lines.append("The generated files express the replayed deployment exactly (as far as they are checked).")
+    else:
+        lines.append(
+            "None: every replayed engine, router and planner setting is in the components' commands, read back "
+            f"from `{DGD_FILE}` as written (deploy.json lists the files)."
+        )
     return "\n".join(lines) + "\n"

@@ -1,0 +1,103 @@
+"""Kubernetes names for the deployment files: valid, unique per run and rank, short enough for the operator.
+
+A DynamoGraphDeployment's name is not the only name a cluster sees: the Dynamo operator (1.5 line)
+derives others from it, and each has a limit (read in the operator's sources, deploy/operator):
+
+- each component becomes a DynamoComponentDeployment `<dgd>-<component>`, a worker's suffixed with
+  the 8-hex-digit hash of the workers' spec during rolling updates (`GetDCDResourceName`,
+  `ComputeDGDWorkersSpecHash`), and a Service of the same name: at most 63 characters;
+- its pods carry the label `nvidia.com/dynamo-namespace: <namespace>-<dgd>` (`ComputeDynamoNamespace`),
+  a label value: at most 63 characters;
+- on the Grove pathway the PodCliqueSet (the DGD's name) plus a component's name may not exceed 45
+  characters, since the pod names are built from them (`maxCombinedResourceNameLength`);
+- component names match `^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$`, unique regardless of case.
+
+The name is `spica-<run>-<rank>`: the run folder's name, made a DNS label (and shortened with a hash
+of the exact name when it must change), so the top deployments of one run, and of several runs, can
+stand side by side in one namespace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+DEFAULT_NAMESPACE = "default"
+MAX_LABEL = 63  # RFC 1123 label, and a label value
+GROVE_COMBINED = 45  # PodCliqueSet name + component name
+WORKER_HASH = 8  # the operator's worker-spec hash suffix
+LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+COMPONENT_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
+# Component names: short, so that every derived name above keeps room for the DGD's own name.
+COMPONENT = {"frontend": "frontend", "agg": "worker", "prefill": "prefill", "decode": "decode", "planner": "planner"}
+LONGEST_COMPONENT = max(len(name) for name in COMPONENT.values())
+
+
+def label_problem(value: str, what: str) -> str | None:
+    """Why `value` is not an RFC 1123 label (lowercase letters, digits and '-', at most 63), or None."""
+    if not LABEL.match(value) or len(value) > MAX_LABEL:
+        return (
+            f"{what} {value!r} is not a valid Kubernetes name: use at most {MAX_LABEL} lowercase letters, "
+            "digits and '-', starting and ending with a letter or digit (RFC 1123)"
+        )
+    return None
+
+
+def check_namespace(namespace: str) -> str:
+    """The namespace, or ValueError naming it and the rule (before anything is written)."""
+    problem = label_problem(namespace, "namespace")
+    if problem is None and _room(namespace) < len(_name("x" * 6, 1)):
+        problem = f"namespace {namespace!r} is too long to leave room for a deployment name ({_rules()})"
+    if problem:
+        raise ValueError(problem)
+    return namespace
+
+
+def deployment_name(run: str, rank: int, namespace: str) -> str:
+    """`spica-<run>-<rank>`, within every limit above for this namespace."""
+    room = _room(check_namespace(namespace))
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", run.lower())).strip("-")
+    name = _name(slug, rank)
+    if slug != run or len(name) > room:  # changed or cut: a hash of the exact run name keeps it unique
+        digest = hashlib.sha256(run.encode()).hexdigest()[:6]
+        keep = room - len(_name(f"-{digest}", rank))
+        name = _name(f"{slug[: max(keep, 0)].strip('-')}-{digest}".strip("-"), rank)
+    return name
+
+
+def name_problems(dgd: str, namespace: str, components: list[str]) -> list[str]:
+    """Every rule above the names of one DGD break."""
+    found = [p for p in (label_problem(dgd, "DynamoGraphDeployment name"), label_problem(namespace, "namespace")) if p]
+    if len(namespace) + 1 + len(dgd) > MAX_LABEL:
+        found.append(f"the Dynamo namespace label {namespace}-{dgd} is over {MAX_LABEL} characters")
+    lowered = [c.lower() for c in components]
+    for component in components:
+        if not COMPONENT_NAME.match(component) or len(component) > MAX_LABEL:
+            found.append(f"component name {component!r} does not match {COMPONENT_NAME.pattern}")
+        if lowered.count(component.lower()) > 1:
+            found.append(f"component name {component!r} is not unique (case-insensitively)")
+        if len(f"{dgd}-{component.lower()}-{'0' * WORKER_HASH}") > MAX_LABEL:
+            found.append(f"component {component!r}: {dgd}-{component.lower()} plus the worker hash is over {MAX_LABEL}")
+        if len(dgd) + len(component) > GROVE_COMBINED:
+            found.append(f"component {component!r}: {dgd!r} + {component!r} is over Grove's {GROVE_COMBINED}")
+    return found
+
+
+def _name(slug: str, rank: int) -> str:
+    return f"spica-{slug}-{rank}"
+
+
+def _room(namespace: str) -> int:
+    """The longest DGD name every derived name keeps within its limit, in this namespace."""
+    return min(
+        GROVE_COMBINED - LONGEST_COMPONENT,
+        MAX_LABEL - 1 - LONGEST_COMPONENT - 1 - WORKER_HASH,
+        MAX_LABEL - 1 - len(namespace),
+    )
+
+
+def _rules() -> str:
+    return (
+        f"the operator labels pods with <namespace>-<deployment>, at most {MAX_LABEL} characters, "
+        f"and a deployment name needs at least {len(_name('x' * 6, 1))}"
+    )
