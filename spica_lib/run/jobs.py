@@ -81,7 +81,10 @@ def refill(job: JobArgs) -> None:
         history = _previous(job)
         passes = [read_model(path, RoundSuggestions) for path in job.inputs("passes")]
         round_index = passes[0].round
+        # The history's trials too (as suggest reads them): a replacement that proposes one of them is cached,
+        # or moved off it, not taken for a new trial. A round in flight's trials may still be replaying.
         places = [item for p in passes for item in p.suggested if not in_flight_duplicate(item, round_index)]
+        places += history.observations if history else []
         results = {k: r.result for k, r in read_trials(files.trial_files(branch, places)).items()}
         context = _context(job, config, spec)
         per_job, in_flight = job.params["trials_per_job"], _in_flight(job)

@@ -130,12 +130,7 @@ def seed_parameters(space: BranchSpace, config: ParallelConfig, backend: str) ->
             params[knob.name] = float(first)
     for param in space.floats:
         params[param.name] = param.default
-    if space.features:
-        encoded = space.projector.encode(config)
-        for feature in space.features:
-            value = encoded[feature.name]
-            params[feature.name] = value if isinstance(value, str) else float(value)
-    return params
+    return {**params, **space.layout_parameters(config)}
 
 
 def warm_start(config: SmartSearchConfig, space: BranchSpace, count: int) -> tuple[WarmStart, list[dict[str, Any]]]:
