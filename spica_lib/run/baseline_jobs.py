@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.baselines.aiconfigurator_pick import aiconfigurator_pick as pick_for
@@ -16,11 +18,18 @@ from spica_lib.run.jobs import RankedRun, ranked_run
 from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 
 
+PICK_NICENESS = 19  # the lowest CPU priority: the pick runs beside the search on what it leaves idle
+
+
 def aiconfigurator_pick(job: JobArgs) -> None:
-    """Rule `aiconfigurator_pick`: the validated config -> baselines/aiconfigurator_pick.json."""
+    """Rule `aiconfigurator_pick`: the validated config -> baselines/aiconfigurator_pick.json.
+
+    It holds none of Snakemake's cores (workflow/rules/baselines.smk) and lowers its own CPU priority, so
+    that its search (when its answer is not cached) runs on what the rounds leave idle."""
+    os.nice(PICK_NICENESS)  # this process only: a job of its own, or a child forked from the warm host
     with stage_log(job.log[0]) as log:
-        config = read_model(job.input["config"], ValidatedConfig).config
-        pick = pick_for(config)
+        validated = read_model(job.input["config"], ValidatedConfig)
+        pick = pick_for(validated.config, validated.catalog)
         if pick.problem:
             log.info("no pick: %s", pick.problem)
         else:
