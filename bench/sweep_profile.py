@@ -75,10 +75,11 @@ def add_parts(folder: Path, job: Job) -> None:
         path = next(folder / o for o in job.outputs if o.endswith("suggestions.json"))
         round_file = json.loads(path.read_text())
         estimate = (round_file.get("warm_start") or {}).get("estimate_seconds", 0.0) if not round_file["refill"] else 0
-        # A round-0 suggest forked from the warm host finds the estimate's engines prepared there (run/jobs.py).
-        hosted = sum(_seconds(log, r"static estimate prepared in ([0-9.]+) s"))
-        job.parts["static estimate (warm start)"] = estimate + hosted
-        job.parts["Vizier (designer built, told, asked)"] = round_file["optimizer_seconds"] - estimate
+        # A suggest forked from the warm host finds the designer imported and round 0's estimate compiled there
+        # (run/jobs.py: prepare_suggest); the round file's optimizer seconds count that time too.
+        hosted = sum(_seconds(log, r"designer and static estimate prepared in ([0-9.]+) s"))
+        job.parts["suggest: designer import and static estimate (warm start)"] = estimate + hosted
+        job.parts["Vizier (designer built, told, asked)"] = round_file["optimizer_seconds"] - estimate - hosted
     elif job.rule == "replay":
         at_once = int((re.findall(r"trial\(s\) on .*?, (\d+) at once", log) or ["1"])[0])
         job.parts["replay jobs: warm-up (Dynamo, perf DBs)"] = sum(_seconds(log, r"ready after ([0-9.]+) s"))
@@ -186,23 +187,26 @@ def main() -> None:
             results[variant] = runs
     parts = sorted({p for runs in results.values() for run in runs for p in (*run[1], *run[2])}, key=_order)
     names = list(results)
-    header = " | ".join(f"aiconfigurator {n}: share of wall | on the critical path" for n in names)
-    print(f"\n| part (s, median of {args.runs} runs) | {header} |")
+    walls = {n: statistics.median(run[0] for run in results[n]) for n in names}
+    header = " | ".join(f"aiconfigurator {n}: share of wall, s (%) | on the critical path, s (%)" for n in names)
+    print(f"\n| part (median of {args.runs} runs) | {header} |")
     print("|---|" + "---:|---:|" * len(names))
     for part in parts:
         cells = []
         for n in names:
-            cells += [statistics.median(run[view].get(part, 0.0) for run in results[n]) for view in (1, 2)]
-        print(f"| {part} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
-    walls = {n: [run[0] for run in results[n]] for n in names}
-    print("| **wall, median** | " + " | ".join(f"**{statistics.median(walls[n]):.1f}** | " for n in names) + " |")
-    print("| runs | " + " | ".join(", ".join(f"{w:.1f}" for w in walls[n]) + " | " for n in names) + " |")
+            for view in (1, 2):
+                seconds = statistics.median(run[view].get(part, 0.0) for run in results[n])
+                cells.append(f"{seconds:.2f} ({100 * seconds / walls[n]:.0f} %)")
+        print(f"| {part} | " + " | ".join(cells) + " |")
+    runs = {n: [run[0] for run in results[n]] for n in names}
+    print("| **wall, median** | " + " | ".join(f"**{walls[n]:.1f}** | " for n in names) + " |")
+    print("| runs | " + " | ".join(", ".join(f"{w:.1f}" for w in runs[n]) + " | " for n in names) + " |")
     busy = {n: statistics.median(run[3] for run in results[n]) for n in names}
     print(f"| cores busy with a job, mean of {CORES} | " + " | ".join(f"{busy[n]:.2f} | " for n in names) + " |")
 
 
 def _order(part: str) -> tuple[int, str]:
-    ranks = [SNAKEMAKE_PARTS[0], "before round 0", "aiconfigurator", "static estimate", "Vizier", "suggest",
+    ranks = [SNAKEMAKE_PARTS[0], "before round 0", "aiconfigurator", "suggest: designer", "Vizier", "suggest",
              "replay jobs", "tell", "refill", "after the search", "merge", "report", SNAKEMAKE_PARTS[1],
              SNAKEMAKE_PARTS[2]]  # fmt: skip
     return next((i for i, prefix in enumerate(ranks) if part.startswith(prefix)), len(ranks)), part

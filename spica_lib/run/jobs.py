@@ -62,6 +62,9 @@ def suggest(job: JobArgs) -> None:
         suggestions, specs = suggest_round(
             context, spec, pool, round_index, history, known_results, trials_per_job=per_job, in_flight=in_flight
         )
+        # What the warm host loaded for this job before it forked it (the designer, round 0's estimate) is the
+        # optimizer's time too, as it would be in a job of its own.
+        suggestions.optimizer_seconds += HOST.prepare_seconds
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)  # declared even when the round is empty
         for trial in specs:
             write_model(files.spec(branch, round_index, trial.key()), trial)
@@ -98,6 +101,7 @@ def refill(job: JobArgs) -> None:
         suggestions, specs = refill_round(
             context, spec, pool, history, passes, results, trials_per_job=per_job, in_flight=in_flight
         )
+        suggestions.optimizer_seconds += HOST.prepare_seconds  # the designer's import in the warm host, if it did
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)
         for trial in specs:
             write_model(Path(job.output["specs"]) / f"{trial.key()}.json", trial)
@@ -137,8 +141,10 @@ def prepare_suggest(job: JobArgs) -> None:
     for workload in [config.workload, *(config.workloads or [])]:
         if workload.trace_path is not None:
             scan_trace(workload.trace_path)
+    if job.wildcards.get("round") != "0" or not config.sweep.warm_start:
+        return
     spec = read_model(job.input["branch"], BranchSpec)
-    if job.wildcards["round"] == "0" and config.sweep.warm_start and spec.status == "ready":
+    if spec.status == "ready":
         space = BranchSpace(spec, read_pool(job.input["pool"], spec.deployment_mode))
         warm_start(config, space, config.sweep.per_round * config.sweep.rounds_in_flight)  # the suggest's own call
 

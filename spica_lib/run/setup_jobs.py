@@ -58,12 +58,18 @@ def branches(job: JobArgs) -> None:
         config = read_model(job.input["config"], ValidatedConfig).config
         kept = read_model(job.input["policies"], PolicyFilter).kept
         found = {b.spec.deployment_mode: b for b in enumerate_branches(config, kept)}
-        for mode, pool_path, spec_path in zip(job.params["modes"], job.outputs("pools"), job.outputs("specs"), strict=True):
+        for mode, pool_path, spec_path in zip(
+            job.params["modes"], job.outputs("pools"), job.outputs("specs"), strict=True
+        ):
             branch = found[mode]
             write_pool(pool_path, branch.pool, mode, branch.spec.backends)
             write_model(spec_path, branch.spec)
             log.info(
-                "%s: %s, %d layouts %s", mode, branch.spec.status, branch.spec.pool_size, branch.spec.pool_size_by_backend
+                "%s: %s, %d layouts %s",
+                mode,
+                branch.spec.status,
+                branch.spec.pool_size,
+                branch.spec.pool_size_by_backend,
             )
             for skipped in branch.spec.skipped_backends:
                 log.info("%s: backend %s skipped: %s", mode, skipped.backend, skipped.reason)
