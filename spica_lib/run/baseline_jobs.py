@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.baselines.aiconfigurator_pick import aiconfigurator_pick as pick_for
@@ -18,15 +16,11 @@ from spica_lib.run.jobs import RankedRun, ranked_run
 from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 
 
-PICK_NICENESS = 19  # the lowest CPU priority: the pick runs beside the search on what it leaves idle
-
-
 def aiconfigurator_pick(job: JobArgs) -> None:
     """Rule `aiconfigurator_pick`: the validated config -> baselines/aiconfigurator_pick.json.
 
-    It holds none of Snakemake's cores (workflow/rules/baselines.smk) and lowers its own CPU priority, so
-    that its search (when its answer is not cached) runs on what the rounds leave idle."""
-    os.nice(PICK_NICENESS)  # this process only: a job of its own, or a child forked from the warm host
+    It holds none of Snakemake's cores (workflow/rules/baselines.smk): its search (when its answer is not
+    cached) runs beside the rounds from round 0 on instead of taking a branch's core slot."""
     with stage_log(job.log[0]) as log:
         validated = read_model(job.input["config"], ValidatedConfig)
         pick = pick_for(validated.config, validated.catalog)

@@ -2,9 +2,9 @@ from spica_lib.run.time_limits import replay_job_minutes
 
 
 # aiconfigurator's own pick needs only the config: it runs next to the search, from round 0 on. Its search
-# (seconds of CPU when its answer is not cached) holds none of Snakemake's cores (threads: 0) and runs at the
-# lowest CPU priority (spica_lib/run/baseline_jobs.py), so it takes only what the search leaves idle and
-# never delays a round; only the baselines, after the finish, wait for it.
+# (seconds of CPU when its answer is not cached) holds none of Snakemake's cores (threads: 0): counted as one,
+# it left a single core to the two branches' round-0 jobs until it ended. Only the baselines, after the
+# finish, wait for it. (At a lower CPU priority it starved on a machine others kept busy: left as it is.)
 rule aiconfigurator_pick:
     message:
         "Asking aiconfigurator's own search for its pick for run {params.run}"
