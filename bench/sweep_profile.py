@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import itertools
 import json
 import re
 import statistics
@@ -111,7 +112,7 @@ def split_wall(started: float, ended: float, jobs: list[Job]) -> dict[str, float
     out[SNAKEMAKE_PARTS[0]] += first - started
     out[SNAKEMAKE_PARTS[2]] += ended - last
     moments = sorted({j.start for j in jobs} | {j.end for j in jobs})
-    for low, high in zip(moments, moments[1:], strict=False):
+    for low, high in itertools.pairwise(moments):
         running = [j for j in jobs if j.start <= low and j.end >= high]
         if not running:
             out[SNAKEMAKE_PARTS[1]] += high - low

@@ -27,7 +27,6 @@ from spica_lib.run.jobs import (
 Body = Callable[[JobArgs], None]
 
 
-
 def import_plots(job: JobArgs | None = None) -> None:
     """Matplotlib, headless (the report's plots)."""
     import matplotlib
