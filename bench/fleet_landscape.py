@@ -8,22 +8,24 @@ ITL 50 ms:
   heavy  8 B200 and 16 H100 (US$ 6.0 and 2.5), ISL 4096 / OSL 512 at 12 req/s.
 Every layout of both branches (agg on either type; disagg with the prefill and the decode type chosen
 independently) is replayed through the sweep's own trial path, cached on disk under a key of the landscape's config,
-Spica's source and the Dynamo / aiconfigurator versions (bench/search_efficiency.py's cache).
+the source a replay depends on and the Dynamo / aiconfigurator versions (bench/search_efficiency.py's cache).
 The default algorithm then searches each branch through the real round logic at 32 evaluations (8 rounds
-x 4), 10 seeds, with the warm start (the default) and without it (the designer alone). Printed: per
-branch and overall, each seed's share of the best (the best cost over the cost found: 1 is the optimum),
+x 4), 10 seeds, with the warm start (the default) and without it (the designer alone), each round waiting
+for the one before and with 2 rounds in flight (sweep.rounds_in_flight, ordered as a sweep orders them).
+Printed: per branch and overall, each seed's share of the best (the best cost over the cost found: 1 is the optimum),
 their median and worst; the optimum and whether it mixes GPU types across roles; how many of the 10
 cheapest deployments mix them; how often the search's pick mixes them; and the cheapest deployment on one
 GPU type only. First, the fleet example itself from scratch (`spica run config/examples/fleet.yaml
 --cores 2`, 3 times): its wall (median) and its answer.
 
 Run: .venv/bin/python bench/fleet_landscape.py [--seeds N] [--rounds R] [--landscapes fleet,heavy|none]
-     [--example-runs N]
+     [--example-runs N] [--in-flight 1,2]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -61,7 +63,9 @@ ENGINES = {  # one engine setting per role, so that the whole landscape can be r
 }
 
 
-def config_for(landscape: str, mode: str, seed: int, rounds: int, warm: bool = True) -> SmartSearchConfig:
+def config_for(
+    landscape: str, mode: str, seed: int, rounds: int, warm: bool = True, in_flight: int = 1
+) -> SmartSearchConfig:
     """One branch's config (one mode each: the landscape cache is keyed by the config)."""
     inventory, prices, workload = LANDSCAPES[landscape]
     return SmartSearchConfig.from_mapping(
@@ -88,6 +92,7 @@ def config_for(landscape: str, mode: str, seed: int, rounds: int, warm: bool = T
                 "max_rounds": rounds,
                 "parallel_evals": 2,
                 "warm_start": warm,
+                "rounds_in_flight": in_flight,
             },
         }
     )
@@ -111,18 +116,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--landscapes", default=",".join(LANDSCAPES), help="comma-separated, or none")
     parser.add_argument("--example-runs", type=int, default=3, help="times config/examples/fleet.yaml from scratch")
+    parser.add_argument("--in-flight", default="1,2", help="sweep.rounds_in_flight values (1: each round waits)")
     args = parser.parse_args()
+    windows = [int(w) for w in args.in_flight.split(",")]
     if args.example_runs:
         time_example(args.example_runs)
     rows = []
     for landscape in [name for name in args.landscapes.split(",") if name in LANDSCAPES]:
-        rows += measure(landscape, args.seeds, args.rounds)
+        rows += measure(landscape, args.seeds, args.rounds, windows)
     if not rows:
         return
-    print("\n| landscape | branch | warm start | median share of the best | worst seed |")
-    print("|---|---|---|---|---|")
-    for landscape, branch, warm, median, worst in rows:
-        print(f"| {landscape} | {branch} | {'on' if warm else 'off'} | {100 * median:.1f} % | {100 * worst:.1f} % |")
+    print("\n| landscape | branch | warm start | rounds in flight | median share of the best | worst seed |")
+    print("|---|---|---|---|---|---|")
+    for landscape, branch, warm, window, median, worst in rows:
+        print(f"| {landscape} | {branch} | {'on' if warm else 'off'} | {window} | {100 * median:.1f} % "
+              f"| {100 * worst:.1f} % |")  # fmt: skip
 
 
 def time_example(runs: int) -> None:
@@ -148,7 +156,9 @@ def _summary_and_capacity(run: Path) -> tuple[str, str]:
     return summary["line"], "; ".join(points)
 
 
-def measure(landscape: str, seeds: int, rounds: int) -> list[tuple[str, str, bool, float, float]]:
+def measure(
+    landscape: str, seeds: int, rounds: int, windows: list[int]
+) -> list[tuple[str, str, bool, int, float, float]]:
     inventory = LANDSCAPES[landscape][0]
     costs, labels, found, rows, branch_best = {}, {}, {}, [], {}
     for mode in ("agg", "disagg"):
@@ -167,41 +177,42 @@ def measure(landscape: str, seeds: int, rounds: int) -> list[tuple[str, str, boo
             f"({time.perf_counter() - clock:.0f} s to replay or load)",
             flush=True,
         )
-        for warm in (True, False):
+        for window, warm in itertools.product(windows, (True, False)):
             shares, picks = [], []
             for seed in range(seeds):
-                score = search_in_child(config_for(landscape, mode, seed, rounds, warm), branch, table)
+                score = search_in_child(config_for(landscape, mode, seed, rounds, warm, window), branch, table)
                 cost = -score if score < 0 else float("inf")
                 shares.append(best / cost)
                 picks.append(next((k for k, c in feasible.items() if c == cost), None))
             if warm:
-                found[mode] = (shares, picks)
-            rows.append((landscape, mode, warm, statistics.median(shares), min(shares)))
-            print(f"{rounds * 4} evals, warm start {'on' if warm else 'off'}: "
+                found[(mode, window)] = (shares, picks)
+            rows.append((landscape, mode, warm, window, statistics.median(shares), min(shares)))
+            print(f"{rounds * 4} evals, warm start {'on' if warm else 'off'}, {window} round(s) in flight: "
                   f"{' '.join(f'{100 * s:.1f}' for s in shares)}; median {100 * statistics.median(shares):.1f} %, "
                   f"worst {100 * min(shares):.1f} %", flush=True)  # fmt: skip
     best_key = min(costs, key=costs.get)
     best = costs[best_key]
-    # Each seed's cost found in a branch is that branch's best over its share; the answer is the cheaper branch's.
-    overall = [best / min(branch_best[m] / found[m][0][seed] for m in found) for seed in range(seeds)]
-    rows.append((landscape, "both (the cheaper pick)", True, statistics.median(overall), min(overall)))
     mixed = {k for k in costs if len(set(labels[k][0])) > 1}
     cheapest = sorted(costs, key=costs.get)[:10]
-    picks = [min((found[m][1][seed] for m in found if found[m][1][seed]), key=costs.get, default=None)
-             for seed in range(seeds)]  # fmt: skip
-    print(f"\n## {landscape}: both branches, default settings (the cheaper of each seed's two picks)")
-    print(f"shares of the best: {' '.join(f'{100 * s:.1f}' for s in overall)}; median "
-          f"{100 * statistics.median(overall):.1f} %, worst {100 * min(overall):.1f} %")  # fmt: skip
-    print(f"optimum: {labels[best_key][1]} at US$ {best:.3f}/1M tok; mixes GPU types: "
+    print(f"\n## {landscape}: optimum {labels[best_key][1]} at US$ {best:.3f}/1M tok; mixes GPU types: "
           f"{'yes' if best_key in mixed else 'no'}")  # fmt: skip
     print(f"of the 10 cheapest feasible deployments, {sum(k in mixed for k in cheapest)} mix GPU types; "
           f"of all {len(costs)} feasible, {len(mixed)}")  # fmt: skip
-    print(f"the search's pick mixes GPU types in {sum(p in mixed for p in picks if p)} of {seeds} seeds")
-    for mode, (shares, _) in found.items():
-        short = [seed for seed, share in enumerate(shares) if share < 0.99]
-        if short:
-            print(f"{mode}: seeds {short} missed the branch's best (a designer that keeps proposing replayed layouts "
-                  "stalls the branch: see its rounds' 'cached' suggestions)")
+    for window in windows:
+        # Each seed's cost found in a branch is that branch's best over its share; the answer is the cheaper branch's.
+        modes = [m for m in branch_best if (m, window) in found]
+        overall = [best / min(branch_best[m] / found[(m, window)][0][seed] for m in modes) for seed in range(seeds)]
+        rows.append((landscape, "both (the cheaper pick)", True, window, statistics.median(overall), min(overall)))
+        picks = [min((found[(m, window)][1][seed] for m in modes if found[(m, window)][1][seed]), key=costs.get,
+                     default=None) for seed in range(seeds)]  # fmt: skip
+        print(f"both branches, default settings, {window} round(s) in flight (the cheaper of each seed's two picks): "
+              f"shares of the best {' '.join(f'{100 * s:.1f}' for s in overall)}; median "
+              f"{100 * statistics.median(overall):.1f} %, worst {100 * min(overall):.1f} %; the pick mixes GPU types "
+              f"in {sum(p in mixed for p in picks if p)} of {seeds} seeds")  # fmt: skip
+        for mode in modes:
+            short = [seed for seed, share in enumerate(found[(mode, window)][0]) if share < 0.99]
+            if short:
+                print(f"{mode}: seeds {short} missed the branch's best")
     for sku in inventory:
         only = [k for k in costs if set(labels[k][0]) == {sku}]
         if only:

@@ -8,15 +8,17 @@ Four landscapes (Qwen3-32B on up to 8 H200, vLLM + SGLang, goodput per GPU under
   disagg disagg, ISL 2048 / OSL 256 at 8 req/s: 71 prefill x decode layouts on two backends.
 Each landscape is replayed exhaustively first (every layout x backend x knob combination, through the
 sweep's own trial path: real replays in a warm worker, screening included), cached on disk under a
-key of the landscape's config, Spica's source and the Dynamo / aiconfigurator versions. Each
+key of the landscape's config, the source a replay depends on and the Dynamo / aiconfigurator versions. Each
 algorithm then searches it through the real round logic (`run_round`: suggest, refills, tell; Vizier as
-in a sweep) with replays looked up in that table: 4 rounds x 4 (16 evaluations, the held-out
-config's budget) and 8 rounds x 4 (32), 10 seeds each, with and without the warm start.
+in a sweep, `sweep.rounds_in_flight` ordered as a sweep orders them: run_search) with replays looked up in
+that table: 4 rounds x 4 (16 evaluations, the held-out config's budget) and 8 rounds x 4 (32), 10 seeds
+each, with and without the warm start, each round waiting for the one before (1 round in flight) and
+with 2 rounds in flight.
 Printed: every per-seed share of the landscape's best, the median and worst per cell, and the
 Spearman correlation between the static estimate's order and the replay's.
 
 Run: .venv/bin/python bench/search_efficiency.py [--algorithms nsga2,random,...] [--seeds N] [--landscapes heavy,...]
-     [--budgets 16,32]
+     [--budgets 16,32] [--in-flight 1,2]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from spica_lib.config import SmartSearchConfig  # noqa: E402
 from spica_lib.facts.kv_capacity import KvEstimator  # noqa: E402
 from spica_lib.pools.branches import enumerate_branches  # noqa: E402
 from spica_lib.pools.estimate import StepModel  # noqa: E402
-from spica_lib.search.in_process import run_round  # noqa: E402
+from spica_lib.search.in_process import run_search  # noqa: E402
 from spica_lib.search.rounds import SearchContext  # noqa: E402
 from spica_lib.search.space import BranchSpace  # noqa: E402
 from spica_lib.search.warm_start import estimate_order, rank_pool, seed_parameters  # noqa: E402
@@ -100,7 +102,9 @@ LANDSCAPES = {
 }
 
 
-def config_for(landscape: str, algorithm: str, seed: int, rounds: int, per_round: int, warm: bool) -> SmartSearchConfig:
+def config_for(
+    landscape: str, algorithm: str, seed: int, rounds: int, per_round: int, warm: bool, in_flight: int = 1
+) -> SmartSearchConfig:
     space, workload = LANDSCAPES[landscape]
     return SmartSearchConfig.from_mapping(
         {
@@ -114,18 +118,26 @@ def config_for(landscape: str, algorithm: str, seed: int, rounds: int, per_round
                 "max_rounds": rounds,
                 "warm_start": warm,
                 "parallel_evals": 2,
+                "rounds_in_flight": in_flight,
             },
         }
     )
 
 
+# The packages a trial's result depends on (those below search/ in tests/test_layering.py): a change to the
+# search itself replays nothing again, and a change to how a trial is built or replayed replays everything.
+REPLAY_PACKAGES = ("base", "facts", "config", "pools", "predictor", "replay", "trial")
+
+
 def cache_path(config: SmartSearchConfig) -> Path:
-    """Keyed by the landscape's config, Spica's source and the simulator's versions: never a fixed path."""
+    """Keyed by the landscape's config, the source of the packages a replay depends on and the simulator's
+    versions: never a fixed path."""
     digest = hashlib.sha256()
     landscape = config.model_dump(mode="json", exclude={"sweep"})
     digest.update(json.dumps(landscape, sort_keys=True).encode())
-    for path in sorted((REPO / "spica_lib").rglob("*.py")):
-        digest.update(path.read_bytes())
+    for package in REPLAY_PACKAGES:
+        for path in sorted((REPO / "spica_lib" / package).rglob("*.py")):
+            digest.update(path.read_bytes())
     versions = package_versions()
     digest.update(
         json.dumps({k: versions.get(k) for k in ("ai-dynamo", "aiconfigurator-core")}, sort_keys=True).encode()
@@ -178,15 +190,12 @@ def search_in_child(config: SmartSearchConfig, branch, table: dict[str, TrialRes
 
 
 def search(config: SmartSearchConfig, branch, table: dict[str, TrialResult]) -> float:
-    """Best feasible score the search finds within its budget."""
+    """Best feasible score the search finds within its budget (sweep.rounds_in_flight as a sweep orders them)."""
     context = SearchContext(
         config=config, estimator=KvEstimator("Qwen/Qwen3-32B", "h200_sxm", branch.spec.backend_versions)
     )
-    history, store = None, {}
-    for k in range(config.sweep.max_rounds):
-        history, _ = run_round(context, branch.spec, branch.pool, k, history, store, lambda spec: table[spec.key()])
-        if history.stalled:
-            break
+    store = {}
+    run_search(context, branch.spec, branch.pool, store, lambda spec: table[spec.key()])
     return max((r.result.score for r in store.values() if r.result.status == "feasible"), default=0.0)
 
 
@@ -223,7 +232,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--landscapes", default=",".join(LANDSCAPES))
     parser.add_argument("--budgets", default=",".join(str(r * n) for r, n in BUDGETS), help="evaluations per branch")
+    parser.add_argument("--in-flight", default="1,2", help="sweep.rounds_in_flight values (1: each round waits)")
     args = parser.parse_args()
+    windows = [int(w) for w in args.in_flight.split(",")]
     budgets = [(r, n) for r, n in BUDGETS if str(r * n) in args.budgets.split(",")]
     algorithms, seeds = args.algorithms.split(","), list(range(args.seeds))
     summary = []
@@ -242,23 +253,23 @@ def main() -> None:
         )
         rho, top_share = spearman_of_estimate(base, branch, table)
         print(f"estimate vs replay: Spearman {rho:.2f}, its top pick replays at {100 * top_share:.1f} % of the best")
-        for (rounds, per_round), algorithm, warm in itertools.product(budgets, algorithms, (False, True)):
+        cells = itertools.product(budgets, algorithms, (False, True), windows)
+        for (rounds, per_round), algorithm, warm, window in cells:
             shares = []
             for seed in seeds:
-                found = search_in_child(config_for(landscape, algorithm, seed, rounds, per_round, warm), branch, table)
-                shares.append(found / best)
-            row = (landscape, rounds * per_round, algorithm, warm, statistics.median(shares), min(shares))
+                setup = config_for(landscape, algorithm, seed, rounds, per_round, warm, window)
+                shares.append(search_in_child(setup, branch, table) / best)
+            row = (landscape, rounds * per_round, algorithm, warm, window, statistics.median(shares), min(shares))
             summary.append(row)
             per_seed = " ".join(f"{100 * s:.1f}" for s in shares)
-            print(
-                f"{rounds * per_round} evals, {algorithm}, warm start {'on' if warm else 'off'}: {per_seed}", flush=True
-            )
-    print("\n| landscape | evaluations | algorithm | warm start | median share of the best | worst seed |")
-    print("|---|---|---|---|---|---|")
-    for landscape, evals, algorithm, warm, median, worst in summary:
-        print(
-            f"| {landscape} | {evals} | {algorithm} | {'on' if warm else 'off'} | {100 * median:.1f} % | {100 * worst:.1f} % |"
-        )
+            print(f"{rounds * per_round} evals, {algorithm}, warm start {'on' if warm else 'off'}, "
+                  f"{window} round(s) in flight: {per_seed}", flush=True)  # fmt: skip
+    print("\n| landscape | evaluations | algorithm | warm start | rounds in flight | median share of the best "
+          "| worst seed |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    for landscape, evals, algorithm, warm, window, median, worst in summary:
+        print(f"| {landscape} | {evals} | {algorithm} | {'on' if warm else 'off'} | {window} | {100 * median:.1f} % "
+              f"| {100 * worst:.1f} % |")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ thread and its forks are the real ones. Fake jobs:
 - `report_env`: writes the child's environment and working folder to output["out"];
 - `panicking_warm_up`: its warm-up runs a "replay" that raises pyo3's PanicException (a BaseException);
 - `hanging_warm_up`: its warm-up runs a "replay" that never returns (the limit is cut to 1 s);
-- `sleep`: sleeps params["seconds"], then writes output["out"].
+- `sleep`: sleeps params["seconds"], then writes output["out"];
+- `with_steps_ahead`: writes output["out"]; after its fork, the host runs a fake step ahead that appends
+  "first <host pid>" to params["steps"] and gives a second step, which appends "second <host pid>".
 """
 
 from __future__ import annotations
@@ -53,6 +55,15 @@ def sleep(job):
     Path(job.output["out"]).write_text("slept")
 
 
+def fake_steps_ahead(job):
+    def note(word):
+        with open(job.params["steps"], "a") as out:
+            out.write(f"{word} {os.getpid()}\n")
+
+    note("first")
+    return [lambda: note("second")]
+
+
 def main() -> None:
     registry.JOBS.clear()
     registry.JOBS.update(
@@ -61,8 +72,11 @@ def main() -> None:
             "panicking_warm_up": (report_env, _warm_up_with(fake_replay_that_panics)),
             "hanging_warm_up": (report_env, _warm_up_with(fake_replay_that_hangs)),
             "sleep": (sleep, None),
+            "with_steps_ahead": (report_env, None),
         }
     )
+    registry.AHEAD.clear()
+    registry.AHEAD["with_steps_ahead"] = fake_steps_ahead
     registry.preload = lambda: None  # nothing to import for fake jobs
     if sys.argv[1] == "pilot":
         node.main(sys.argv[2:])

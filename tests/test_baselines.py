@@ -116,6 +116,15 @@ def test_aiconfigurator_picks_a_deployment_of_the_search_space_within_the_budget
     assert pick.parallel_config.total_gpus <= 4 and all(n >= 1 for n in pick.max_num_seqs.values())
     assert (pick.isl, pick.osl, pick.ttft_ms, pick.tpot_ms) == (1024, 128, 2000.0, 50.0)
     assert pick.estimate["tpot"] <= 50.0  # aiconfigurator's own estimate of its pick meets the bound it was given
+    # Given the run's catalog facts (config.json), the pick reads its perf-DB versions there: the same pick.
+    from spica_lib.facts.catalog import CatalogFacts, versions_on
+
+    known = CatalogFacts(hardware_sku="h200_sxm", model_name="Qwen/Qwen3-32B", model_source="aiconfigurator",
+                         perf_db_versions=versions_on("h200_sxm", ["vllm"]))  # fmt: skip
+    again = aiconfigurator_pick(config, known)
+    assert again.model_dump(exclude={"seconds"}) == pick.model_dump(exclude={"seconds"})
+    elsewhere = known.model_copy(update={"hardware_sku": "h100_sxm", "perf_db_versions": {"vllm": "no-such"}})
+    assert aiconfigurator_pick(config, elsewhere).model_dump(exclude={"seconds"}) == pick.model_dump(exclude={"seconds"})
 
 
 AGG_ROW = {"seq/s": 6.4, "num_total_gpus": 2}

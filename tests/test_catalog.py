@@ -62,3 +62,27 @@ def test_local_model_directory_with_config_json(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["Qwen3ForCausalLM"]}))
     facts, problems = check_catalog("h200_sxm", str(tmp_path), ["vllm"])
     assert problems == [] and facts.model_source == "local"
+
+
+def test_the_perf_db_index_is_kept_on_disk_by_the_installed_package_and_rebuilt_when_unreadable(tmp_path, monkeypatch):
+    from aiconfigurator_core.sdk import perf_database
+
+    from spica_lib.facts import catalog
+
+    monkeypatch.setenv(catalog.CACHE_VARIABLE, str(tmp_path))
+    built = perf_database.get_supported_databases()
+    catalog.supported_databases.cache_clear()
+    try:
+        assert catalog.supported_databases() == built  # built, then kept
+        (kept,) = tmp_path.glob("*.json")
+        assert json.loads(kept.read_text()) == built
+        catalog.supported_databases.cache_clear()
+        assert catalog.supported_databases() == built  # read back (a process of its own would read it here)
+        kept.write_text("{half a file")
+        catalog.supported_databases.cache_clear()
+        assert catalog.supported_databases() == built and json.loads(kept.read_text()) == built  # rebuilt
+        # A systems folder outside the installed package may change at any time: its index is not kept.
+        monkeypatch.setattr(perf_database, "get_systems_paths", lambda: [*perf_database._SYSTEMS_PATHS, str(tmp_path)])
+        assert catalog._index_path(perf_database.get_systems_paths()) is None
+    finally:
+        catalog.supported_databases.cache_clear()

@@ -14,13 +14,14 @@ import psutil
 import pytest
 from conftest import TRACE, write_yaml
 
-from spica_lib.base.artifacts import write_model
+from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.config import trace
 from spica_lib.config.validate import build_validated_config
 from spica_lib.host import launch
 from spica_lib.host.client import ADDRESS_VARIABLE, delegate, host_address, job_environment
 from spica_lib.host.registry import JOBS
 from spica_lib.run.job import JobArgs
+from spica_lib.trial.spec import TrialSpec
 
 
 def test_a_job_uses_the_host_only_under_the_slurm_job_it_was_started_in(monkeypatch):
@@ -107,13 +108,66 @@ def test_the_host_scans_the_runs_trace_before_it_forks_a_suggest(tmp_path):
     config = write_yaml(tmp_path, {**trace_config(), "workload": {"trace_path": str(TRACE)}})
     write_model(tmp_path / "config.json", build_validated_config(config))
     job = broken_tell_job(tmp_path).model_copy(
-        update={"rule": "suggest", "input": {"config": str(tmp_path / "config.json")}}
+        update={"rule": "suggest", "input": {"config": str(tmp_path / "config.json")}, "wildcards": {"round": "1"}}
     )
     trace._scan.cache_clear()
     JOBS["suggest"][1](job)  # what the host runs before it forks the job
     assert trace._scan.cache_info().currsize == 1
     trace.scan_trace(TRACE)  # as a forked suggest would: found, not read again
     assert trace._scan.cache_info().misses == 1
+
+
+def stage_job(rule, files, **named):
+    """The job of a stage before round 0 (spica_lib/run/setup_jobs.py) or of a suggest, in run folder `files`."""
+    inputs = {
+        "config": files.config_json,
+        "policies": files.policies_json,
+        "predictor": files.load_predictor_json,
+        "branch": files.branch_json("agg"),
+        "pool": files.pool_parquet("agg"),
+    }
+    return JobArgs(rule=rule, input={**inputs, **named.pop("input", {})}, log=[files.log(rule)], threads=1,
+                   resources={}, **{"output": {}, "params": {}, "wildcards": {}, **named})  # fmt: skip
+
+
+def test_the_host_compiles_round_0s_static_estimate_before_it_forks_a_suggest_and_warms_its_branch_ahead(tmp_path):
+    from spica_lib.replay.warm_up import _WARMED, warm_up_groups
+    from spica_lib.run.layout import RunFiles
+    from spica_lib.run.setup_jobs import STAGES
+    from spica_lib.search import warm_start
+    from spica_lib.host.registry import AHEAD
+    from spica_lib.replay.request import replay_call
+
+    files = RunFiles(dir=str(tmp_path / "run"))
+    space = {**trace_config()["search_space"], "deployment_mode": ["agg"], "backend": ["vllm", "sglang"]}
+    workload = {"isl": 1024, "osl": 128, "request_rate": 4.0, "num_request_ratio": 10}
+    config = write_yaml(tmp_path, {"search_space": space, "workload": workload})
+    modes = {"modes": ["agg"]}
+    STAGES["validate"](stage_job("validate", files, input={"config": str(config)}, output={"config": files.config_json},
+                                 params={"run": "test"}))  # fmt: skip
+    STAGES["policies"](stage_job("policies", files, output={"policies": files.policies_json}))
+    STAGES["branches"](stage_job("branches", files, params=modes, output={"pools": [files.pool_parquet("agg")],
+                                 "specs": [files.branch_json("agg")]}))  # fmt: skip
+    STAGES["load_predictor"](stage_job("load_predictor", files, output={"table": files.load_predictor_parquet,
+                                       "result": files.load_predictor_json}))  # fmt: skip
+    suggest = stage_job("suggest", files, wildcards={"branch": "agg", "round": "0"}, params={"run_dir": files.dir,
+                        "trials_per_job": None}, output={"suggestions": files.suggestions("agg", 0),
+                        "specs": files.round_specs("agg", 0)})  # fmt: skip
+    warm_start._STEP_MODELS.clear()
+    JOBS["suggest"][1](suggest)  # what the host runs before it forks the job
+    (model,) = warm_start._STEP_MODELS.values()
+    compiled = dict(model._engines)
+    assert compiled
+    JOBS["suggest"][0](suggest)  # the job itself, as its fork runs it: it finds every engine compiled
+    assert dict(model._engines) == compiled
+    # Ahead, while the suggest runs: a warm-up per backend of the branch, covering what round 0's seeds replay.
+    steps = AHEAD["suggest"](suggest)
+    assert len(steps) == 2
+    for step in steps:
+        step()
+    specs = [read_model(path, TrialSpec) for path in Path(files.round_specs("agg", 0)).glob("*.json")]
+    assert specs
+    assert set(warm_up_groups({s.key(): replay_call(s.replay) for s in specs})) <= _WARMED
 
 
 def trace_config():
@@ -191,6 +245,18 @@ def test_another_user_is_refused_at_once_and_no_job_runs_while_the_owners_jobs_s
     assert "refused a connection from uid 65534" in (tmp_path / "host.err").read_text()
     assert delegate("report_env", fake_job("report_env", tmp_path)) == 0  # the owner's job runs
     assert (tmp_path / "report_env.out").exists()
+
+
+def test_after_a_job_forks_the_host_runs_its_steps_ahead_in_order_in_itself(fake_host, tmp_path):
+    host, _ = fake_host
+    steps = tmp_path / "steps"
+    assert delegate("with_steps_ahead", fake_job("with_steps_ahead", tmp_path, steps=str(steps))) == 0
+    assert (tmp_path / "with_steps_ahead.out").exists()
+    deadline = time.time() + 30
+    while time.time() < deadline and len(steps.read_text().splitlines() if steps.exists() else []) < 2:
+        time.sleep(0.05)
+    assert steps.read_text().splitlines() == [f"first {host.pid}", f"second {host.pid}"]  # in the host, in order
+    assert delegate("report_env", fake_job("report_env", tmp_path)) == 0  # and it serves on
 
 
 def test_a_job_takes_from_its_caller_only_the_variables_a_job_reads(fake_host, tmp_path, monkeypatch):

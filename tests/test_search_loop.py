@@ -11,7 +11,7 @@ from spica_lib.facts.kv_capacity import KvSettings
 from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
 from spica_lib.pools.branches import BranchSpec, PoolRecord
 from spica_lib.results.merge import collect_candidates, ordered, summarise
-from spica_lib.search.in_process import run_round
+from spica_lib.search.in_process import run_round, run_search
 from spica_lib.search.rounds import REPLACEMENT_FACTOR, SearchContext, suggest_round
 from spica_lib.search.space import BranchSpace
 from spica_lib.trial.spec import TrialResult
@@ -262,15 +262,18 @@ def test_a_branch_whose_replays_all_fail_is_reported_not_raised():
     history, files, store = sweep(config, branch(pool, knobs()), pool, 2, replay)
     # Failures are replaced within the round until its 11x cap (as the reference does), then the branch stops.
     cap = REPLACEMENT_FACTOR * 2
-    assert len(history.observations) == cap and history.tallies[0].attempts == cap and history.tallies[0].refills > 0
+    # A proposal of a trial that already failed is told that failure, and moved to a trial not tried yet.
+    moved = history.tallies[0].moved
+    told = cap + moved
+    assert len(history.observations) == told and history.tallies[0].attempts == cap and history.tallies[0].refills > 0
     assert history.stalled and "0/2 new configuration(s) that replayed" in history.stall_reason
     assert {o.status for o in history.observations} == {"failed"} and replay.calls == len(store) <= 12
     assert all(o.metrics == {} and "invariant" in o.reason for o in history.observations)
     summary = summarise(config, [history], store, ordered(config, collect_candidates([history], store)))
-    assert summary.tallies["failed"] == cap and summary.failure_reasons == {
-        "replay failed: Exception: replay invariant violated": cap
+    assert summary.tallies["failed"] == told and summary.failure_reasons == {
+        "replay failed: Exception: replay invariant violated": told
     }
-    assert f"(x{cap})" in summary.line and "NO feasible candidate" in summary.line
+    assert f"(x{told})" in summary.line and "NO feasible candidate" in summary.line
 
 
 class FailsFirst(FakeReplay):
@@ -375,25 +378,10 @@ def test_a_layout_the_replay_refused_is_not_replayed_again_under_other_knobs():
 
 
 def windowed_sweep(config, spec, pool, replay):
-    """Rounds in flight driven the way the workflow orders them: round k is suggested from round k - W's
-    history with rounds k - W + 1 .. k - 1 suggested and not yet told; tell goes round by round."""
-    from spica_lib.search.rounds import tell_round
-    from spica_lib.trial.spec import TrialRecord
-
-    context, window = SearchContext(config=config), config.sweep.rounds_in_flight
-    histories, passes, store = [], [], {}
-    for k in range(config.sweep.max_rounds):
-        told = histories[k - window] if k >= window else None
-        results = {o.key: store[o.key].result for o in (told.observations if told else []) if o.key in store}
-        suggestions, specs = suggest_round(
-            context, spec, pool, k, told, results, in_flight=passes[max(0, k - window + 1) : k]
-        )
-        passes.append(suggestions)
-        # The replays of round k end before round k + 1's tell (which is all the window needs here).
-        store.update({s.key(): TrialRecord(key=s.key(), spec=s, result=replay(s)) for s in specs})
-        results = {key: r.result for key, r in store.items()}
-        histories.append(tell_round(config.goal, [suggestions], results, histories[-1] if histories else None))
-    return histories[-1], passes, store
+    """Rounds in flight driven the way the workflow orders them (search/in_process.py: run_search)."""
+    store = {}
+    history, passes = run_search(SearchContext(config=config), spec, pool, store, replay)
+    return history, [p[0] for p in passes], store
 
 
 def test_rounds_in_flight_never_suggest_a_trial_another_round_still_replays():

@@ -1,5 +1,6 @@
 """The whole sweep through Snakemake with the real Vizier and the real replay; resume after a kill."""
 
+import base64
 import json
 import os
 import re
@@ -38,6 +39,13 @@ def run(folder, config_path, *extra, env=None):
         timeout=900,
         env={**os.environ, **(env or {})},
     )
+
+
+def job_started(folder, output):
+    """When Snakemake started the job that wrote `output` (its record in `.snakemake/metadata/`)."""
+    relative = str(output.relative_to(folder))
+    record = folder / ".snakemake" / "metadata" / base64.urlsafe_b64encode(relative.encode()).decode()
+    return json.loads(record.read_text())["starttime"]
 
 
 def run_dir(folder):
@@ -117,7 +125,9 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     if in_flight > 1:  # round 1 was asked for before round 0 was told, and round 2 only after it
         rounds = run_dir(straight) / "rounds" / "agg"
         suggested, told = ({r: (rounds / str(r) / name).stat().st_mtime for r in range(3)} for name in NAMES)
-        assert suggested[1] < told[0] < suggested[2]
+        # When round 1's suggest started (Snakemake's record of the job): its end depends on how busy the
+        # machine and the warm host are, its start only on what it waits for (not round 0's tell).
+        assert job_started(straight, rounds / "1" / "suggestions.json") < told[0] < suggested[2]
         in_flight_of = [json.loads((rounds / str(r) / "suggestions.json").read_text())["in_flight"] for r in range(3)]
         assert in_flight_of == [[], [0], [1]]
 
@@ -135,7 +145,10 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     assert not list(trials.glob("*/summary.json")), "the sweep finished before it was killed"
     finished = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in trials.glob("*/rounds/*/*/trials/*/*.json")}
     assert len(finished) >= 2
-    status = run_status(run_dir(killed))
+    # SIGKILL is sent, not done: on a busy machine the killed Snakemake can take a moment to be gone.
+    deadline = time.time() + 60
+    while (status := run_status(run_dir(killed))).state == "running" and time.time() < deadline:
+        time.sleep(0.2)
     assert status.state == "stopped" and all(b.trials_running == 0 for b in status.branches)
     assert "stopped: its Snakemake is gone" in status_text(run_dir(killed), status)
     assert status.remaining_seconds is None and f"{status.trials_finished} of about" in status_text(run_dir(killed), status)

@@ -21,7 +21,7 @@ from typing import Any
 from spica_lib.baselines.aiconfigurator_cache import cached_search
 from spica_lib.baselines.model import AiconfiguratorPick
 from spica_lib.config import SmartSearchConfig
-from spica_lib.facts.catalog import resolve_backend_version
+from spica_lib.facts.catalog import CatalogFacts, resolve_backend_version
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.facts.replay_limits import layout_limit, mode_limit
 from spica_lib.pools.estimate import traffic_of
@@ -30,8 +30,12 @@ UNBOUNDED_MS = 1e9  # a bound aiconfigurator never hits: the SLA leaves this lat
 PICK_MEASURE = "tokens/s/gpu_cluster"  # aiconfigurator's own ranking measure
 
 
-def aiconfigurator_pick(config: SmartSearchConfig) -> AiconfiguratorPick:
-    """aiconfigurator's best deployment for the sweep, or the reason there is none."""
+def aiconfigurator_pick(config: SmartSearchConfig, known: CatalogFacts | None = None) -> AiconfiguratorPick:
+    """aiconfigurator's best deployment for the sweep, or the reason there is none.
+
+    `known`: the run's catalog facts (config.json), whose perf-DB versions stand for the pick's system when
+    it is theirs; else they are resolved here (reading every system's perf-DB index takes a second or more).
+    """
     started = time.perf_counter()
     space, sla = config.search_space.largest_sku_space(), config.goal.sla
     traffics = [traffic_of(w) for w in config.workloads or [config.workload]]
@@ -47,7 +51,10 @@ def aiconfigurator_pick(config: SmartSearchConfig) -> AiconfiguratorPick:
     rows: dict[str, dict[str, Any]] = {}
     problems = []
     for backend in space.backend:
-        version = resolve_backend_version(space.hardware_sku, backend)
+        if known is not None and known.hardware_sku == space.hardware_sku and backend in known.perf_db_versions:
+            version = known.perf_db_versions[backend]
+        else:
+            version = resolve_backend_version(space.hardware_sku, backend)
         if version is None:
             problems.append(f"{backend}: no perf database on {space.hardware_sku}")
             continue

@@ -8,9 +8,14 @@ files only (no network, no perf-DB loading).
 from __future__ import annotations
 
 import functools
+import json
+import os
+from importlib import metadata
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+
+from spica_lib.base.artifacts import atomic_write_text, sha256_of
 
 VERSION_SLOT = "current"  # aiconfigurator's default perf-DB slot; resolved to a literal version
 
@@ -26,12 +31,49 @@ class CatalogFacts(BaseModel):
     perf_db_versions: dict[str, str | None]  # backend -> literal version, None when there is no DB
 
 
+CACHE_VARIABLE = "SPICA_CATALOG_CACHE"  # where the index below is kept (default ~/.cache/spica/catalog)
+
+
 @functools.cache
 def supported_databases() -> dict[str, dict[str, list[str]]]:
-    """{system: {backend: [versions]}} for every system that has perf data."""
+    """{system: {backend: [versions]}} for every system that has perf data.
+
+    aiconfigurator builds it by parsing every system's files (a second or more, in every process that
+    validates a config), and it answers the same for the same installed aiconfigurator-core: so it is kept
+    on disk by that package's version and install record (the hash of every file it installed) and its
+    systems folders, written atomically; an index that cannot be read is built again. Systems folders
+    outside the package (added at run time) are not kept: they are read each time.
+    """
     from aiconfigurator_core.sdk import perf_database
 
-    return perf_database.get_supported_databases()
+    path = _index_path(perf_database.get_systems_paths())
+    if path is not None:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+    found = {
+        system: {b: list(v) for b, v in backends.items()}
+        for system, backends in perf_database.get_supported_databases().items()
+    }
+    if path is not None:
+        atomic_write_text(path, json.dumps(found))  # in its own order: a read gives back the same
+    return found
+
+
+def _index_path(systems_paths: list[str]) -> Path | None:
+    """Where the installed package's index is kept, or None when a systems folder is not the package's."""
+    try:
+        package = metadata.distribution("aiconfigurator-core")
+    except metadata.PackageNotFoundError:
+        return None
+    root = Path(str(package.locate_file(""))).resolve()
+    if not all(Path(p).resolve().is_relative_to(root) for p in systems_paths):
+        return None
+    record = package.read_text("RECORD") or ""
+    key = sha256_of({"version": package.version, "record": sha256_of(record), "systems": sorted(systems_paths)})
+    folder = Path(os.environ.get(CACHE_VARIABLE) or Path(os.path.expanduser("~")) / ".cache" / "spica" / "catalog")
+    return folder / f"{key}.json"
 
 
 @functools.cache
@@ -118,7 +160,9 @@ def check_inventory(inventory: dict[str, int], backends: list[str]) -> list[tupl
     for sku in inventory:
         if sku not in databases:
             known = sorted(databases)
-            problems.append(("search_space.hardware", f"{sku!r} has no aiconfigurator perf data; known systems: {known}"))
+            problems.append(
+                ("search_space.hardware", f"{sku!r} has no aiconfigurator perf data; known systems: {known}")
+            )
             continue
         missing = [backend for backend in dict.fromkeys(backends) if not resolve_backend_version(sku, backend)]
         if missing:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from spica_lib.report.job import report
 from spica_lib.run.capacity_jobs import capacity, warm_up_for_capacity
@@ -14,20 +15,31 @@ from spica_lib.run.jobs import (
     merge,
     refill,
     replay,
-    scan_traces_for_suggest,
+    prepare_refill,
+    prepare_suggest,
     suggest,
     tell,
     warm_up_for_finish,
+    warm_up_for_branch,
     warm_up_for_replay,
 )
 
 Body = Callable[[JobArgs], None]
 
-# What a job needs loaded runs in the host itself (a replay job's warm-up, a suggest's trace scan),
-# so every later job of the kind forks with it done.
+
+def import_plots(job: JobArgs | None = None) -> None:
+    """Matplotlib, headless (the report's plots)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # noqa: F401
+
+
+# What a job needs loaded runs in the host itself (a replay job's warm-up, a suggest's designer, static
+# estimate and warm-ups, the report's plots), so every later job of the kind forks with it done.
 JOBS: dict[str, tuple[Body, Body | None]] = {
-    "suggest": (suggest, scan_traces_for_suggest),
-    "refill": (refill, None),
+    "suggest": (suggest, prepare_suggest),
+    "refill": (refill, prepare_refill),
     "replay": (replay, warm_up_for_replay),
     "tell": (tell, None),
     "finish": (finish, warm_up_for_finish),
@@ -36,8 +48,14 @@ JOBS: dict[str, tuple[Body, Body | None]] = {
     "aiconfigurator_pick": (aiconfigurator_pick, None),
     "baselines": (baselines, warm_up_for_baselines),
     "merge": (merge, None),
-    "report": (report, None),
+    "report": (report, import_plots),
 }
+
+
+# What the host loads after it forks a job of this kind, while the job runs, for the jobs that follow it: a
+# suggest's branch is warmed up for the replay jobs its round will ask for, one warm-up at a time, each when
+# no request waits (spica_lib/host/server.py).
+AHEAD: dict[str, Callable[[JobArgs], list[Callable[[], Any]]]] = {"suggest": warm_up_for_branch}
 
 
 def run_job_here(name: str, job: JobArgs) -> None:
@@ -46,14 +64,11 @@ def run_job_here(name: str, job: JobArgs) -> None:
 
 
 def preload() -> None:
-    """Import what the jobs use (Vizier's designers, Dynamo's replay, the plots), without starting JAX or a replay."""
-    import matplotlib
-
+    """Import what every kind of job uses (every Vizier designer, Dynamo's replay, the plots), without starting
+    JAX or a replay: a pilot does it once before it takes jobs. The sweep's warm host loads each on demand."""
     from spica_lib.replay.call import import_dynamo
     from spica_lib.search.designers import import_designers
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
-
+    import_plots()
     import_designers()
     import_dynamo()

@@ -1,7 +1,8 @@
 """The warm host process: `python -m spica_lib.host.server <owner pid>`, its socket name in `SPICA_WARM_HOST`.
 
-It imports Vizier's designers and Dynamo's replay once, and loads the perf DBs a replay job needs
-the first time one asks (then never again). Each job that connects runs in a child forked from
+It loads what each kind of job needs the first time one asks, then never again: the sweep's Vizier designer
+and its static estimate's engines for a suggest, Dynamo and the perf DBs for a replay, the plots for the
+report (each job kind's prepare step, spica_lib/host/registry.py). Each job that connects runs in a child forked from
 it, with the job's own stdout, stderr and working folder; the job's exit code goes back to the
 rule script, which exits with it.
 
@@ -13,7 +14,10 @@ variables a job reads (`JOB_VARIABLES`), so no caller's `PATH` or `LD_PRELOAD` r
 
 One caller never holds up another: requests are read as they arrive (a caller that sends nothing
 is dropped after `REQUEST_SECONDS`), and a job's warm-up runs on a thread while the host goes on
-accepting and reaping. A warm-up's own failure (even a Rust panic) is never the host's; one that
+accepting and reaping. Forks wait for the warm-up thread (a fork while it loads could copy a held lock).
+After a job forks, a step ahead may load what the jobs after it will need (a suggest's: Dynamo's warm-ups
+for its branch, while the suggest runs); it starts only when no request waits, so it delays no job that
+has asked. A warm-up's own failure (even a Rust panic) is never the host's; one that
 hangs (spica_lib.replay.warm_up) retires the host: it stops listening, so later jobs run in their
 own processes, and it finishes the jobs it has.
 
@@ -27,6 +31,7 @@ the replay worker answers by killing its replays, then SIGKILL.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import selectors
@@ -37,6 +42,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +99,10 @@ class _Host:
         self.jobs: dict[int, _Job] = {}
         self.callers: dict[socket.socket, _Caller] = {}
         self.waiting: deque[_Request] = deque()
-        self.preparing: tuple[_Request, threading.Thread] | None = None
+        # The warm-up thread at work: a request's prepare step (then its fork), or a step ahead (no fork).
+        self.preparing: tuple[_Request | None, threading.Thread] | None = None
+        self.ahead: deque[Callable[[], Any]] = deque()  # steps ahead still to run, one at a time, when no request waits
+        self.next_steps: list[Callable[[], Any]] = []  # what the step ahead in progress gave to run after it
 
     def serve(self) -> None:
         while True:
@@ -160,7 +169,8 @@ class _Host:
     # -- warm-up and fork ------------------------------------------------------------------------
 
     def _advance(self) -> None:
-        """Finish the warm-up in progress, then start the next request's (forks wait for it: see module note)."""
+        """Finish the warm-up in progress, then start the next request's (forks wait for it: see module note);
+        with no request waiting, the next step ahead."""
         if self.preparing is not None:
             request, thread = self.preparing
             if thread.is_alive():
@@ -170,13 +180,17 @@ class _Host:
 
             if hung():
                 self._retire()
-                _close(request.connection, request.descriptors)  # no "started": its rule script runs it itself
+                if request is not None:
+                    _close(request.connection, request.descriptors)  # no "started": its rule script runs it itself
                 return
-            self._fork(request)
+            if request is not None:
+                self._fork(request)
+            self.ahead.extendleft(reversed(self.next_steps))
+            self.next_steps = []
+        from spica_lib.host.registry import JOBS
+
         while self.waiting and self.preparing is None:
             request = self.waiting.popleft()
-            from spica_lib.host.registry import JOBS
-
             prepare = JOBS[request.name][1]
             if prepare is None:
                 self._fork(request)
@@ -184,6 +198,11 @@ class _Host:
                 thread = threading.Thread(target=_prepare, args=(prepare, request), name="spica-prepare", daemon=True)
                 thread.start()
                 self.preparing = (request, thread)
+        if self.preparing is None and self.ahead and self.listener is not None:
+            step = self.ahead.popleft()
+            thread = threading.Thread(target=_step_ahead, args=(step, self.next_steps), name="spica-ahead", daemon=True)
+            thread.start()
+            self.preparing = (None, thread)
 
     def _fork(self, request: _Request) -> None:
         sys.stdout.flush()
@@ -204,6 +223,10 @@ class _Host:
         job = _Job(pid=pid, connection=request.connection)
         self.jobs[pid] = job
         self.selector.register(job.connection, selectors.EVENT_READ, job)
+        from spica_lib.host.registry import AHEAD
+
+        if request.name in AHEAD:
+            self.ahead.append(functools.partial(AHEAD[request.name], request.job))
 
     def _retire(self) -> None:
         """Stop taking jobs (a warm-up hung in this process): every later job runs in its own process."""
@@ -276,9 +299,10 @@ def serve(name: str, owner: int) -> None:
     listener.setblocking(False)
     host = _Host(listener)
     try:
-        from spica_lib.host.registry import preload
+        # The job table only: what each kind of job needs (Vizier, Dynamo, the perf DBs, the plots) its first
+        # job's prepare step loads here (spica_lib/host/registry.py), so the first jobs do not wait for the rest.
+        import spica_lib.host.registry  # noqa: F401
 
-        preload()
         host.serve()
     except _Stop:
         pass
@@ -340,6 +364,16 @@ def _prepare(prepare: Any, request: _Request) -> None:
     except BaseException:  # noqa: BLE001 - a Rust panic is a BaseException
         traceback.print_exc()
     request.prepare_seconds = time.perf_counter() - started
+
+
+def _step_ahead(step: Callable[[], Any], then: list[Callable[[], Any]]) -> None:
+    """On the warm-up thread: load what later jobs will need. A step may return further steps (each a short
+    one, so that a request that comes meanwhile waits for one of them only), which go into `then`. Its failure
+    is nobody's: each of those jobs loads what it needs itself (and reports its own errors)."""
+    try:
+        then.extend(step() or [])
+    except BaseException:  # noqa: BLE001 - a Rust panic is a BaseException
+        traceback.print_exc()
 
 
 def _job_child(request: _Request) -> None:
@@ -407,3 +441,8 @@ def _raise_stop(signum: int, frame: Any) -> None:
 
 if __name__ == "__main__":
     serve(os.environ[ADDRESS_VARIABLE].partition("@")[0], int(sys.argv[1]))
+    # Every job child is reaped and the socket closed: skip the interpreter's teardown of JAX, Dynamo and the
+    # perf DBs, which holds the sweep's end for about a second (Snakemake waits for the host to exit).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

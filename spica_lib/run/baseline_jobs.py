@@ -17,10 +17,13 @@ from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 
 
 def aiconfigurator_pick(job: JobArgs) -> None:
-    """Rule `aiconfigurator_pick`: the validated config -> baselines/aiconfigurator_pick.json."""
+    """Rule `aiconfigurator_pick`: the validated config -> baselines/aiconfigurator_pick.json.
+
+    It holds none of Snakemake's cores (workflow/rules/baselines.smk): its search (when its answer is not
+    cached) runs beside the rounds from round 0 on instead of taking a branch's core slot."""
     with stage_log(job.log[0]) as log:
-        config = read_model(job.input["config"], ValidatedConfig).config
-        pick = pick_for(config)
+        validated = read_model(job.input["config"], ValidatedConfig)
+        pick = pick_for(validated.config, validated.catalog)
         if pick.problem:
             log.info("no pick: %s", pick.problem)
         else:

@@ -44,8 +44,11 @@ class JobArgs(BaseModel):
 
     def inputs(self, name: str) -> list[str]:
         """A named input as a list of paths (a single path is a list of one)."""
-        value = self.input.get(name) or []
-        return [value] if isinstance(value, str) else list(value)
+        return _paths(self.input.get(name))
+
+    def outputs(self, name: str) -> list[str]:
+        """A named output as a list of paths (a single path is a list of one)."""
+        return _paths(self.output.get(name))
 
     @classmethod
     def from_snakemake(cls, smk: Any) -> JobArgs:
@@ -59,6 +62,10 @@ class JobArgs(BaseModel):
             threads=int(smk.threads),
             resources={name: value for name, value in _named(smk.resources).items() if not name.startswith("_")},
         )
+
+
+def _paths(value: str | list[str] | None) -> list[str]:
+    return [value] if isinstance(value, str) else list(value or [])
 
 
 def _named(items: Any) -> dict[str, Any]:

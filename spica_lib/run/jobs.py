@@ -8,10 +8,12 @@ process that already holds Vizier, Dynamo and the perf DBs, so a round pays no s
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,10 +44,13 @@ from spica_lib.results.stress import StressResult
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.layout import RunFiles
 from spica_lib.run.status import progress_text, run_status
+from spica_lib.search.designers import import_designers
 from spica_lib.search.history import BranchHistory, RoundSuggestions
 from spica_lib.search.rounds import SearchContext, in_flight_duplicate, refill_round, suggest_round, tell_round
+from spica_lib.search.space import BranchSpace
+from spica_lib.search.warm_start import seed_parameters, warm_start
 from spica_lib.replay.warm_up import failures as warm_up_failures
-from spica_lib.trial.evaluate import warm_up_trials
+from spica_lib.trial.evaluate import prepare_trial, warm_up_trials
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
 
@@ -66,6 +71,9 @@ def suggest(job: JobArgs) -> None:
         suggestions, specs = suggest_round(
             context, spec, pool, round_index, history, known_results, trials_per_job=per_job, in_flight=in_flight
         )
+        # What the warm host loaded for this job before it forked it (the designer, round 0's estimate) is the
+        # optimizer's time too, as it would be in a job of its own.
+        suggestions.optimizer_seconds += HOST.prepare_seconds
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)  # declared even when the round is empty
         for trial in specs:
             write_model(files.spec(branch, round_index, trial.key()), trial)
@@ -74,6 +82,8 @@ def suggest(job: JobArgs) -> None:
         for item in suggestions.suggested:
             outcomes[item.outcome] = outcomes.get(item.outcome, 0) + 1
         log.info("%s round %d: %d suggestion(s) -> %s", branch, round_index, suggestions.attempts, outcomes)
+        if HOST.prepare_seconds:
+            log.info("designer and static estimate prepared in %.2f s %s", HOST.prepare_seconds, HOST.where())
         if suggestions.skipped:
             log.info("no work: %s", suggestions.skipped)
 
@@ -90,13 +100,17 @@ def refill(job: JobArgs) -> None:
         history = _previous(job)
         passes = [read_model(path, RoundSuggestions) for path in job.inputs("passes")]
         round_index = passes[0].round
+        # The history's trials too (as suggest reads them): a replacement that proposes one of them is cached,
+        # or moved off it, not taken for a new trial. A round in flight's trials may still be replaying.
         places = [item for p in passes for item in p.suggested if not in_flight_duplicate(item, round_index)]
+        places += history.observations if history else []
         results = {k: r.result for k, r in read_trials(files.trial_files(branch, places)).items()}
         context = _context(job, config, spec)
         per_job, in_flight = job.params["trials_per_job"], _in_flight(job)
         suggestions, specs = refill_round(
             context, spec, pool, history, passes, results, trials_per_job=per_job, in_flight=in_flight
         )
+        suggestions.optimizer_seconds += HOST.prepare_seconds  # the designer's import in the warm host, if it did
         Path(job.output["specs"]).mkdir(parents=True, exist_ok=True)
         for trial in specs:
             write_model(Path(job.output["specs"]) / f"{trial.key()}.json", trial)
@@ -121,16 +135,77 @@ def _context(job: JobArgs, config: SmartSearchConfig, spec: BranchSpec) -> Searc
     )
 
 
-def scan_traces_for_suggest(job: JobArgs) -> None:
-    """Hash and parse the run's traces in the calling process (the warm host, before it forks a suggest).
+def prepare_suggest(job: JobArgs) -> None:
+    """What a suggest job needs, loaded into the calling process (the warm host, before it forks the job).
 
-    Every trial key names its trace by content; a suggest job forked from the host finds the scan
-    done, so a large trace is read once per run there, not once per round.
+    The sweep's Vizier designer (imported once). The run's traces, hashed and parsed: every trial key names
+    its trace by content, so a large trace is read once per run, not once per round. For round 0 with the
+    warm start, the static estimate of the branch's pool: it compiles aiconfigurator's engines and loads its
+    perf DBs (seconds), which the host then keeps, so each branch's round-0 suggest forks with them (the next
+    branch's compiles only the shapes the first did not have), and Dynamo's warm-ups, which read the same
+    perf DBs, cost less after it.
     """
     config = read_model(job.input["config"], ValidatedConfig).config
+    import_designers(config.sweep.algorithm)
     for workload in [config.workload, *(config.workloads or [])]:
         if workload.trace_path is not None:
             scan_trace(workload.trace_path)
+    if job.wildcards.get("round") != "0" or not config.sweep.warm_start:
+        return
+    spec = read_model(job.input["branch"], BranchSpec)
+    if spec.status == "ready":
+        space = BranchSpace(spec, read_pool(job.input["pool"], spec.deployment_mode))
+        warm_start(config, space, config.sweep.per_round * config.sweep.rounds_in_flight)  # the suggest's own call
+
+
+def warm_up_for_branch(job: JobArgs) -> list[Callable[[], None]]:
+    """Dynamo's warm-up for each backend of a suggest's branch (a few requests on one layout, knobs at their
+    first choice, as round 0's seeds replay), to run one by one in the calling process (the warm host, while
+    the suggest runs).
+
+    The round's replay jobs then fork warm whichever backend the round picks, and one first picked in a later
+    round costs that round no warm-up. Each is done once per host: later rounds find it done. A planner's
+    warm-up (seconds: Dynamo's planner loads too) is left to the first replay job that needs it, so that it
+    never holds up a job that does not.
+    """
+    config = read_model(job.input["config"], ValidatedConfig).config
+    spec = read_model(job.input["branch"], BranchSpec)
+    if spec.status != "ready":
+        return []
+    space = BranchSpace(spec, read_pool(job.input["pool"], spec.deployment_mode))
+    return [functools.partial(_warm_up, trial) for trial in _trial_per_backend(_context(job, config, spec), space)]
+
+
+def _warm_up(trial: TrialSpec) -> None:
+    warm_up_trials({trial.key(): trial})
+
+
+def prepare_refill(job: JobArgs) -> None:
+    """The sweep's Vizier designer, imported into the calling process (the warm host, before it forks a refill)."""
+    import_designers(read_model(job.input["config"], ValidatedConfig).config.sweep.algorithm)
+
+
+def _trial_per_backend(context: SearchContext, space: BranchSpace) -> list[TrialSpec]:
+    """A trial of the branch on each of its backends: the first layout of the pool that builds, first knobs."""
+    trials = []
+    for backend in space.spec.backends:
+        for record in (r for r in space.pool if backend in r.backends):
+            selection = space.decode(seed_parameters(space, record.config, backend))
+            try:
+                trials.append(
+                    prepare_trial(
+                        context.config,
+                        selection.values,
+                        selection.parallel_config,
+                        backend_version=space.spec.backend_versions[backend],
+                        estimator=context.estimator,
+                        predictor_winners=context.predictor_winners,
+                    )
+                )
+                break
+            except Exception:  # e.g. no KV room on this layout: the next one
+                continue
+    return trials
 
 
 def replay_specs(job: JobArgs) -> dict[str, TrialSpec]:

@@ -57,7 +57,10 @@ def has_lock(directory: Path) -> bool:
 def snakemake_command(
     config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str]
 ) -> list[str]:
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete"]
+    # --force-use-threads: the stages before round 0 run in Snakemake's own process (spica_lib/run/setup_jobs.py)
+    command = [
+        sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete", "--force-use-threads"
+    ]  # fmt: skip
     if profile:
         command += ["--profile", profile]
     else:  # a replay job killed from outside (e.g. out of memory): its started trials are then recorded as failed

@@ -32,15 +32,30 @@ def configure_vizier_runtime() -> None:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
-def import_designers() -> None:
-    """Import every designer's module (a process that forks suggest jobs does it once, before its first fork).
+DESIGNER_MODULES = {  # what each algorithm's designer imports (the GP ones also bring their model stack)
+    "random": ("vizier._src.algorithms.designers.random",),
+    "quasi_random": ("vizier._src.algorithms.designers.quasi_random",),
+    "eagle": ("vizier._src.algorithms.designers.eagle_strategy.eagle_strategy",),
+    "nsga2": ("vizier._src.algorithms.evolution.nsga2",),
+    "gp_bandit": ("vizier._src.algorithms.designers.gp_bandit",),
+    "gp_ucb_pe": ("vizier._src.algorithms.designers.gp_ucb_pe",),
+}
+
+
+def import_designers(algorithm: str | None = None) -> None:
+    """Import the designer of `algorithm`, or of every algorithm when None (a process that forks suggest jobs
+    does it once, before its first fork). A sweep's warm host imports its own algorithm's only: the GP
+    designers' stack alone takes over a second to import.
 
     Importing starts no JAX backend: the forked jobs start their own when they compute.
     """
+    import importlib
+
     configure_vizier_runtime()
-    from vizier._src.algorithms.designers import gp_bandit, gp_ucb_pe, quasi_random, random  # noqa: F401
-    from vizier._src.algorithms.designers.eagle_strategy import eagle_strategy  # noqa: F401
-    from vizier._src.algorithms.evolution import nsga2  # noqa: F401
+    from vizier import algorithms  # noqa: F401 (every designer's base)
+
+    for name in DESIGNER_MODULES[algorithm] if algorithm else [m for ms in DESIGNER_MODULES.values() for m in ms]:
+        importlib.import_module(name)
 
 
 def round_seed(seed: int, branch: str, round_index: int, refill: int = 0) -> int:

@@ -13,7 +13,8 @@ from spica_lib.trial.screen import PruneBar
 from spica_lib.trial.spec import TrialResult
 
 SCHEMA_VERSION = 1
-Outcome = Literal["new", "duplicate", "cached", "unsupported", "infeasible", "failed"]
+Outcome = Literal["new", "moved", "duplicate", "cached", "unsupported", "infeasible", "failed"]
+NEW_TRIAL = ("new", "moved")  # outcomes whose trial the suggestion's own pass replays (search/triage.py)
 ObservedStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported", "cache_hit", "pruned"]
 
 
@@ -35,6 +36,9 @@ class Suggested(BaseModel):
     # this round's, or a round in flight's) ...
     trial_batch: int | None = None  # ... and the replay job of that round that wrote it
     warm_start: bool = False  # a seed of round 0 chosen by the static estimate, not by the designer
+    # outcome "moved": the vizier_id of the proposal (cached or duplicate, in the same pass) this trial was moved from;
+    # `params` are then the moved layout's, `projection_distance` its distance from the point that proposal asked for
+    moved_from: int | None = None
 
 
 class RoundSuggestions(BaseModel):
@@ -107,6 +111,7 @@ class RoundTally(BaseModel):
     optimizer_seconds: float = 0.0
     best_score: float | None = None  # the branch's best feasible score after this round (Pareto: first objective)
     refills: int = 0  # passes of replacements for failed or timed-out replays
+    moved: int = 0  # new trials moved off a proposal of a trial already taken (search/triage.py)
 
 
 class BranchHistory(BaseModel):
@@ -146,5 +151,5 @@ def observe(
         return Observation(**base, status=item.outcome, reason=item.reason)
     if result.status != "feasible":  # a percentile-SLA miss still tells the designer how far it missed
         return Observation(**base, status=result.status, reason=result.reason, metrics=designer_metrics(result, goal))
-    status = "feasible" if item.outcome == "new" else "cache_hit"
+    status = "feasible" if item.outcome in NEW_TRIAL else "cache_hit"
     return Observation(**base, status=status, metrics=designer_metrics(result, goal))

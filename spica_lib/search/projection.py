@@ -12,6 +12,7 @@ history-free: the same point always gives the same layout.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -120,6 +121,13 @@ class ParallelConfigProjector:
         return FeatureParameter(name=name, kind="float", low=low, high=high, default=min(max(default, low), high))
 
     def project(self, params: dict[str, Any], backend: str) -> Projection:
+        """The layout nearest to the requested point among those `backend` can run."""
+        return next(self.nearest(params, backend))
+
+    def nearest(self, params: dict[str, Any], backend: str) -> Iterator[Projection]:
+        """Every layout `backend` can run, nearest to the requested point first: the fewest mismatched modes,
+        then the smallest distance, then a fixed tie-break. The first is the projection; a proposal that
+        lands on a deployment already replayed moves down this order (search/moves.py)."""
         requested = {p.name: params.get(p.name, p.default) for p in self.parameters}
         requested = {k: (str(v) if _is_categorical(k) else float(v)) for k, v in requested.items()}
         candidates = [(i, c) for i, (c, backends) in enumerate(self.pool) if backend in backends]
@@ -142,18 +150,15 @@ class ParallelConfigProjector:
                     total += (delta / spans[name]) ** 2
             return total
 
-        fewest = min(mismatches(i) for i, _ in candidates)
-        best_index, best = min(
-            ((i, c) for i, c in candidates if mismatches(i) == fewest),
-            key=lambda item: (distance(item[0]), item[1].sort_key()),
-        )
-        return Projection(
-            config=best,
-            requested=requested,
-            actual=self.features[best_index],
-            distance=distance(best_index),
-            mode_projected=fewest > 0,
-        )
+        scored = [(mismatches(i), distance(i), c.sort_key(), i, c) for i, c in candidates]
+        for missed, gap, _, index, config in sorted(scored, key=lambda item: item[:3]):
+            yield Projection(
+                config=config,
+                requested=requested,
+                actual=self.features[index],
+                distance=gap,
+                mode_projected=missed > 0,
+            )
 
 
 def _replicas(config: ParallelConfig) -> list[ReplicaConfig]:

@@ -5,9 +5,11 @@ candidates and turns each into a trial spec. Candidates that need no replay are 
 once and told back to the designer before it is asked for replacements (up to 11x the round's
 target): a backend that cannot run the projected layout (`unsupported`), a layout over the GPU
 budget or with too little KV cache (`infeasible`), a spec that cannot be built (`failed`), and a
-trial the branch already ran (`cached`, told with its stored result). Only new, unique specs
-go to replay jobs. `tell_round` reads the trial files and appends the round to the history; a
-round with fewer new trials than its target stalls the branch, whose later rounds are then empty.
+trial the branch already ran (`cached`, told with its stored result). A proposal of a trial already
+replayed or replaying is also moved to the nearest layout not taken yet (search/triage.py), so a
+designer that repeats itself does not stall the branch. Only new, unique specs go to replay jobs.
+`tell_round` reads the trial files and appends the round to the history; a round with fewer new
+trials than its target stalls the branch, whose later rounds are then empty.
 A new trial whose replay fails or times out says nothing of the candidate: `refill_round` asks for
 a replacement in the same round (a refill pass, told the failure), within the same 11x cap, and
 only replays that did not fail count toward the round's target. A failure that is a property of the
@@ -35,12 +37,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from spica_lib.config import OptimizationGoal, SmartSearchConfig
-from spica_lib.config.presets import CompositeEntry
-from spica_lib.facts.kv_capacity import KvEstimator
-from spica_lib.facts.replay_limits import is_layout_refusal
+from spica_lib.config import OptimizationGoal
 from spica_lib.pools.branches import BranchSpec, PoolRecord
 from spica_lib.search.designers import (
     WORST,
@@ -51,26 +48,26 @@ from spica_lib.search.designers import (
     round_seed,
     vizier_trial,
 )
-from spica_lib.search.history import BranchHistory, Observation, RoundSuggestions, RoundTally, Suggested, observe
+from spica_lib.search.history import (
+    NEW_TRIAL,
+    BranchHistory,
+    Observation,
+    RoundSuggestions,
+    RoundTally,
+    Suggested,
+    observe,
+)
+from spica_lib.config import SmartSearchConfig
 from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
+from spica_lib.search.triage import SearchContext, Taken, move, refused_layouts, triage
 from spica_lib.search.warm_start import share_of_round, warm_start
-from spica_lib.trial.evaluate import over_budget, prepare_failure, prepare_trial
 from spica_lib.trial.screen import PruneBar, prune_rank
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
 REPLACEMENT_FACTOR = 11  # a round may ask Vizier for up to 11x its target (the batch + 10x replacements)
 REPLACED_STATUSES = ("failed", "timed_out")  # a replay that says nothing of the candidate is replaced in its round
-
-
-class SearchContext(BaseModel):
-    """What every round of a run needs besides its branch."""
-
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
-
-    config: SmartSearchConfig
-    predictor_winners: dict[float, CompositeEntry] = Field(default_factory=dict)
-    estimator: KvEstimator | None = None
+REPEATS = ("cached", "duplicate")  # a proposal of a trial already taken: moved to the nearest one not taken
 
 
 def suggest_round(
@@ -193,7 +190,7 @@ def replacements_needed(passes: list[RoundSuggestions], results: dict[str, Trial
 def _observed(
     item: Suggested, round_index: int, goal: OptimizationGoal, results: dict[str, TrialResult]
 ) -> Observation:
-    replayed = item.outcome in ("new", "duplicate", "cached")
+    replayed = item.outcome in (*NEW_TRIAL, "duplicate", "cached")
     return observe(item, round_index, goal, results[item.key] if replayed else None)
 
 
@@ -219,7 +216,7 @@ def _ask(
     objectives = search_objectives(context.config.goal)
     problem = problem_statement(space, objectives)
     past = [*(history.observations if history else []), *told]
-    active = [item for p in in_flight for item in p.suggested if item.outcome == "new"]
+    active = [item for p in in_flight for item in p.suggested if item.outcome in NEW_TRIAL]
     designer = make_designer(
         sweep.algorithm,
         problem,
@@ -232,9 +229,12 @@ def _ask(
         [_completed(o, objectives, sweep.algorithm, number) for number, o in enumerate(past, start=1)],
         [active_trial(number, item.params) for number, item in enumerate(active, start=len(past) + 1)],
     )
-    known_keys = {o.key: o for o in past if o.key}
-    in_flight_trials = {item.key: item for item in active}
-    refused = refused_layouts(past)
+    taken = Taken(
+        known_keys={o.key: o for o in past if o.key},
+        known_results=known_results,
+        in_flight={item.key: item for item in active},
+        refused=refused_layouts(past),
+    )
     optimizer = time.perf_counter() - clock
     specs: list[TrialSpec] = []
     next_id = len(past) + len(active) + 1
@@ -249,18 +249,23 @@ def _ask(
         round_file.attempts += len(batch)
         answered = []
         for params in batch:
-            item, new_spec = _triage(
-                context, space, round_index, next_id, params, known_keys, known_results, specs, refused, in_flight_trials
-            )
+            item, new_spec = triage(context, space, round_index, next_id, params, taken)
             item.warm_start = bool(seeded)
             next_id += 1
             round_file.suggested.append(item)
             if new_spec is not None:
                 specs.append(new_spec)
-            elif item.outcome != "duplicate":
+                continue
+            if item.outcome != "duplicate":
                 stored = known_results[item.key] if item.outcome == "cached" else None
                 observed = observe(item, round_index, context.config.goal, stored)
                 answered.append(_completed(observed, objectives, sweep.algorithm, item.vizier_id))
+            # Each proposal fills at most one of the batch's slots, so a move never overshoots the target.
+            moved = move(context, space, round_index, next_id, item, taken) if item.outcome in REPEATS else None
+            if moved is not None:
+                round_file.suggested.append(moved[0])
+                specs.append(moved[1])
+                next_id += 1
         clock = time.perf_counter()
         _tell(designer, answered)
         optimizer += time.perf_counter() - clock
@@ -268,78 +273,9 @@ def _ask(
     round_file.optimizer_seconds += optimizer
     batch_of = {key: index for index, keys in zip(round_file.batch_numbers(), round_file.batches()) for key in keys}
     for item in round_file.suggested:
-        if item.outcome in ("new", "duplicate") and item.trial_round == round_index:
+        if item.outcome in (*NEW_TRIAL, "duplicate") and item.trial_round == round_index:
             item.trial_batch = batch_of[item.key]
     return round_file, specs
-
-
-def refused_layouts(observations: list[Observation]) -> dict[tuple[str, str], str]:
-    """(layout, backend) pairs whose replay failed for a reason the layout itself causes, with that reason."""
-    return {
-        (o.layout, o.backend): o.reason
-        for o in observations
-        if o.status == "failed" and o.layout and o.backend and is_layout_refusal(o.reason)
-    }
-
-
-def _triage(
-    context: SearchContext,
-    space: BranchSpace,
-    round_index: int,
-    vizier_id: int,
-    params: dict[str, Any],
-    known_keys: dict[str, Observation],
-    known_results: dict[str, TrialResult],
-    pending: list[TrialSpec],
-    refused: dict[tuple[str, str], str],
-    in_flight: dict[str, Suggested],
-) -> tuple[Suggested, TrialSpec | None]:
-    selection = space.decode(params)
-    layout = selection.parallel_config
-    base = {
-        "vizier_id": vizier_id,
-        "params": params,
-        "selection": selection.values,
-        "layout": layout.label(),
-        "projection_distance": selection.projection.distance if selection.projection else None,
-        "mode_projected": bool(selection.projection and selection.projection.mode_projected),
-    }
-    backend = selection.values["backend"]
-    record = next((r for r in space.pool if r.config == layout), None)
-    if record is None or backend not in record.backends:
-        return Suggested(
-            **base, outcome="unsupported", reason=f"backend '{backend}' does not support this parallel config"
-        ), None
-    if (base["layout"], backend) in refused:
-        why = refused[(base["layout"], backend)]
-        return Suggested(**base, outcome="unsupported", reason=f"the replay refused this layout earlier: {why}"), None
-    over = over_budget(layout.total_gpus, space.spec.gpu_budget)
-    if over:
-        return Suggested(**base, outcome="infeasible", reason=over), None
-    try:
-        trial = prepare_trial(
-            context.config,
-            selection.values,
-            layout,
-            backend_version=space.spec.backend_versions[backend],
-            estimator=context.estimator,
-            predictor_winners=context.predictor_winners,
-        )
-    except Exception as exc:  # recorded like a failed replay, without one
-        failure = prepare_failure(exc, layout.total_gpus)
-        return Suggested(**base, outcome=failure.status, reason=failure.reason), None
-    key = trial.key()
-    if key in known_results:
-        earlier = known_keys.get(key)
-        place = {"trial_round": earlier.trial_round, "trial_batch": earlier.trial_batch} if earlier else {}
-        return Suggested(**base, key=key, outcome="cached", **place), None
-    if any(p.key() == key for p in pending):
-        return Suggested(**base, key=key, outcome="duplicate", trial_round=round_index), None
-    if key in in_flight:  # another round replays it now; this round is told its result
-        elsewhere = in_flight[key]
-        place = {"trial_round": elsewhere.trial_round, "trial_batch": elsewhere.trial_batch}
-        return Suggested(**base, key=key, outcome="duplicate", **place), None
-    return Suggested(**base, key=key, outcome="new", trial_round=round_index), trial
 
 
 def _completed(observation: Observation, objectives: list[tuple[str, bool]], algorithm: str, number: int) -> Any:
@@ -379,7 +315,7 @@ def tell_round(
     }
     counts: dict[str, int] = {}
     for item in (item for p in passes for item in p.suggested):
-        if item.outcome == "new" and item.key in replayed_before:
+        if item.outcome in NEW_TRIAL and item.key in replayed_before:
             item = item.model_copy(update={"outcome": "duplicate"})
         observed = _observed(item, first.round, goal, results)
         observations.append(observed)
@@ -406,6 +342,7 @@ def tell_round(
         optimizer_seconds=sum(p.optimizer_seconds for p in passes),
         best_score=max([s for s in (*scores, earlier) if s is not None], default=None),
         refills=len(passes) - 1,
+        moved=sum(item.outcome == "moved" for p in passes for item in p.suggested),
     )
     return BranchHistory(
         deployment_mode=first.deployment_mode,

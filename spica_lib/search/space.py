@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
+from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig
 from spica_lib.pools.branches import BranchSpec, PoolRecord
 from spica_lib.search.projection import FeatureParameter, ParallelConfigProjector, Projection
 
@@ -129,6 +129,13 @@ class BranchSpace:
         """
         defaults = {p.name: p.default for p in [*self.knobs, *self.floats, *self.features]}
         return {**{name: defaults[name] for name in self.parameter_names if name in defaults}, **params}
+
+    def layout_parameters(self, config: ParallelConfig) -> dict[str, Any]:
+        """The layout features' Vizier values at `config` (a point that projects onto it)."""
+        if not self.features:
+            return {}
+        encoded = self.projector.encode(config)
+        return {f.name: (v if isinstance(v := encoded[f.name], str) else float(v)) for f in self.features}
 
     def decode(self, params: dict[str, Any]) -> Selection:
         values = dict(self.constants)

@@ -10,6 +10,7 @@ designer like any suggestion, and it explores from there. It is deterministic: t
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from typing import Any, NamedTuple
@@ -130,21 +131,30 @@ def seed_parameters(space: BranchSpace, config: ParallelConfig, backend: str) ->
             params[knob.name] = float(first)
     for param in space.floats:
         params[param.name] = param.default
-    if space.features:
-        encoded = space.projector.encode(config)
-        for feature in space.features:
-            value = encoded[feature.name]
-            params[feature.name] = value if isinstance(value, str) else float(value)
-    return params
+    return {**params, **space.layout_parameters(config)}
+
+
+# The step models of this process, by what they time: compiling aiconfigurator's engines and loading its perf DB
+# is most of the estimate's cost. The sweep's warm host fills this before it forks a round-0 suggest
+# (run/jobs.py: prepare_suggest), so every branch's suggest forks with the engines compiled, once.
+_STEP_MODELS: dict[str, StepModel] = {}
+
+
+def step_model(config: SmartSearchConfig, backend_versions: dict[str, str]) -> StepModel:
+    """The (kept) step model of the config's model and GPU type, with its calibration, for these backends."""
+    calibration = config.calibration
+    scales = {b: (s.prefill, s.decode) for b, s in calibration.scales.items()} if calibration is not None else None
+    space = config.search_space
+    key = json.dumps([space.model_name, space.hardware_sku, backend_versions, scales], sort_keys=True)
+    if key not in _STEP_MODELS:
+        _STEP_MODELS[key] = StepModel(space.model_name, space.hardware_sku, backend_versions, scales)
+    return _STEP_MODELS[key]
 
 
 def warm_start(config: SmartSearchConfig, space: BranchSpace, count: int) -> tuple[WarmStart, list[dict[str, Any]]]:
     """Round 0's seeds for the branch and the record of how they were chosen."""
     clock = time.perf_counter()
-    spec = space.spec
-    calibration = config.calibration
-    scales = {b: (s.prefill, s.decode) for b, s in calibration.scales.items()} if calibration is not None else None
-    model = StepModel(config.search_space.model_name, config.search_space.hardware_sku, spec.backend_versions, scales)
+    model = step_model(config, space.spec.backend_versions)
     try:
         ranked = rank_pool(config, space.pool, model)
     except Exception as exc:  # the designer still has the round: a failed estimate costs the warm start only

@@ -1,7 +1,10 @@
 from spica_lib.run.time_limits import replay_job_minutes
 
 
-# aiconfigurator's own pick needs only the config: it runs next to the search, on its static estimate.
+# aiconfigurator's own pick needs only the config: it runs next to the search, from round 0 on. Its search
+# (seconds of CPU when its answer is not cached) holds none of Snakemake's cores (threads: 0): counted as one,
+# it left a single core to the two branches' round-0 jobs until it ended. Only the baselines, after the
+# finish, wait for it. (At a lower CPU priority it starved on a machine others kept busy: left as it is.)
 rule aiconfigurator_pick:
     message:
         "Asking aiconfigurator's own search for its pick for run {params.run}"
@@ -14,9 +17,11 @@ rule aiconfigurator_pick:
     params:
         run=RUN.run,
         run_dir=RUN.dir,
+    threads: 0
     resources:
         mem_mb=4000,
         runtime=15,
+        cpus_per_task=1,  # as a SLURM job of its own, one CPU (SLURM refuses none)
     script:
         "../../scripts/aiconfigurator_pick.py"
 

@@ -41,5 +41,6 @@ rule load_predictor:
     params:
         run=RUN.run,
     localrule: True
-    script:
-        "../../scripts/load_predictor.py"
+    run:  # in Snakemake's own process, which already holds what the stage computes (spica_lib/run/setup_jobs.py)
+        run_in_snakemake(rule, input=input, output=output, params=params, wildcards=wildcards, log=log,
+                         threads=threads, resources=resources)
