@@ -1,5 +1,6 @@
 """`run_smart_search`: the default sweep from Python, its answer read back typed, a second call a resume."""
 
+import os
 import sys
 
 import pandas as pd
@@ -7,13 +8,17 @@ import pytest
 from conftest import REPO
 
 from spica_lib.api import SearchOutcome, run_smart_search
+from spica_lib.api.search import RUN_FOLDER_VARIABLES
 from spica_lib.config import ConfigError
 from spica_lib.results.merge import CandidateRow
 
 
 def test_run_smart_search_runs_the_default_sweep_and_returns_its_ranking_then_resumes(tmp_path, monkeypatch):
     monkeypatch.delenv("SPICA_WARM_HOST", raising=False)
+    environment = {name: os.environ.get(name) for name in RUN_FOLDER_VARIABLES}
     outcome = run_smart_search(REPO / "config" / "default.yaml", cores=2, workdir=tmp_path)
+    # The run's folders (trace scans, resamples) were the sweep's own: they do not outlive it in this process.
+    assert {name: os.environ.get(name) for name in RUN_FOLDER_VARIABLES} == environment
     assert isinstance(outcome, SearchOutcome) and all(isinstance(row, CandidateRow) for row in outcome.ranked)
     assert outcome.run_dir.parent == tmp_path / "results"
     ranked = pd.read_csv(outcome.run_dir / "ranked.csv")

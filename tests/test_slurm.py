@@ -169,8 +169,17 @@ def pilot_processes() -> list[psutil.Process]:
     return found
 
 
+JOB_RECORD_SECONDS = 15  # slurmctld's lag between a batch script's end and the job leaving squeue
+
+
 def assert_pilots_gone(folder: Path, within: float = 60) -> None:
-    """No pilot job in SLURM, no pilot or keeper process, no spool folder: the sweep left nothing behind."""
+    """No pilot job in SLURM, no pilot or keeper process, no spool folder: the sweep left nothing behind.
+
+    `within=0`: the sweep has returned, so no pilot process may be left at all; SLURM itself may list a
+    pilot that has just ended for a few seconds more (completing), which JOB_RECORD_SECONDS allows."""
+    if within == 0:
+        assert pilot_processes() == [] and not list(folder.glob("results/*/.pilot"))
+        within = JOB_RECORD_SECONDS
     deadline = time.time() + within
     while time.time() < deadline and (pilot_jobs() or pilot_processes()):
         time.sleep(0.5)

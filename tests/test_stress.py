@@ -3,7 +3,14 @@
 import pytest
 from test_trial_replay import agg, config, spec_for
 
-from spica_lib.results.stress import Perturbation, perturbed, stress_specs, stressed
+from spica_lib.results.stress import (
+    Perturbation,
+    first_replays,
+    perturbed,
+    second_replays,
+    stress_specs,
+    stressed,
+)
 from spica_lib.trial.evaluate import evaluate_trial
 from spica_lib.trial.spec import TrialResult
 
@@ -16,6 +23,10 @@ def test_a_perturbed_replay_uses_the_scaled_step_times():
     slower_prefill = evaluate_trial(perturbed(spec, Perturbation(role="prefill", scale=1.15)), max_eval_seconds=120).metrics
     assert slower_decode["mean_itl_ms"] > base["mean_itl_ms"] * 1.08  # decode steps 15 % slower: ITL with them
     assert slower_prefill["mean_ttft_ms"] > base["mean_ttft_ms"]
+    # The bound the stress test skips replays by: a static round-robin deployment scores no better with slower steps.
+    scores = [evaluate_trial(perturbed(spec, Perturbation(role=role, scale=1.15)), max_eval_seconds=120).score
+              for role in ("prefill", "decode")]  # fmt: skip
+    assert all(score <= evaluate_trial(spec, max_eval_seconds=120).score for score in scores)
     engine = perturbed(spec, Perturbation(role="decode", scale=1.15)).replay.plan
     assert engine != spec.replay.plan and perturbed(spec, Perturbation(role="decode", scale=1.15)).key() != spec.key()
 
@@ -53,3 +64,29 @@ def test_the_perturbed_order_is_compared_with_the_unperturbed_order_of_the_same_
                      {"a" * 64: 100.0, "b" * 64: 110.0})  # fmt: skip
     tie = stressed(top, 0.15, {name: result(100.0) for name in names}, {"a" * 64: 100.0, "b" * 64: 100.0})
     assert above.survives is True and tie.survives is True
+
+
+def test_a_round_robin_deployment_is_not_replayed_slower_when_its_unperturbed_score_is_already_at_most_the_first_s():
+    spec = spec_for(config(), agg(2, 1))
+    kv = spec_for(config(), agg(2, 2), router_mode="kv_router")  # two workers: a router to choose
+    a, b, c, d = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
+    top = {a: spec, b: spec, c: spec, d: kv}
+    first = first_replays(top, 0.15)
+    # #1 under every perturbation, the KV-router row under every one (no bound), the others only faster.
+    assert {n for n in first if n.startswith(a)} == {n for n in stress_specs(top, 0.15) if n.startswith(a)}
+    assert len([n for n in first if n.startswith(d)]) == 4
+    assert sorted(n.split("~")[1] for n in first if n.startswith(b)) == ["decodex0.85", "prefillx0.85"]
+    unperturbed = {a: 120.0, b: 90.0, c: 105.0, d: 80.0}
+    results = {name: result(100.0) for name in first}  # #1 scores 100 under each perturbation
+    more = second_replays(top, 0.15, results, unperturbed)
+    # b (90 unperturbed) cannot pass 100 with slower steps; c (105) could, so it is replayed.
+    assert sorted(more) == sorted(n for n in stress_specs(top, 0.15) if n.startswith(c) and "x1.15" in n)
+    verdict = stressed(top, 0.15, {**results, **{n: result(95.0) for n in more}}, unperturbed)
+    skipped = [s for s in verdict.scores if s.status == "skipped"]
+    assert {(s.key, s.perturbation.name) for s in skipped} == {(b, "prefillx1.15"), (b, "decodex1.15")}
+    assert all(s.at_most == 90.0 and s.score is None for s in skipped) and verdict.survives is True
+    # An infeasible #1 under a perturbation bounds nothing but an infeasible deployment.
+    worse = {**results, **{n: TrialResult(status="infeasible", reason="ttft", used_gpus=2, metrics={}) for n in first if n.startswith(a)}}
+    assert len(second_replays(top, 0.15, worse, unperturbed)) == 4
+    with pytest.raises(KeyError, match="no stress replay"):
+        stressed(top, 0.15, {n: r for n, r in results.items() if not n.startswith(a)}, unperturbed)

@@ -501,18 +501,19 @@ def test_an_open_loop_trace_certain_to_miss_its_p90_is_stopped_and_paced_by_its_
 
 
 def test_a_replay_stopped_at_its_limit_after_its_checkpoint_says_where_it_got_and_tells_no_miss():
-    data = config_data(workload={"isl": 2048, "osl": 256, "request_rate": 40.0, "num_request_ratio": 600})
+    data = config_data(workload={"isl": 2048, "osl": 256, "request_rate": 40.0, "num_request_ratio": 6000})
     # A p99 TTFT bound no request can miss: no early stop, only the time limit ends it.
     data["goal"] = {"target": "throughput_per_gpu", "sla": {"ttft_ms": 10**9, "percentile": 99}}
-    data["sweep"] = {"screen_fraction": 0.02}
+    data["sweep"] = {"screen_fraction": 0.002}
     cfg = build(data)
-    # 24,000 requests on one GPU: its limit, or its pace before it, stops it well past its first 480 (a busy
-    # machine may slow it, never past its checkpoint: the prefix is a few seconds' work of a 20 s limit).
+    # 240,000 requests on one GPU (a fast machine replays 24,000 of them in under 20 s, this one in about
+    # 25 s): its limit, or its pace before it, stops it well past its first 480, which are a fraction of
+    # a second's work on any machine (a busy one may slow the replay, never past its checkpoint).
     result = evaluate_trial(spec_for(cfg, agg(1, 1)), max_eval_seconds=20)
     assert result.status == "timed_out", result.reason
-    assert result.checkpoint is not None and result.checkpoint.prefix == "first 480 of 24000 requests"
+    assert result.checkpoint is not None and result.checkpoint.prefix == "first 480 of 240000 requests"
     assert result.reason.startswith(("replay exceeded max_eval_seconds=20 and was stopped; ", "stalled: "))
-    assert "; its prefix (first 480 of 24000 requests) was done by" in result.reason
+    assert "; its prefix (first 480 of 240000 requests) was done by" in result.reason
     assert result.sla_miss is None and designer_metrics(result, cfg.goal) == {}  # a time limit is no verdict
 
 

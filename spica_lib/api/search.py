@@ -20,11 +20,15 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from spica_lib.config.trace import SCANS_ENV
+from spica_lib.config.trace_resample import RESAMPLES_ENV
 from spica_lib.config.validate import build_validated_config
 from spica_lib.report.view import RunView
 from spica_lib.results.merge import CandidateRow, SweepSummary
 from spica_lib.run.launcher import clear_stale_lock, snakemake_command
 from spica_lib.run.layout import RESULTS_ROOT
+
+RUN_FOLDER_VARIABLES = (SCANS_ENV, RESAMPLES_ENV)  # set by the Snakefile to this run's folders
 
 
 class SearchOutcome(BaseModel):
@@ -88,11 +92,28 @@ def run_smart_search(
 def _run_snakemake(arguments: list[str]) -> int:
     from snakemake.cli import args_to_api, parse_args
 
+    with _run_environment():
+        try:
+            parser, args = parse_args(arguments)
+            return 0 if args_to_api(args, parser) else 1
+        except SystemExit as stop:  # the Snakefile exits for a config error, or when nothing is deployable
+            return stop.code if isinstance(stop.code, int) else 1
+
+
+@contextlib.contextmanager
+def _run_environment() -> Iterator[None]:
+    # The Snakefile points its jobs at the run's own folders through environment variables (trace
+    # scans, resamples). In a `spica run` they die with the process; here they would outlive the
+    # sweep and send the next sweep (or any later resample) of this process to this run's folder.
+    before = {name: os.environ.get(name) for name in RUN_FOLDER_VARIABLES}
     try:
-        parser, args = parse_args(arguments)
-        return 0 if args_to_api(args, parser) else 1
-    except SystemExit as stop:  # the Snakefile exits for a config error, or when nothing is deployable
-        return stop.code if isinstance(stop.code, int) else 1
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

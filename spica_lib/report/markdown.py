@@ -11,6 +11,7 @@ from spica_lib.pools.knobs import combinations
 from spica_lib.baselines.compare import comparison_cell
 from spica_lib.report.view import RunView
 from spica_lib.results.merge import CandidateRow, held_out_text, same_result_as, stops_text
+from spica_lib.results.stress import StressedScore
 from spica_lib.trial.describe import describe
 from spica_lib.trial.score import sla_miss
 from spica_lib.trial.spec import TrialResult
@@ -206,13 +207,21 @@ def _stress(view: RunView) -> str:
     perturbations = list(dict.fromkeys(score.perturbation for score in stress.scores))
     for p in perturbations:
         under = {score.key: score for score in stress.scores if score.perturbation == p}
-        cells = [shown(view, under[k].score) if under[k].score is not None else under[k].status for k in keys]
+        cells = [_stressed_cell(view, under[k]) for k in keys]
         feasible = [k for k in keys if under[k].score is not None]
         first = max(feasible, key=lambda k: (under[k].score, k == keys[0])) if feasible else None
         lines.append(f"| {p.words.split(' are ')[0]} {p.scale:g}× | " + " | ".join(cells)
                      + f" | {'#' + str(keys.index(first) + 1) if first else '—'} |")  # fmt: skip
     lines += ["", stress.sentence]
     return "\n".join(lines)
+
+
+def _stressed_cell(view: RunView, score: StressedScore) -> str:
+    if score.score is not None:
+        return shown(view, score.score)
+    if score.status == "skipped":  # bounded below #1 without a replay (results/stress.py)
+        return f"≤ {shown(view, score.at_most)}" if score.at_most is not None else "infeasible"
+    return score.status
 
 
 def _baselines(view: RunView) -> str:

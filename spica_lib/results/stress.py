@@ -11,6 +11,14 @@ perturbation when no other that was not above it unperturbed scores above it per
 tie is a tie); otherwise the perturbation is named: "if decode steps are 15 % slower than
 simulated, #2 scores above #1". A round-robin replay on the same traffic is exact, so such a flip
 is a fact of the simulator; one that involves a KV-router deployment may be its tie-breaks.
+
+Replays that cannot change the verdict are not run. A static (no planner) round-robin deployment
+on fixed traffic scores no better with slower steps than with the simulated ones: every request
+waits at least as long, so latency, throughput and goodput can only get worse (the slow test in
+tests/test_stress.py checks it on a real replay). So #1 is replayed first; another such deployment
+whose unperturbed score is already at most #1's score under a slowing perturbation cannot score
+above #1 under it, and that replay is skipped (status "skipped", `at_most` its bound). Faster
+steps, planner and KV-router deployments give no such bound and are always replayed.
 """
 
 from __future__ import annotations
@@ -49,8 +57,9 @@ class StressedScore(BaseModel):
 
     key: str
     perturbation: Perturbation
-    status: TrialStatus
+    status: TrialStatus | Literal["skipped"]  # skipped: bounded below #1 without a replay (module docstring)
     score: float | None = None
+    at_most: float | None = None  # a skipped replay's bound: its unperturbed score
     reason: str | None = None
 
 
@@ -98,23 +107,62 @@ def perturbed(spec: TrialSpec, perturbation: Perturbation) -> TrialSpec:
 
 def stress_specs(top: dict[str, TrialSpec], band: float) -> dict[str, TrialSpec]:
     """The stress replays ("<key>~<perturbation>" -> spec) of the top deployments (key -> spec)."""
-    return {
-        f"{key}{STRESS_SEPARATOR}{p.name}": perturbed(spec, p) for key, spec in top.items() for p in perturbations(band)
-    }
+    return {stress_name(key, p): perturbed(spec, p) for key, spec in top.items() for p in perturbations(band)}
+
+
+def stress_name(key: str, perturbation: Perturbation) -> str:
+    return f"{key}{STRESS_SEPARATOR}{perturbation.name}"
+
+
+def _bounded_by_first(spec: TrialSpec, perturbation: Perturbation) -> bool:
+    """Whether this replay's score is at most the unperturbed one (module docstring): slower steps, static, round robin."""
+    plan = spec.replay.plan
+    return perturbation.scale > 1 and plan.is_static and plan.router_mode == "round_robin"
+
+
+def first_replays(top: dict[str, TrialSpec], band: float) -> dict[str, TrialSpec]:
+    """The stress replays to run before #1's perturbed scores are known: every one but those a bound may skip."""
+    first = next(iter(top), None)
+    return {stress_name(key, p): perturbed(spec, p) for key, spec in top.items() for p in perturbations(band)
+            if key == first or not _bounded_by_first(spec, p)}  # fmt: skip
+
+
+def second_replays(
+    top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult], unperturbed: dict[str, float | None]
+) -> dict[str, TrialSpec]:
+    """The bounded replays still needed once the first ones' `results` are in: those whose unperturbed score
+    is above #1's under the same perturbation (the bound does not settle them)."""
+    first = next(iter(top), None)
+    return {stress_name(key, p): perturbed(spec, p) for key, spec in top.items() for p in perturbations(band)
+            if key != first and _bounded_by_first(spec, p)
+            and not _settled(unperturbed.get(key), results[stress_name(first, p)])}  # fmt: skip
+
+
+def _settled(unperturbed: float | None, first: TrialResult) -> bool:
+    """Whether a bounded deployment with this unperturbed score cannot score above #1's perturbed `first`."""
+    first_score = first.score if first.status == "feasible" else None
+    return not _above(unperturbed, first_score)
 
 
 def stressed(
     top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult], unperturbed: dict[str, float | None]
 ) -> StressResult:
-    """The verdict from the stress replays' results ("<key>~<perturbation>" -> result); `top` in the finish's order,
-    `unperturbed` each one's score on the same traffic without a perturbation (its search replay)."""
+    """The verdict from the stress replays' results ("<key>~<perturbation>" -> result; a replay the bound
+    settled is absent); `top` in the finish's order, `unperturbed` each one's score on the same traffic
+    without a perturbation (its search replay)."""
     keys = list(top)
     if len(keys) < 2:
         return StressResult(band=band, keys=keys)
     scores = []
     for key in keys:
         for p in perturbations(band):
-            result = results[f"{key}{STRESS_SEPARATOR}{p.name}"]
+            result = results.get(stress_name(key, p))
+            if result is None:
+                if key == keys[0] or not _bounded_by_first(top[key], p):
+                    raise KeyError(f"no stress replay of {stress_name(key, p)}")
+                scores.append(StressedScore(key=key, perturbation=p, status="skipped", at_most=unperturbed.get(key),
+                                            reason="at most its unperturbed score, which is not above #1's here"))  # fmt: skip
+                continue
             feasible = result.status == "feasible"
             scores.append(StressedScore(key=key, perturbation=p, status=result.status,
                                         score=result.score if feasible else None, reason=result.reason))  # fmt: skip
