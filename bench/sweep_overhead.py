@@ -6,7 +6,10 @@
    breakdown of where the time went: the one-time work before round 0 (validate ... branches),
    Dynamo + perf-DB warm-up for the replay jobs (in the sweep's warm host), the replays themselves, the optimizer, and the rest
    (Snakemake's scheduling, job starts, suggest and tell processes).
-2. P1 = wall x cores / sum of warm replay CPU, on a sweep whose replays are real work: the shipped
+2. P1 = wall x cores / sum of warm replay CPU, published two ways: over the search's own replays (the
+   goal, <= 1.5) and over every replay the sweep runs (the finish's fresh samples, the stress test,
+   the baselines and the capacity bisection too), so that a post-search replay cut shows as a
+   shorter wall and not as a worse ratio. On a sweep whose replays are real work: the shipped
    Mooncake trace (3,993 requests per replay), agg, 8 rounds x 4 candidates = 32 trials. (Disagg is
    left out: some disagg layouts queue so deep on this trace that their replay runs to the time
    limit, and burnt CPU would flatter the ratio.) "Warm replay CPU" is the CPU time of each trial's
@@ -73,7 +76,22 @@ def sweep(data: dict, aic_cache: str | None = None) -> dict:
                 for s in re.findall(r"ready after ([0-9.]+) s", log.read_text())
             ],
             "setup": _setup_seconds(run),
+            "post_search_cpu": post_search_cpu(run),
         }
+
+
+def post_search_cpu(run: Path) -> dict[str, float]:
+    """CPU seconds of the replays after the search, by stage, from the run's own files."""
+    def read(path: Path) -> dict:
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    finish = sum(json.loads(p.read_text())["result"]["cpu_seconds"] for p in run.glob("journal/*#*.json"))
+    stress = sum(s.get("cpu_seconds", 0.0) for s in read(run / "stress.json").get("scores", []))
+    baselines = sum((b.get("result") or {}).get("cpu_seconds", 0.0)
+                    for b in read(run / "baselines.json").get("baselines", []) if b.get("source") == "replayed")  # fmt: skip
+    capacity = sum(p.get("cpu_seconds", 0.0) for d in read(run / "capacity.json").get("deployments", [])
+                   for p in d.get("points", []) + d.get("confirmed", []))  # fmt: skip
+    return {"finish": finish, "stress": stress, "baselines": baselines, "capacity": capacity}
 
 
 def _setup_seconds(run: Path) -> float:
@@ -148,8 +166,9 @@ def p1_in_flight_config() -> dict:
 
 
 def bench_p1() -> None:
-    print("| sweep | trials | wall, median of 3 (s) | runs (s) | warm replay CPU, sum (s) | P1 = wall x 2 / CPU |")
-    print("|---|---|---|---|---|---|")
+    print("| sweep | trials | wall, median of 3 (s) | runs (s) | search replay CPU (s) | after the search: finish / "
+          "stress / baselines / capacity CPU (s) | P1 over the search's replays | P1 over every replay |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for name, data in (
         ("trace (3,993 requests), agg, 8 rounds x 4", p1_config()),
         ("trace (3,993 requests), agg, 8 rounds x 4, 2 in flight", p1_in_flight_config()),
@@ -157,9 +176,11 @@ def bench_p1() -> None:
     ):
         run, walls = median_run(data)
         cpu = sum(t["cpu_seconds"] for t in run["trials"])
+        after = run["post_search_cpu"]
         print(
             f"| {name} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
-            f"| {cpu:.1f} | {run['wall'] * CORES / cpu:.2f} |"
+            f"| {cpu:.1f} | {' / '.join(f'{v:.1f}' for v in after.values())} | {run['wall'] * CORES / cpu:.2f} "
+            f"| {run['wall'] * CORES / (cpu + sum(after.values())):.2f} |"
         )
 
 

@@ -52,6 +52,7 @@ class LoadPoint(BaseModel):
     meets_sla: bool
     reason: str | None = None
     metrics: dict[str, float] = Field(default_factory=dict)  # CURVE_METRICS the replay reported
+    cpu_seconds: float = 0.0  # the replay's CPU time (bench/sweep_overhead.py counts every replay a sweep runs)
 
 
 class DeploymentCapacity(BaseModel):
@@ -150,7 +151,7 @@ def point(factor: float, spec: TrialSpec, result: TrialResult) -> LoadPoint:
     metrics = {name: result.metrics[name] for name in CURVE_METRICS if name in result.metrics}
     rate = None if spec.workloads else offered_rate(spec.replay.workload)
     return LoadPoint(factor=factor, rate_rps=rate, status=result.status, meets_sla=result.status == "feasible",
-                     reason=result.reason, metrics=metrics)  # fmt: skip
+                     reason=result.reason, metrics=metrics, cpu_seconds=result.cpu_seconds)  # fmt: skip
 
 
 def bracket(points: list[LoadPoint]) -> tuple[float, float | None]:

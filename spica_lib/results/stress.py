@@ -61,6 +61,7 @@ class StressedScore(BaseModel):
     score: float | None = None
     at_most: float | None = None  # a skipped replay's bound: its unperturbed score
     reason: str | None = None
+    cpu_seconds: float = 0.0  # the replay's CPU time (bench/sweep_overhead.py counts every replay a sweep runs)
 
 
 class StressResult(BaseModel):
@@ -165,7 +166,8 @@ def stressed(
                 continue
             feasible = result.status == "feasible"
             scores.append(StressedScore(key=key, perturbation=p, status=result.status,
-                                        score=result.score if feasible else None, reason=result.reason))  # fmt: skip
+                                        score=result.score if feasible else None, reason=result.reason,
+                                        cpu_seconds=result.cpu_seconds))  # fmt: skip
     flips = []
     first = keys[0]
     for p in perturbations(band):
