@@ -59,7 +59,13 @@ class ValidatedConfig(BaseModel):
 
 def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSearchConfig, CatalogFacts | None]:
     """Every check a config must pass before compute. Raises ConfigError listing all problems found."""
-    config = SmartSearchConfig.from_yaml(path)
+    return check_parsed_config(SmartSearchConfig.from_yaml(path), str(path), check_hardware)
+
+
+def check_parsed_config(
+    config: SmartSearchConfig, source: str, check_hardware: bool = True
+) -> tuple[SmartSearchConfig, CatalogFacts | None]:
+    """`check_config` on a config already read and schema-checked (a fleet's models are read from one file)."""
     problems: list[tuple[str, str]] = []
     facts = None
     if check_hardware:
@@ -73,7 +79,7 @@ def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSe
     except ConfigError as exc:
         problems += exc.problems
     if problems:
-        raise ConfigError(problems, source=str(path))
+        raise ConfigError(problems, source=source)
     return config, facts
 
 
