@@ -55,8 +55,9 @@ def has_lock(directory: Path) -> bool:
 
 
 def snakemake_command(
-    config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str]
+    config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str], root: str | None = None
 ) -> list[str]:
+    """The Snakemake command of one sweep; `root` puts its run folder there instead of results/ (a fleet's models)."""
     # --force-use-threads: the stages before round 0 run in Snakemake's own process (spica_lib/run/setup_jobs.py)
     command = [
         sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete", "--force-use-threads"
@@ -68,7 +69,7 @@ def snakemake_command(
     if cores is not None:
         command += ["--cores", str(cores)]
     command += extra
-    command += ["--config", f"spica={config}"] + ([f"run={run}"] if run else [])
+    command += ["--config", f"spica={config}"] + ([f"run={run}"] if run else []) + ([f"root={root}"] if root else [])
     return command
 
 
@@ -97,7 +98,7 @@ def clear_stale_lock(directory: Path, command: list[str]) -> str | None:
             if others:
                 return f"another Snakemake (pid {others}) is working in {directory}; not touching its lock"
             print("clearing the lock left by an interrupted run", file=sys.stderr)
-            subprocess.run([*command, "--unlock"], check=True, capture_output=True)
+            subprocess.run([*command, "--unlock"], check=True, capture_output=True, cwd=directory)
     return None
 
 
@@ -141,13 +142,13 @@ def _stop_with_parent(parent: int) -> None:
     die_with_parent(parent, signal.SIGTERM)
 
 
-def run_forwarding_signals(command: list[str]) -> int:
+def run_forwarding_signals(command: list[str], cwd: str | Path | None = None) -> int:
     """Run Snakemake and pass SIGTERM / SIGHUP on to it, so stopping `spica run` stops the sweep.
 
     Snakemake then stops its jobs, and each replay worker its children. (Ctrl-C reaches the whole
     foreground process group by itself.)
     """
-    child = subprocess.Popen(command, preexec_fn=functools.partial(_stop_with_parent, os.getpid()))
+    child = subprocess.Popen(command, cwd=cwd, preexec_fn=functools.partial(_stop_with_parent, os.getpid()))
 
     def forward(signum: int, frame: object) -> None:
         child.send_signal(signum)
