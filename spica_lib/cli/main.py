@@ -1,6 +1,7 @@
 """`spica`: command-line entry points around the library (the workflow itself runs in Snakemake).
 
 spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
+spica fleet FILE      several models on one GPU inventory: each model's sweep, then the split between them
 spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
 spica schema          JSON Schema of the config file, for editors
 spica fidelity        the replay and the static estimate against aiconfigurator's measured silicon rows
@@ -50,6 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         "-n", "--dry-run", action="store_true", help="print the planned stages and rounds; run nothing (Snakemake's -n)"
     )
     run.epilog = "Anything after a lone `--` goes to Snakemake unchanged, e.g. `spica run c.yaml -- --dry-run`."
+    fleet = commands.add_parser("fleet", help="several models on one GPU inventory: sweep each, split the GPUs")
+    fleet.add_argument("config", help="a fleet config YAML (config/examples/fleet_models.yaml)")
+    fleet.add_argument("--cores", type=int, default=None, help="local cores (default: 2)")
+    fleet.add_argument("--profile", help="a Snakemake profile folder for each model's sweep, e.g. profiles/slurm")
+    fleet.add_argument("--run", dest="run_name", help="name the fleet's folder instead of using the config hash")
+    fleet.add_argument("-n", "--dry-run", action="store_true", help="print the planned jobs; run nothing")
     status = commands.add_parser("status", help="per branch: rounds told, trials finished/running/failed, best")
     status.add_argument("run", help="a run folder (results/<run>) or a run name")
     show = commands.add_parser("show", help="one deployment of a run: spec, metrics, reason, scaling events")
@@ -124,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         cores = args.cores if args.cores is not None else (None if args.profile else 2)
         extra = ["--dry-run", *extra] if args.dry_run else extra
         return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
+    if args.command == "fleet":
+        from spica_lib.fleet.launch import run_fleet
+
+        cores = args.cores if args.cores is not None else 2
+        return run_fleet(args.config, cores=cores, profile=args.profile, run=args.run_name,
+                         extra=["--dry-run"] if args.dry_run else [])  # fmt: skip
     if args.command == "evaluate":
         return _evaluate(args.config, args.candidate, args.json, args.per_request)
     if args.command == "schema":
