@@ -150,3 +150,12 @@ def test_min_cost_names_the_scarce_type_and_the_tight_headroom() -> None:
     # More H200 would let "big" take its cheaper H200 deployment too: the H200 count binds; H100s are left over.
     assert "inventory h200" in binding and "inventory h100" not in binding
     assert "headroom big" in binding  # 2 replicas of 5 req/s would not reach 12
+
+
+def test_the_naive_shares_hand_out_every_gpu_in_proportion_to_the_rates() -> None:
+    from spica_lib.fleet.split import proportional_shares
+
+    demands = [SplitDemand(name=n, offered_rps=r, headroom=0.0, candidates=[]) for n, r in (("a", 4), ("b", 6), ("c", 10))]
+    shares = proportional_shares(demands, {"h200": 4, "h100": 8})
+    assert {sku: sum(s[sku] for s in shares.values()) for sku in ("h200", "h100")} == {"h200": 4, "h100": 8}
+    assert shares == {"a": {"h200": 1, "h100": 2}, "b": {"h200": 1, "h100": 2}, "c": {"h200": 2, "h100": 4}}

@@ -227,14 +227,17 @@ def binding_constraints(
         demand = by_name[choice.model]
         headroom = choice.headroom(demand.offered_rps)
         if goal == "min_cost":
-            # One replica fewer of the chosen deployment would fall below the required headroom.
-            fewer = choice.candidate.capacity_rps * (choice.replicas - 1) / demand.offered_rps - 1.0
-            if fewer < demand.headroom:
+            if demand.headroom <= 0:
+                continue
+            # Its required headroom binds when, without it, the fleet would cost less.
+            loose = [d.model_copy(update={"headroom": 0.0}) if d.name == demand.name else d for d in demands]
+            relaxed = solve_split(loose, inventory, goal)
+            if relaxed.feasible and _better(goal, relaxed, solution):
                 found.append(
                     Binding(
                         constraint=f"headroom {choice.model}",
-                        detail=f"{100 * headroom:.0f} % kept, {100 * demand.headroom:.0f} % required: "
-                        f"{choice.replicas - 1} replica(s) would leave {100 * fewer:.0f} %",
+                        detail=f"{100 * headroom:.0f} % kept, {100 * demand.headroom:.0f} % required; without it the "
+                        f"fleet would cost {relaxed.usd_per_hour:.2f} $/h",
                     )
                 )
         elif math.isclose(headroom, solution.min_headroom or 0.0, rel_tol=1e-6, abs_tol=1e-9):
@@ -263,9 +266,19 @@ def _improvement(goal: FleetGoal, sku: str, extra: int, relaxed: SplitSolution, 
 
 
 def proportional_shares(demands: list[SplitDemand], inventory: dict[str, int]) -> dict[str, dict[str, int]]:
-    """The naive split: each model gets each GPU type in proportion to its offered rate (rounded down)."""
+    """The naive split: each model gets each GPU type in proportion to its offered rate (whole GPUs, by
+    largest remainders, so every GPU is handed out)."""
     total = sum(d.offered_rps for d in demands)
-    return {d.name: {sku: int(count * d.offered_rps / total) for sku, count in inventory.items()} for d in demands}
+    shares: dict[str, dict[str, int]] = {d.name: {} for d in demands}
+    for sku, count in inventory.items():
+        # Largest remainders: each model its whole GPUs, then the GPUs left to the largest fractions.
+        exact = {d.name: count * d.offered_rps / total for d in demands}
+        for name, value in exact.items():
+            shares[name][sku] = int(value)
+        left = count - sum(shares[name][sku] for name in exact)
+        for name in sorted(exact, key=lambda n: exact[n] - int(exact[n]), reverse=True)[:left]:
+            shares[name][sku] += 1
+    return shares
 
 
 class NaiveModel(BaseModel):
