@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from conftest import sweep_examples
 
 from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.kv_capacity import KvEstimator
@@ -27,7 +27,7 @@ from spica_lib.trial.spec import TrialRecord, TrialResult
 
 pytestmark = pytest.mark.slow
 
-CONFIGS = [REPO / "config" / "default.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]
+CONFIGS = sweep_examples()  # the fleet example's models are swept by tests/test_fleet_workflow.py's kind of run
 PER_BACKEND = 3  # candidates per branch and backend
 
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import sweep_examples
 
 from spica_lib.config import SmartSearchConfig
 from spica_lib.config.root import read_yaml_mapping
@@ -23,7 +23,7 @@ from spica_lib.trial.evaluate import evaluate_trials
 
 pytestmark = pytest.mark.slow
 
-CONFIGS = [REPO / "config" / "default.yaml", *sorted((REPO / "config" / "examples").glob("*.yaml"))]
+CONFIGS = sweep_examples()  # the fleet example's models are swept by tests/test_fleet_workflow.py's kind of run
 ROUNDS, PER_ROUND = 1, 4
 
 

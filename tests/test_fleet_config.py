@@ -127,3 +127,11 @@ def test_capacity_top_zero_is_refused(tmp_path: Path) -> None:
 def test_repeated_model_names_are_refused(tmp_path: Path) -> None:
     found = problems(tmp_path, lambda d: d["models"][1].update(name="chat-32b"))
     assert "repeated" in found[0][1]
+
+
+def test_the_fleet_example_passes_the_gate() -> None:
+    from conftest import REPO
+
+    fleet, plans = load_fleet_config(REPO / "config" / "examples" / "fleet_models.yaml")
+    assert len(plans) == 3 and len(fleet.inventory) == 2
+    assert [p.headroom for p in plans] == [0.2, 0.3, 0.2]
