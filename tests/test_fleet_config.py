@@ -135,3 +135,15 @@ def test_the_fleet_example_passes_the_gate() -> None:
     fleet, plans = load_fleet_config(REPO / "config" / "examples" / "fleet_models.yaml")
     assert len(plans) == 3 and len(fleet.inventory) == 2
     assert [p.headroom for p in plans] == [0.2, 0.3, 0.2]
+
+
+def test_spica_fleet_refuses_a_bad_fleet_before_anything_runs(tmp_path: Path, monkeypatch, capsys) -> None:  # noqa: ANN001
+    from spica_lib.cli.main import main
+
+    data = copy.deepcopy(FLEET)
+    data["gpu_hour_usd"] = {"h200_sxm": 3.5}
+    path = write(tmp_path, data)
+    monkeypatch.chdir(tmp_path)
+    assert main(["fleet", str(path)]) == 2
+    assert "h100_sxm" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists() and not (tmp_path / ".snakemake").exists()

@@ -132,8 +132,14 @@ def main(argv: list[str] | None = None) -> int:
         extra = ["--dry-run", *extra] if args.dry_run else extra
         return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
     if args.command == "fleet":
+        from spica_lib.fleet.config import load_fleet_config
         from spica_lib.fleet.launch import run_fleet
 
+        try:  # the workflow checks it again while parsed; here the error is the user's, with exit 2
+            load_fleet_config(args.config)
+        except ConfigError as error:
+            print(error, file=sys.stderr)
+            return EXIT_CONFIG
         cores = args.cores if args.cores is not None else 2
         return run_fleet(args.config, cores=cores, profile=args.profile, run=args.run_name,
                          extra=["--dry-run"] if args.dry_run else [])  # fmt: skip
