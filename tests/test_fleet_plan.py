@@ -84,3 +84,22 @@ def test_against_a_naive_split_that_serves_everyone_the_savings_are_counted() ->
     assert plan.naive.usd_per_hour == pytest.approx(10.0)
     assert plan.naive.usd_per_hour_saved == pytest.approx(1.5)
     assert plan.naive.gpus_saved == -1  # cheaper, on one GPU more
+
+
+def test_the_report_says_the_plan_the_binding_and_the_naive_split(tmp_path) -> None:  # noqa: ANN001
+    from spica_lib.base.artifacts import write_model
+    from spica_lib.fleet.plan import no_plan
+    from spica_lib.fleet.report import fleet_markdown
+
+    plan = plan_fleet("f", demands(), {"h200": 2, "h100": 4}, "min_cost", ScriptedConfirmer(missing={"small-h100"}))
+    text = fleet_markdown(plan)
+    assert "| big | " in text and "| small | " in text
+    assert "inventory left: 2 x h100" in text
+    assert "Dropped after missing the SLA" in text and "Against the naive split" in text
+    assert "The naive split fails ['big']" in text
+    write_model(tmp_path / "fleet.json", plan)
+    assert no_plan(str(tmp_path / "fleet.json")) is None
+    none = plan_fleet("f", demands(), {"h200": 1, "h100": 1}, "min_cost", ScriptedConfirmer(set()))
+    assert "**No plan**" in fleet_markdown(none)
+    write_model(tmp_path / "none.json", none)
+    assert "no fleet plan" in (no_plan(str(tmp_path / "none.json")) or "")

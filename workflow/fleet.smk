@@ -28,11 +28,22 @@ wildcard_constraints:
     model="|".join(FLEET.models),
 
 
+onsuccess:
+    # A fleet with no plan has failed its user, whatever the jobs did: exit 1, say why (as a sweep does).
+    from spica_lib.fleet.plan import no_plan
+
+    problem = no_plan(FLEET.fleet_json)
+    if problem:
+        print(problem, file=sys.stderr)
+        sys.exit(1)
+
+
 rule all:
     default_target: True
     input:
         FLEET.fleet_json,
         FLEET.report_md,
+        FLEET.deploy_dir,
 
 
 rule fleet_setup:
@@ -91,6 +102,7 @@ rule fleet_report:
         plan=FLEET.fleet_json,
     output:
         report=FLEET.report_md,
+        deploy=directory(FLEET.deploy_dir),
     localrule: True
     run:
         from spica_lib.base.artifacts import read_model

@@ -197,3 +197,15 @@ def _naive(demands: list[SplitDemand], inventory: dict[str, int], goal: FleetGoa
         comparison.gpus_saved = gpus - sum(solution.gpus_used().values())
         comparison.usd_per_hour_saved = cost - (solution.usd_per_hour or 0.0)
     return comparison
+
+
+def no_plan(path: str) -> str | None:
+    """Why the fleet run at `path` (its fleet.json) has no plan, or None when it has one (or no fleet.json yet)."""
+    from pathlib import Path
+
+    from spica_lib.base.artifacts import read_model
+
+    if not Path(path).is_file():
+        return None
+    plan = read_model(path, FleetPlan)
+    return None if plan.feasible else f"no fleet plan ({path}): {plan.message}"

@@ -80,6 +80,7 @@ def write_fleet_report(files: FleetFiles, plan: FleetPlan, namespace: str = DEFA
     from spica_lib.report.view import RunView
 
     atomic_write_text(files.report_md, fleet_markdown(plan) + "\n")
+    Path(files.deploy_dir).mkdir(parents=True, exist_ok=True)  # declared even when there is no plan
     written = [files.report_md]
     for d in plan.deployments:
         view = RunView(files.model_run(d.model).dir)
@@ -88,5 +89,4 @@ def write_fleet_report(files: FleetFiles, plan: FleetPlan, namespace: str = DEFA
             write_deployment(folder, replica, view.records[d.key], view.config, run=f"{plan.run}-{d.model}",
                              namespace=namespace)  # fmt: skip
             written.append(folder)
-    Path(files.deploy_dir).mkdir(parents=True, exist_ok=True)
     return written
