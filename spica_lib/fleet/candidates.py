@@ -1,13 +1,14 @@
 """A model's candidates for the split, read from its finished run.
 
-Two kinds, as the split needs them:
+Three kinds, as the split needs them:
 
 - the finished top the run bisected (capacity.json): capacity = the highest load factor that met the
   SLA times the offered rate;
 - the best-ranked deployment on each GPU type (each set of types a layout takes) that the bisection
   did not size, so that a scarce type cannot make the split infeasible when another would do. Its
   capacity is the offered rate it met in the search (factor 1: a ranked deployment met the SLA
-  there) - a floor, never more than was replayed.
+  there) - a floor, never more than was replayed;
+- the rest of the finished top (sweep.finish_top), with the same floor.
 
 Each replica's GPUs by type and its price per hour come from its layout and the fleet's prices.
 """
@@ -53,5 +54,8 @@ def model_candidates(run_dir: str | Path, prices: dict[str, float]) -> tuple[lis
     for types, key in best_by_types.items():
         if key not in found:
             add(key, 1.0, f"best on {'+'.join(types)}, not bisected: the offered rate it met")
+    for row in view.ranked[: view.config.sweep.finish_top or 0]:
+        if row.key not in found:
+            add(row.key, 1.0, "of the finished top, not bisected: the offered rate it met")
     return list(found.values()), source
 
