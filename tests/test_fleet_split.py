@@ -159,3 +159,29 @@ def test_the_naive_shares_hand_out_every_gpu_in_proportion_to_the_rates() -> Non
     shares = proportional_shares(demands, {"h200": 4, "h100": 8})
     assert {sku: sum(s[sku] for s in shares.values()) for sku in ("h200", "h100")} == {"h200": 4, "h100": 8}
     assert shares == {"a": {"h200": 1, "h100": 2}, "b": {"h200": 1, "h100": 2}, "c": {"h200": 2, "h100": 4}}
+
+
+def test_max_min_headroom_matches_brute_force_and_keeps_each_models_own_floor() -> None:
+    rng = random.Random(11)
+    for _ in range(20):
+        inventory = {"h200": rng.randint(1, 5), "h100": rng.randint(1, 8)}
+        demands = []
+        for m in range(2):
+            cands = [candidate(f"m{m}c{c}", rng.uniform(1, 8), {rng.choice(["h200", "h100"]): rng.choice([1, 2])}, 1.0)
+                     for c in range(3)]  # fmt: skip
+            demands.append(SplitDemand(name=f"m{m}", offered_rps=rng.uniform(1, 8), headroom=rng.choice([0.0, 0.3]),
+                                       candidates=cands))  # fmt: skip
+        best = None
+        options = [[(c, n) for c in d.candidates for n in range(1, replica_bound(c, inventory) + 1)
+                    if c.capacity_rps * n >= d.offered_rps * (1 + d.headroom) - 1e-9] for d in demands]  # fmt: skip
+        for combo in itertools.product(*options):
+            if all(sum(c.gpus.get(s, 0) * n for c, n in combo) <= inventory[s] for s in inventory):
+                low = min(c.capacity_rps * n / d.offered_rps - 1 for (c, n), d in zip(combo, demands))
+                best = low if best is None else max(best, low)
+        plan = solve_split(demands, inventory, "max_min_headroom")
+        assert plan.feasible == (best is not None)
+        if best is not None:
+            assert plan.min_headroom == pytest.approx(best, abs=1e-5)
+            for choice in plan.choices:
+                demand = next(d for d in demands if d.name == choice.model)
+                assert choice.headroom(demand.offered_rps) >= demand.headroom - 1e-9
