@@ -113,6 +113,8 @@ def test_a_fleet_run_killed_after_one_model_resumes_without_sweeping_it_again(tm
     for d in plan.deployments:
         assert d.confirmed is not None and d.confirmed.holds  # every model met its SLA floor on the replays
         assert d.capacity_rps >= record.offered_rps[d.model] * (1 + record.headroom[d.model])
+        # Kept, so that a plan job stopped half-way does not replay them again.
+        assert (fleet / "confirm" / d.model / f"{d.key}x{d.replicas}.json").is_file()
     report = (fleet / "report.md").read_text(encoding="utf-8")
     assert "Against the naive split" in report
     assert not working_in(tmp_path)  # nothing of the run outlives it

@@ -81,6 +81,16 @@ def replay_confirmer(files: FleetFiles, parallel: int, log):  # noqa: ANN001, AN
     from spica_lib.trial.evaluate import evaluate_trials
 
     def confirm(model: str, choice: SplitChoice, rate: float) -> ConfirmOutcome:
+        kept = Path(files.confirmation(model, choice.candidate.key, choice.replicas))
+        if kept.is_file():  # replayed before this plan job was stopped: the same replays, the same outcome
+            outcome = read_model(kept, ConfirmOutcome)
+            if outcome.rate_rps == rate:
+                return outcome
+        outcome = replay(model, choice, rate)
+        write_model(kept, outcome)
+        return outcome
+
+    def replay(model: str, choice: SplitChoice, rate: float) -> ConfirmOutcome:
         view = RunView(files.model_run(model).dir)
         config, spec = view.config, view.records[choice.candidate.key].spec
         factor = rate / float(view.capacity.offered_rps)

@@ -5,6 +5,7 @@
     results/<fleet>/models/<model>/        the model's run (run/layout.py's RunFiles), swept with its
                                            working folder results/<fleet>/ and root models/
     results/<fleet>/models/<model>.done.json   the sweep finished (ModelSweepDone)
+    results/<fleet>/confirm/<model>/<key>x<replicas>.json   a chosen deployment's confirming replays
     results/<fleet>/fleet.json             the split (fleet/plan.py's FleetPlan)
     results/<fleet>/report.md, deploy/<model>/<rank>/
 
@@ -72,6 +73,10 @@ class FleetFiles(BaseModel):
 
     def model_done(self, model: str) -> str:
         return f"{self.dir}/{MODELS}/{model}.done.json"
+
+    def confirmation(self, model: str, key: str, replicas: int) -> str:
+        """A chosen deployment's confirming replays (fleet/plan.py's ConfirmOutcome), kept so a rerun plan reuses them."""
+        return f"{self.dir}/confirm/{model}/{key}x{replicas}.json"
 
     @property
     def fleet_json(self) -> str:
