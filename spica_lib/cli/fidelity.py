@@ -12,21 +12,27 @@ from spica_lib.facts.calibration import CalibrationFile
 from spica_lib.fidelity.check import (
     RowCheck,
     check_rows,
+    protocol_name,
+    unsupported_reason,
     group_errors,
     held_out_table,
     markdown_table,
-    select_rows,
 )
 from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
 from spica_lib.fidelity.protocol import MEASURED, PROTOCOLS, SEARCH_DEFAULT, ReplayProtocol
 from spica_lib.fidelity.protocol_study import protocol_choice_table, protocol_table
-from spica_lib.fidelity.ranking import ranking_groups, ranking_table
-from spica_lib.fidelity.silicon import aggregated_rows, silicon_source
+from spica_lib.fidelity.ranking import MIN_ROWS, ranking_groups, ranking_table
+from spica_lib.fidelity.cap import DISAGG_CAP, RowCap, capped
+from spica_lib.fidelity.protocol import DISAGG_DESCRIPTION, DISAGG_PROTOCOL
+from spica_lib.fidelity.silicon import SiliconRow, UnreadRow, aggregated_rows, disaggregated_rows, silicon_source
+
+DEFAULT_SYSTEMS = {"agg": "h100_sxm,h200_sxm", "disagg": None}  # None: every system
+DEFAULT_BACKENDS = {"agg": "vllm", "disagg": "sglang,vllm,trtllm"}
 
 
 def fidelity_command(
-    systems: str,
-    backends: str,
+    systems: str | None,
+    backends: str | None,
     models: str | None,
     limit: int | None,
     json_path: str | None,
@@ -36,17 +42,66 @@ def fidelity_command(
     protocol: str = MEASURED.name,
     compare_protocols: bool = False,
     jobs: int = 1,
+    mode: str = "agg",
+    cap: RowCap | None = None,
 ) -> int:
-    rows = list(select_rows(aggregated_rows(), systems.split(","), backends.split(","), _split(models)))
+    """The shipped rows of one mode (silicon_sample.csv), selected, capped, replayed and reported."""
+    systems = systems if systems is not None else DEFAULT_SYSTEMS[mode]
+    backends = backends if backends is not None else DEFAULT_BACKENDS[mode]
+    if mode == "disagg":
+        read = list(disaggregated_rows())
+        cap = DISAGG_CAP if cap is None else cap
+    else:
+        read = list(aggregated_rows())
+    wanted = _split(systems), backends.split(","), _split(models)
+    unread = [r for r in read if isinstance(r, UnreadRow) and _wanted(r, *wanted)]
+    rows = [r for r in read if isinstance(r, SiliconRow) and _wanted(r, *wanted)]
+    return fidelity_report(rows, unread, json_path, fit_path, ranking, from_json, protocol, compare_protocols, jobs,
+                           limit=limit, cap=cap, source=silicon_source(), what=f"{mode} silicon row for systems "
+                           f"{systems or 'all'}, backends {backends}")  # fmt: skip
+
+
+def fidelity_report(
+    rows: list[SiliconRow],
+    unread: list[UnreadRow],
+    json_path: str | None,
+    fit_path: str | None,
+    ranking: bool,
+    from_json: str | None,
+    protocol: str,
+    compare_protocols: bool,
+    jobs: int,
+    *,
+    limit: int | None = None,
+    cap: RowCap | None = None,
+    source: str,
+    what: str = "row",
+) -> int:
+    """Replay (or read back) the rows and print the tables; `unread` are counted with the refusals."""
+    left_out: dict[str, str] = {}
     if limit is not None:
         rows = _first_per_group(rows, limit)
+    if cap is not None:  # over the replayable rows only: a refused row is counted by its own reason
+        replayable = {r.id for r in rows if unsupported_reason(r) is None}
+        kept, left_out = capped([r for r in rows if r.id in replayable], cap)
+        rows = [r for r in rows if r.id not in left_out]
     if not rows:
-        print(f"no aggregated silicon row for systems {systems}, backends {backends}", file=sys.stderr)
+        print(f"no {what} to replay", file=sys.stderr)
         return 2
+    modes = {r.mode for r in rows}
+    if compare_protocols and "disagg" in modes:
+        raise SystemExit("--compare-protocols compares the agg replay protocols; disagg rows have one "
+                         f"({DISAGG_PROTOCOL}): leave it out for them")  # fmt: skip
     chosen = PROTOCOLS[protocol]
     checks = _read_checks(from_json, rows, chosen) if from_json else _replay_rows(rows, chosen, jobs)
-    print(f"Replayed by the {chosen.name!r} protocol: {chosen.describe()}.\n")
-    print(markdown_table(group_errors(checks)))
+    if "agg" in modes:
+        print(f"Agg rows replayed by the {chosen.name!r} protocol: {chosen.describe()}.")
+    if "disagg" in modes:
+        print(f"Disagg rows replayed by the {DISAGG_PROTOCOL!r} protocol: {DISAGG_DESCRIPTION}.")
+    if cap is not None:
+        print(f"Rows replayed: {cap.describe()} ({len(left_out)} left out).")
+    print()
+    print(markdown_table(group_errors(checks, by_shape="disagg" in modes)))
     compared: list[RowCheck] = []
     if compare_protocols:
         others = [p for p in PROTOCOLS.values() if p != chosen]
@@ -67,18 +122,21 @@ def fidelity_command(
     if ranking:
         print("\nRanking, per group of rows measured alike (tokens/s/GPU; then goodput under TTFT <= 2000 ms, "
               "TPOT <= 50 ms):\n")  # fmt: skip
-        print(ranking_table(ranking_groups(checks)))
+        groups = ranking_groups(checks)
+        print(ranking_table(groups))
+        if not groups:
+            print(f"(no group of at least {MIN_ROWS} replayed rows measured alike: nothing to rank)")
     skipped: dict[str, int] = {}
-    for check in checks:
-        if check.skipped:
-            skipped[check.skipped] = skipped.get(check.skipped, 0) + 1
+    reasons = [c.skipped for c in checks if c.skipped] + [r.reason for r in unread] + list(left_out.values())
+    for reason in reasons:
+        skipped[reason] = skipped.get(reason, 0) + 1
     for reason, count in sorted(skipped.items(), key=lambda item: -item[1]):
         print(f"skipped {count}: {reason}")
     if json_path:
         kept = [c.model_dump(mode="json") for c in [*checks, *compared]]
         atomic_write_text(json_path, json.dumps(kept, indent=1))
     if fit_path:
-        return _fit(checks, fit_path, chosen, jobs)
+        return _fit(checks, fit_path, chosen, jobs, source)
     return 0
 
 
@@ -89,7 +147,7 @@ def _replay_rows(rows: list, protocol: ReplayProtocol, jobs: int) -> list[RowChe
         nonlocal ended
         ended += 1
         state = f"skipped: {check.skipped}" if check.skipped else "replayed"
-        print(f"[{ended}/{len(rows)}] {protocol.name} {check.row.id}: {state}", file=sys.stderr, flush=True)
+        print(f"[{ended}/{len(rows)}] {check.protocol} {check.row.id}: {state}", file=sys.stderr, flush=True)
 
     return check_rows(rows, protocol, parallel=jobs, on_done=tell)
 
@@ -99,7 +157,7 @@ def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowChe
     error). A check written before protocols existed was replayed by the search's default."""
     kept = {}
     for check in (RowCheck.model_validate(c) for c in json.loads(Path(path).read_text())):
-        if (check.protocol or SEARCH_DEFAULT.name) == protocol.name:
+        if (check.protocol or SEARCH_DEFAULT.name) == protocol_name(check.row, protocol):
             kept[check.row.id] = check
     missing = [row.id for row in rows if row.id not in kept]
     if missing:
@@ -107,13 +165,13 @@ def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowChe
     return [kept[row.id] for row in rows]
 
 
-def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int) -> int:
+def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int, source: str) -> int:
     """Fit the scales, write them, and replay the held-out rows with them: their errors without and with them."""
     scales = fit_scales(checks)
     if not scales:
         print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
         return 1
-    calibration = CalibrationFile(source=silicon_source(), split=SPLIT, protocol=protocol.name, scales=scales,
+    calibration = CalibrationFile(source=source, split=SPLIT, protocol=protocol.name, scales=scales,
                                   versions=package_versions())  # fmt: skip
     write_model(path, calibration)
     print(f"\nscales written to {path} ({SPLIT}; rows replayed by the {protocol.name!r} protocol):")
@@ -128,6 +186,10 @@ def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int)
     print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales:\n")
     print(held_out_table(*([k[i] for k in kept] for i in range(3))))
     return 0
+
+
+def _wanted(row: SiliconRow | UnreadRow, systems: list[str] | None, backends: list[str], models: list[str] | None) -> bool:
+    return (not systems or row.system in systems) and row.backend in backends and (not models or row.model in models)
 
 
 def _split(text: str | None) -> list[str] | None:
