@@ -61,6 +61,51 @@ def fidelity_command(
                            f"{systems or 'all'}, backends {backends}")  # fmt: skip
 
 
+def user_rows_command(
+    path: str,
+    deployment: str | None,
+    limit: int | None,
+    json_path: str | None,
+    fit_path: str | None,
+    ranking: bool,
+    from_json: str | None,
+    protocol: str,
+    compare_protocols: bool,
+    jobs: int,
+) -> int:
+    """`spica fidelity --rows FILE`: your own measured rows, replayed and reported as the shipped ones are."""
+    from spica_lib.fidelity.user_rows import RowsError, read_rows
+
+    try:
+        rows, unread = read_rows(path, deployment)
+    except RowsError as bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
+    for row in rows:
+        reason = unsupported_reason(row)
+        if reason is not None:  # a row of yours that cannot be replayed is an error, not a count
+            print(f"error: {path}: row {row.id}: {_field_of(reason)}: {reason}", file=sys.stderr)
+            return 2
+    return fidelity_report(rows, unread, json_path, fit_path, ranking, from_json, protocol, compare_protocols, jobs,
+                           limit=limit, source=f"your rows: {path}" + (f" with {deployment}" if deployment else ""),
+                           what=f"row in {path}")  # fmt: skip
+
+
+def _field_of(reason: str) -> str:
+    """The field of a user's row a refusal is about."""
+    if reason.startswith("measured in"):
+        return "precision"
+    if reason.startswith("model "):
+        return "model"
+    if reason.startswith("no perf database"):
+        return "system/backend"
+    if reason.startswith("attention DP in the "):
+        return f"{reason.split()[4]}_attention_dp"
+    if reason.startswith("TRT-LLM"):
+        return "backend"
+    return "row"
+
+
 def fidelity_report(
     rows: list[SiliconRow],
     unread: list[UnreadRow],
