@@ -6,9 +6,9 @@ import json
 import sys
 from pathlib import Path
 
-from spica_lib.base.artifacts import atomic_write_text, write_model
+from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.base.versions import package_versions
-from spica_lib.facts.calibration import CalibrationFile
+from spica_lib.facts.calibration import CalibrationFile, HeldOutError, write_calibration
 from spica_lib.fidelity.check import (
     RowCheck,
     check_rows,
@@ -211,26 +211,49 @@ def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowChe
 
 
 def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int, source: str) -> int:
-    """Fit the scales, write them, and replay the held-out rows with them: their errors without and with them."""
+    """Fit the scales, write them, replay the held-out rows with them, and write their held-out errors next to
+    them: the errors and the ranking tables of the held-out half, without and with the scales."""
     scales = fit_scales(checks)
     if not scales:
         print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
         return 1
     calibration = CalibrationFile(source=source, split=SPLIT, protocol=protocol.name, scales=scales,
                                   versions=package_versions())  # fmt: skip
-    write_model(path, calibration)
-    print(f"\nscales written to {path} ({SPLIT}; rows replayed by the {protocol.name!r} protocol):")
+    write_calibration(path, calibration)
+    print(f"\nscales written to {path} ({SPLIT}; agg rows replayed by the {protocol.name!r} protocol, disagg rows "
+          f"by {DISAGG_PROTOCOL!r}; a disagg row's prefill scale is fitted on TTFT, its decode scale on TPOT):")  # fmt: skip
     for s in scales:
         print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: prefill x{s.prefill:.3f}, "
-              f"decode x{s.decode:.3f} ({s.fit_rows} rows)")  # fmt: skip
+              f"decode x{s.decode:.3f} ({s.fit_rows} {'+'.join(s.modes)} rows)")  # fmt: skip
     held_out = [c for c in checks if c.replayed is not None and not fits(c.row)]
     rows = [c.row for c in held_out]
     system_wide = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend), jobs)
     own = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend, r.model), jobs)
     kept = [(c, s, o) for c, s, o in zip(held_out, system_wide, own) if s.replayed is not None and o.replayed is not None]
+    if not kept:
+        print("no held-out row replayed: the file has no held-out error", file=sys.stderr)
+        return 0
+    before, _, after = ([k[i] for k in kept] for i in range(3))
+    calibration.held_out = held_out_errors(before, after)
+    write_calibration(path, calibration)
     print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales:\n")
     print(held_out_table(*([k[i] for k in kept] for i in range(3))))
+    for label, run in (("uncalibrated", before), ("with the model's own scales (what a sweep uses)", after)):
+        print(f"\nRanking of the held-out rows, {label} (groups of at least {MIN_ROWS}):\n")
+        groups = ranking_groups(run)
+        print(ranking_table(groups) if groups else f"(no held-out group of at least {MIN_ROWS} rows measured alike)")
+    print(f"\nheld-out errors written to {path} (held_out: per system, backend and model)")
     return 0
+
+
+def held_out_errors(before: list[RowCheck], after: list[RowCheck]) -> list[HeldOutError]:
+    """Per (system, backend, model): the held-out rows' MAPE uncalibrated and calibrated."""
+    calibrated = {(g.system, g.backend, g.model): g for g in group_errors(after)}
+    return [
+        HeldOutError(system=g.system, backend=g.backend, model=g.model, rows=g.rows, uncalibrated=g.replay_mape,
+                     calibrated=calibrated[(g.system, g.backend, g.model)].replay_mape)  # fmt: skip
+        for g in group_errors(before)
+    ]
 
 
 def _wanted(row: SiliconRow | UnreadRow, systems: list[str] | None, backends: list[str], models: list[str] | None) -> bool:

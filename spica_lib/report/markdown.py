@@ -67,8 +67,17 @@ def _head(view: RunView) -> str:
             f"- **Search**: {config.sweep.algorithm}, seed {config.sweep.seed}, "
             f"{config.sweep.max_rounds} rounds × {config.sweep.per_round} per branch"
             + (f", {config.sweep.rounds_in_flight} rounds in flight" if config.sweep.rounds_in_flight > 1 else ""),
+            f"- **Calibration**: {_calibration(config)}",
         ]
     )
+
+
+def _calibration(config) -> str:
+    """The step-time calibration the replays ran with, where it came from and its measured held-out error."""
+    calibration = config.calibration
+    if calibration is None:
+        return "none (the perf DB's step times as they are)"
+    return f"`{Path(calibration.file).name}` ({calibration.source}): {calibration.describe()}"
 
 
 def _space(view: RunView) -> str:
