@@ -70,3 +70,37 @@ def test_a_fit_on_rows_with_known_scales_recovers_them_and_the_held_out_error_dr
     assert main(["validate", str(config_file)]) == 0
     summary = capsys.readouterr().out
     assert "calibrated vllm: prefill x1.3" in summary and "held-out error on 3 rows" in summary
+
+
+def calibration_file(tmp_path, rows, ttft=(40.0, 8.0), tpot=(30.0, 6.0)):
+    from spica_lib.base.versions import package_versions
+    from spica_lib.facts.calibration import CalibrationFile, HeldOutError, StepScale, write_calibration
+
+    scale = StepScale(system="h100_sxm", backend="vllm", model="Qwen/Qwen3-32B", prefill=1.2, decode=0.9, fit_rows=6,
+                      modes=["agg"])  # fmt: skip
+    error = HeldOutError(system="h100_sxm", backend="vllm", model="Qwen/Qwen3-32B", rows=rows,
+                         uncalibrated={"ttft_ms": ttft[0], "tpot_ms": tpot[0], "tokens_per_second_per_gpu": 20.0},
+                         calibrated={"ttft_ms": ttft[1], "tpot_ms": tpot[1], "tokens_per_second_per_gpu": 5.0})  # fmt: skip
+    path = tmp_path / "cal.yaml"
+    write_calibration(path, CalibrationFile(source="your rows: mine.csv", split="test", scales=[scale],
+                                            held_out=[error], versions=package_versions()))  # fmt: skip
+    return path
+
+
+def test_the_stress_band_is_the_calibrations_measured_held_out_step_error_and_says_so(tmp_path):
+    data = config_data(search_space={"hardware_sku": "h100_sxm", "backend": ["vllm"]})
+    data["calibration"] = calibration_file(tmp_path, rows=6).name
+    sweep = build(data, base_dir=tmp_path).sweep
+    assert sweep.stress_band == pytest.approx(0.08)  # the larger of TTFT 8 % and TPOT 6 % held out, calibrated
+    assert sweep.stress_band_source.startswith("the calibration's measured held-out step-time error: prefill (TTFT) 8 %")
+    assert "6 held-out vllm rows" in sweep.stress_band_source
+    # Too few held-out rows to measure a band: the default, and the source says why.
+    data["calibration"] = calibration_file(tmp_path, rows=3).name
+    sweep = build(data, base_dir=tmp_path).sweep
+    assert sweep.stress_band == 0.15
+    assert sweep.stress_band_source == "the default 15 % (3 held-out vllm rows, fewer than the 5 a measured band needs)"
+    # Given, it stays; without a calibration, the default says so.
+    data["sweep"] = {"stress_band": 0.3}
+    assert build(data, base_dir=tmp_path).sweep.stress_band_source == "sweep.stress_band, as given"
+    plain = config_data()
+    assert build(plain).sweep.stress_band_source == "the default 15 % (no calibration)"

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_valid
 from spica_lib.facts.calibration import read_calibration
 
 
+MIN_BAND_ROWS = 5  # held-out rows needed before their error, not the default, sets the stress band
+
+
 class HeldOut(BaseModel):
     """The calibration's measured error on held-out rows of the config's model (fidelity `--fit`), in percent."""
 
@@ -61,6 +64,31 @@ class Calibration(BaseModel):
     @classmethod
     def _from_path(cls, data: Any) -> Any:
         return {"file": data} if isinstance(data, str) else data
+
+    def measured_band(self) -> tuple[float, str] | None:
+        """The stress band measured by the held-out rows, and where it came from; None where fewer than
+        MIN_BAND_ROWS held-out rows of the config's model measured it for some backend.
+
+        In a closed loop TTFT follows the prefill step time and TPOT the decode step time (the fit's premise),
+        so the calibrated held-out MAPE of TTFT is read as the prefill steps' error and that of TPOT as the
+        decode steps'. The band is the larger over both roles and every backend, bounded to [1 %, 90 %]."""
+        held = {backend: s.held_out for backend, s in self.scales.items()}
+        if not held or any(h is None or h.rows < MIN_BAND_ROWS for h in held.values()):
+            return None
+        backend, worst = max(((b, h) for b, h in held.items() if h is not None), key=lambda item: item[1].step_error)
+        band = min(0.9, max(0.01, worst.step_error))
+        role = "prefill (TTFT)" if worst.ttft_mape >= worst.tpot_mape else "decode (TPOT)"
+        return band, (f"the calibration's measured held-out step-time error: {role} {100 * worst.step_error:.0f} % "
+                      f"MAPE on {worst.rows} held-out {backend} rows ({Path(self.file).name})")  # fmt: skip
+
+    def why_no_band(self) -> str:
+        """Why the held-out rows set no stress band (see measured_band)."""
+        for backend, s in self.scales.items():
+            if s.held_out is None:
+                return f"the calibration holds no held-out error of this model's {backend} rows on this system"
+            if s.held_out.rows < MIN_BAND_ROWS:
+                return f"{s.held_out.rows} held-out {backend} rows, fewer than the {MIN_BAND_ROWS} a measured band needs"
+        return "no backend has scales"
 
     def describe(self) -> str:
         """One line per backend: the scales, what they were fitted on, and their measured held-out error."""

@@ -207,7 +207,8 @@ def _stress(view: RunView) -> str:
     keys = stress.keys
     lines = ["## If the simulator is off", "",
              f"The top {len(keys)} replayed on the search's traffic with one role's step times "
-             f"{100 * stress.band:.0f} % slower or faster than simulated (score: {score_label(view)}).", "",
+             f"{100 * stress.band:.0f} % slower or faster than simulated (score: {score_label(view)}). "
+             f"The band: {view.config.sweep.stress_band_source or 'sweep.stress_band'}.", "",
              "| step times | " + " | ".join(f"#{i + 1}" for i in range(len(keys))) + " | first |",
              "|---|" + "---:|" * len(keys) + "---|"]  # fmt: skip
     unperturbed = [shown(view, stress.unperturbed[k]) if stress.unperturbed.get(k) is not None else "—" for k in keys]
