@@ -85,6 +85,9 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
         )
     )
     lines.append(f"  finish     {_finish_line(config)}")
+    if sweep.stress_top:
+        lines.append(f"  stress     the top {sweep.stress_top} with step times +/- {100 * (sweep.stress_band or 0):.0f} % "
+                     f"(the band: {sweep.stress_band_source})")  # fmt: skip
     calibration = config.calibration
     if calibration is not None:
         lines.append(f"  calibrated {calibration.describe()} (step times; {calibration.file})")
