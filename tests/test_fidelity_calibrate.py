@@ -104,3 +104,33 @@ def test_the_stress_band_is_the_calibrations_measured_held_out_step_error_and_sa
     assert build(data, base_dir=tmp_path).sweep.stress_band_source == "sweep.stress_band, as given"
     plain = config_data()
     assert build(plain).sweep.stress_band_source == "the default 15 % (no calibration)"
+
+
+def test_a_disagg_fit_recovers_each_roles_scale_from_its_own_signal(tmp_path, capsys):
+    """Disagg rows (DeepSeek-V3 on B200, P 1 x tp8 ep8 + D 1 x tp8 ep8): the prefill scale is fitted on TTFT,
+    the decode scale on TPOT, and a decode worker's steps hold no prefill, so TPOT scales exactly."""
+    os.environ.setdefault("DYN_LOG", "error")
+    role = dict(workers=1, tp=8, moe_ep=8)
+    base = dict(system="b200_sxm", backend="sglang", measured_version="0.5.8", model="deepseek-ai/DeepSeek-V3",
+                precision="fp8", isl=1024, osl=256, ttft_ms=1.0, tpot_ms=1.0, mode="disagg")  # fmt: skip
+    ids = [f"d{i}" for i in range(40)]
+    probe = lambda i: SiliconRow(id=i, concurrency=4, prefill=role, decode=role, **base)  # noqa: E731
+    chosen = [i for i in ids if fits(probe(i))][:2] + [i for i in ids if not fits(probe(i))][:2]
+    head = ("id,system,backend,backend_version,model,precision,mode,isl,osl,concurrency,ttft_ms,tpot_ms,"
+            "prefill_workers,prefill_tp,prefill_moe_ep,decode_workers,decode_tp,decode_moe_ep")  # fmt: skip
+    lines = [head]
+    for i, c in zip(chosen, (2, 4, 2, 4), strict=True):
+        replayed = check_row(SiliconRow(id=i, concurrency=c, prefill=role, decode=role, **base)).replayed
+        lines.append(f"{i},b200_sxm,sglang,0.5.8,deepseek-ai/DeepSeek-V3,fp8,disagg,1024,256,{c},"
+                     f"{replayed.ttft_ms * PREFILL},{replayed.tpot_ms * DECODE},1,8,8,1,8,8")  # fmt: skip
+    rows = tmp_path / "disagg.csv"
+    rows.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cal = tmp_path / "cal.yaml"
+    assert main(["fidelity", "--rows", str(rows), "--fit", str(cal)]) == 0
+    assert "Disagg rows replayed by the 'disagg-measured' protocol" in capsys.readouterr().out
+    written = read_calibration(cal)
+    scale = written.scale_for("b200_sxm", "sglang", "deepseek-ai/DeepSeek-V3")
+    assert scale.modes == ["disagg"] and scale.fit_rows == 2
+    assert scale.prefill == pytest.approx(PREFILL, rel=0.05) and scale.decode == pytest.approx(DECODE, rel=0.02)
+    (error,) = written.held_out
+    assert error.rows == 2 and error.calibrated["tpot_ms"] < 2 and error.calibrated["ttft_ms"] < error.uncalibrated["ttft_ms"] / 3

@@ -152,3 +152,16 @@ def test_rows_end_to_end_replays_your_file_and_refuses_a_row_it_cannot_replay(tm
     assert "row fp8:2: precision: measured in fp8, but the replay runs Qwen/Qwen3-32B in its own dtype" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --rows replays every row of the file: a filter would do nothing
         main(["fidelity", "--rows", path, "--system", "h100_sxm"])
+
+
+def test_an_aiperf_export_of_a_disagg_deployment_reads_each_role(tmp_path):
+    export = tmp_path / "profile_export_aiperf.json"  # AIPerf's own file name: the row is named by its folder
+    export.write_text(json.dumps(aiperf_export(ttft=214.3, itl=9.8, concurrency=4)), encoding="utf-8")
+    deployment = write(tmp_path / "dep.yaml", (
+        "system: b200_sxm\nbackend: sglang\nbackend_version: 0.5.8\nmodel: deepseek-ai/DeepSeek-V3\nprecision: fp8\n"
+        "mode: disagg\nprefill: {workers: 1, tp: 8, moe_ep: 8}\ndecode: {workers: 2, tp: 8, moe_ep: 8, batch_size: 4}\n"
+    ))  # fmt: skip
+    (row,), _ = read_rows(str(export), deployment)
+    assert row.id == tmp_path.name and row.mode == "disagg" and row.gpus == 24 and row.concurrency == 4
+    assert row.prefill == RoleShape(workers=1, tp=8, moe_ep=8) and row.decode == RoleShape(workers=2, tp=8, moe_ep=8, batch_size=4)
+    assert (row.model, row.precision, row.ttft_ms, row.tpot_ms) == ("deepseek-ai/DeepSeek-V3", "fp8", 214.3, 9.8)
