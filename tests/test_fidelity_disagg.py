@@ -156,3 +156,17 @@ def test_one_sglang_disagg_row_is_replayed_for_real():
     # which the static estimate reads from the same DB at the same shape.
     assert replayed.tpot_ms == pytest.approx(estimated.tpot_ms, rel=0.05)
     assert check.aiconfigurator is not None and check.aiconfigurator.tpot_ms == pytest.approx(estimated.tpot_ms, rel=0.05)
+
+
+def test_spica_fidelity_mode_disagg_prints_the_table_and_the_refusals(capsys):
+    os.environ.setdefault("DYN_LOG", "error")
+    from spica_lib.cli.main import main
+
+    args = ["fidelity", "--mode", "disagg", "--system", "b200_sxm", "--backend", "sglang", "--model", "deepseek-ai/DeepSeek-V3"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "Disagg rows replayed by the 'disagg-measured' protocol" in printed
+    assert "| b200_sxm | sglang | deepseek-ai/DeepSeek-V3 | 8192/1024 | 4 (" in printed  # the four db-dump rows at 8k
+    assert "skipped" in printed and "measured in fp4, but the replay runs deepseek-ai/DeepSeek-V3 in fp8" in printed
+    with pytest.raises(SystemExit, match="--compare-protocols compares the agg replay protocols"):
+        main([*args, "--compare-protocols"])

@@ -42,6 +42,7 @@ def test_the_documented_csv_reads_agg_and_disagg_rows(tmp_path):
         (HEADER, "h100_sxm,tensorrt,0.12.0,Qwen/Qwen3-32B,agg,1024,128,8,150,18,2", "line 2: backend: Input should be 'vllm', 'sglang' or 'trtllm'"),
         (HEADER.replace(",concurrency", ""), "h100_sxm,vllm,0.12.0,Qwen/Qwen3-32B,agg,1024,128,150,18,2", "line 2: concurrency: required, and missing"),
         (HEADER, "h100_sxm,sglang,0.5.8,deepseek-ai/DeepSeek-V3,disagg,1024,1024,4,214,9.8,", "prefill_workers: a disagg row must say how many prefill workers"),
+        (HEADER + ",request_rate", "h100_sxm,vllm,0.12.0,Qwen/Qwen3-32B,agg,1024,128,8,150,18,2,4.0", "column 'request_rate': an open-loop row is not replayed yet"),
     ],
 )  # fmt: skip
 def test_a_documented_csv_row_in_error_names_its_line_and_field(tmp_path, header, line, message):

@@ -177,6 +177,9 @@ def _csv_rows(file: Path) -> tuple[list[SiliconRow], list[UnreadRow]]:
         raise RowsError(f"{file}: no rows")
     if "silicon_ttft_ms" in header:
         return _silicon_layout(file, lines)
+    if "request_rate" in header:
+        raise RowsError(f"{file}: column 'request_rate': an open-loop row is not replayed yet; allowed: a closed loop, "
+                        "its `concurrency`")  # fmt: skip
     unknown = [c for c in header if c not in USER_COLUMNS]
     if unknown:
         raise RowsError(f"{file}: unknown column {unknown[0]!r}; allowed: {', '.join(USER_COLUMNS)}, or the "
