@@ -134,3 +134,29 @@ def test_a_disagg_fit_recovers_each_roles_scale_from_its_own_signal(tmp_path, ca
     assert scale.prefill == pytest.approx(PREFILL, rel=0.05) and scale.decode == pytest.approx(DECODE, rel=0.02)
     (error,) = written.held_out
     assert error.rows == 2 and error.calibrated["tpot_ms"] < 2 and error.calibrated["ttft_ms"] < error.uncalibrated["ttft_ms"] / 3
+
+
+def test_spica_run_with_a_calibration_names_it_its_held_out_error_and_the_bands_source(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import REPO, write_yaml
+
+    from spica_lib.config.narrow import narrowed
+
+    data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+    data["search_space"] = narrowed({**data["search_space"], "hardware_sku": "h100_sxm", "backend": ["vllm"]},
+                                    deployment_mode=["agg"], router_mode=["round_robin"],
+                                    planner_scaling_policy=["disabled"])  # fmt: skip
+    data["sweep"].update(max_rounds=1, candidates_per_round=3, stress_top=2)
+    data["calibration"] = calibration_file(tmp_path, rows=6).name
+    path = write_yaml(tmp_path, data)
+    done = subprocess.run([sys.executable, "-m", "spica_lib.cli", "run", str(path)], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = next((tmp_path / "results").iterdir()) / "report" / "report.md"
+    text = report.read_text()
+    assert "- **Calibration**: `cal.yaml` (your rows: mine.csv): vllm: prefill x1.2, decode x0.9" in text
+    assert "held-out error on 6 rows: TTFT 40 % -> 8 %, TPOT 30 % -> 6 % (MAPE)" in text
+    assert "8 % slower or faster than simulated" in text
+    assert "The band: the calibration's measured held-out step-time error: prefill (TTFT) 8 % MAPE on 6" in text
