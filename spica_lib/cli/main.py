@@ -3,7 +3,7 @@
 spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
 spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
 spica schema          JSON Schema of the config file, for editors
-spica fidelity        the replay and the static estimate against aiconfigurator's measured silicon rows
+spica fidelity        the replay and the estimates against measured rows: aiconfigurator's silicon (agg, disagg) or yours (--rows)
 """
 
 from __future__ import annotations
