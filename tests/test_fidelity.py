@@ -143,7 +143,7 @@ def test_the_split_is_fixed_and_halves_the_rows():
 
 def test_fit_writes_scales_a_config_can_opt_into_and_every_trial_records_them(tmp_path, capsys):
     path = tmp_path / "calibration.json"
-    code = main(["fidelity", "--system", "h100_sxm", "--model", "Qwen/Qwen3-32B", "--limit", "6", "--fit", str(path)])
+    code = main(["fidelity", "--system", "h100_sxm", "--model", "Qwen/Qwen3-32B", "--limit", "10", "--fit", str(path)])
     printed = capsys.readouterr().out
     assert code == 0 and "Held-out rows" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B |" in printed
     written = read_calibration(path)

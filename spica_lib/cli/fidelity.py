@@ -6,27 +6,33 @@ import json
 import sys
 from pathlib import Path
 
-from spica_lib.base.artifacts import atomic_write_text, write_model
+from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.base.versions import package_versions
-from spica_lib.facts.calibration import CalibrationFile
+from spica_lib.facts.calibration import CalibrationFile, HeldOutError, write_calibration
 from spica_lib.fidelity.check import (
     RowCheck,
     check_rows,
+    protocol_name,
+    unsupported_reason,
     group_errors,
     held_out_table,
     markdown_table,
-    select_rows,
 )
 from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
 from spica_lib.fidelity.protocol import MEASURED, PROTOCOLS, SEARCH_DEFAULT, ReplayProtocol
 from spica_lib.fidelity.protocol_study import protocol_choice_table, protocol_table
-from spica_lib.fidelity.ranking import ranking_groups, ranking_table
-from spica_lib.fidelity.silicon import aggregated_rows, silicon_source
+from spica_lib.fidelity.ranking import MIN_ROWS, ranking_groups, ranking_table
+from spica_lib.fidelity.cap import DISAGG_CAP, RowCap, capped
+from spica_lib.fidelity.protocol import DISAGG_DESCRIPTION, DISAGG_PROTOCOL
+from spica_lib.fidelity.silicon import SiliconRow, UnreadRow, aggregated_rows, disaggregated_rows, silicon_source
+
+DEFAULT_SYSTEMS = {"agg": "h100_sxm,h200_sxm", "disagg": None}  # None: every system
+DEFAULT_BACKENDS = {"agg": "vllm", "disagg": "sglang,vllm,trtllm"}
 
 
 def fidelity_command(
-    systems: str,
-    backends: str,
+    systems: str | None,
+    backends: str | None,
     models: str | None,
     limit: int | None,
     json_path: str | None,
@@ -36,17 +42,111 @@ def fidelity_command(
     protocol: str = MEASURED.name,
     compare_protocols: bool = False,
     jobs: int = 1,
+    mode: str = "agg",
+    cap: RowCap | None = None,
 ) -> int:
-    rows = list(select_rows(aggregated_rows(), systems.split(","), backends.split(","), _split(models)))
+    """The shipped rows of one mode (silicon_sample.csv), selected, capped, replayed and reported."""
+    systems = systems if systems is not None else DEFAULT_SYSTEMS[mode]
+    backends = backends if backends is not None else DEFAULT_BACKENDS[mode]
+    if mode == "disagg":
+        read = list(disaggregated_rows())
+        cap = DISAGG_CAP if cap is None else cap
+    else:
+        read = list(aggregated_rows())
+    wanted = _split(systems), backends.split(","), _split(models)
+    unread = [r for r in read if isinstance(r, UnreadRow) and _wanted(r, *wanted)]
+    rows = [r for r in read if isinstance(r, SiliconRow) and _wanted(r, *wanted)]
+    return fidelity_report(rows, unread, json_path, fit_path, ranking, from_json, protocol, compare_protocols, jobs,
+                           limit=limit, cap=cap, source=silicon_source(), what=f"{mode} silicon row for systems "
+                           f"{systems or 'all'}, backends {backends}")  # fmt: skip
+
+
+def user_rows_command(
+    path: str,
+    deployment: str | None,
+    limit: int | None,
+    json_path: str | None,
+    fit_path: str | None,
+    ranking: bool,
+    from_json: str | None,
+    protocol: str,
+    compare_protocols: bool,
+    jobs: int,
+) -> int:
+    """`spica fidelity --rows FILE`: your own measured rows, replayed and reported as the shipped ones are."""
+    from spica_lib.fidelity.user_rows import RowsError, read_rows
+
+    try:
+        rows, unread = read_rows(path, deployment)
+    except RowsError as bad:
+        print(f"error: {bad}", file=sys.stderr)
+        return 2
+    for row in rows:
+        reason = unsupported_reason(row)
+        if reason is not None:  # a row of yours that cannot be replayed is an error, not a count
+            print(f"error: {path}: row {row.id}: {_field_of(reason)}: {reason}", file=sys.stderr)
+            return 2
+    return fidelity_report(rows, unread, json_path, fit_path, ranking, from_json, protocol, compare_protocols, jobs,
+                           limit=limit, source=f"your rows: {path}" + (f" with {deployment}" if deployment else ""),
+                           what=f"row in {path}")  # fmt: skip
+
+
+def _field_of(reason: str) -> str:
+    """The field of a user's row a refusal is about."""
+    if reason.startswith("measured in"):
+        return "precision"
+    if reason.startswith("model "):
+        return "model"
+    if reason.startswith("no perf database"):
+        return "system/backend"
+    if reason.startswith("attention DP in the "):
+        return f"{reason.split()[4]}_attention_dp"
+    if reason.startswith("TRT-LLM"):
+        return "backend"
+    return "row"
+
+
+def fidelity_report(
+    rows: list[SiliconRow],
+    unread: list[UnreadRow],
+    json_path: str | None,
+    fit_path: str | None,
+    ranking: bool,
+    from_json: str | None,
+    protocol: str,
+    compare_protocols: bool,
+    jobs: int,
+    *,
+    limit: int | None = None,
+    cap: RowCap | None = None,
+    source: str,
+    what: str = "row",
+) -> int:
+    """Replay (or read back) the rows and print the tables; `unread` are counted with the refusals."""
+    left_out: dict[str, str] = {}
     if limit is not None:
         rows = _first_per_group(rows, limit)
+    if cap is not None:  # over the replayable rows only: a refused row is counted by its own reason
+        replayable = {r.id for r in rows if unsupported_reason(r) is None}
+        kept, left_out = capped([r for r in rows if r.id in replayable], cap)
+        rows = [r for r in rows if r.id not in left_out]
     if not rows:
-        print(f"no aggregated silicon row for systems {systems}, backends {backends}", file=sys.stderr)
+        print(f"no {what} to replay", file=sys.stderr)
         return 2
+    modes = {r.mode for r in rows}
+    if compare_protocols and "disagg" in modes:
+        raise SystemExit("--compare-protocols compares the agg replay protocols; disagg rows have one "
+                         f"({DISAGG_PROTOCOL}): leave it out for them")  # fmt: skip
     chosen = PROTOCOLS[protocol]
     checks = _read_checks(from_json, rows, chosen) if from_json else _replay_rows(rows, chosen, jobs)
-    print(f"Replayed by the {chosen.name!r} protocol: {chosen.describe()}.\n")
-    print(markdown_table(group_errors(checks)))
+    if "agg" in modes:
+        print(f"Agg rows replayed by the {chosen.name!r} protocol: {chosen.describe()}.")
+    if "disagg" in modes:
+        print(f"Disagg rows replayed by the {DISAGG_PROTOCOL!r} protocol: {DISAGG_DESCRIPTION}.")
+    if cap is not None:
+        print(f"Rows replayed: {cap.describe()} ({len(left_out)} left out).")
+    print()
+    print(markdown_table(group_errors(checks, by_shape="disagg" in modes)))
     compared: list[RowCheck] = []
     if compare_protocols:
         others = [p for p in PROTOCOLS.values() if p != chosen]
@@ -67,18 +167,21 @@ def fidelity_command(
     if ranking:
         print("\nRanking, per group of rows measured alike (tokens/s/GPU; then goodput under TTFT <= 2000 ms, "
               "TPOT <= 50 ms):\n")  # fmt: skip
-        print(ranking_table(ranking_groups(checks)))
+        groups = ranking_groups(checks)
+        print(ranking_table(groups))
+        if not groups:
+            print(f"(no group of at least {MIN_ROWS} replayed rows measured alike: nothing to rank)")
     skipped: dict[str, int] = {}
-    for check in checks:
-        if check.skipped:
-            skipped[check.skipped] = skipped.get(check.skipped, 0) + 1
+    reasons = [c.skipped for c in checks if c.skipped] + [r.reason for r in unread] + list(left_out.values())
+    for reason in reasons:
+        skipped[reason] = skipped.get(reason, 0) + 1
     for reason, count in sorted(skipped.items(), key=lambda item: -item[1]):
         print(f"skipped {count}: {reason}")
     if json_path:
         kept = [c.model_dump(mode="json") for c in [*checks, *compared]]
         atomic_write_text(json_path, json.dumps(kept, indent=1))
     if fit_path:
-        return _fit(checks, fit_path, chosen, jobs)
+        return _fit(checks, fit_path, chosen, jobs, source)
     return 0
 
 
@@ -89,7 +192,7 @@ def _replay_rows(rows: list, protocol: ReplayProtocol, jobs: int) -> list[RowChe
         nonlocal ended
         ended += 1
         state = f"skipped: {check.skipped}" if check.skipped else "replayed"
-        print(f"[{ended}/{len(rows)}] {protocol.name} {check.row.id}: {state}", file=sys.stderr, flush=True)
+        print(f"[{ended}/{len(rows)}] {check.protocol} {check.row.id}: {state}", file=sys.stderr, flush=True)
 
     return check_rows(rows, protocol, parallel=jobs, on_done=tell)
 
@@ -99,7 +202,7 @@ def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowChe
     error). A check written before protocols existed was replayed by the search's default."""
     kept = {}
     for check in (RowCheck.model_validate(c) for c in json.loads(Path(path).read_text())):
-        if (check.protocol or SEARCH_DEFAULT.name) == protocol.name:
+        if (check.protocol or SEARCH_DEFAULT.name) == protocol_name(check.row, protocol):
             kept[check.row.id] = check
     missing = [row.id for row in rows if row.id not in kept]
     if missing:
@@ -107,27 +210,54 @@ def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowChe
     return [kept[row.id] for row in rows]
 
 
-def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int) -> int:
-    """Fit the scales, write them, and replay the held-out rows with them: their errors without and with them."""
+def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int, source: str) -> int:
+    """Fit the scales, write them, replay the held-out rows with them, and write their held-out errors next to
+    them: the errors and the ranking tables of the held-out half, without and with the scales."""
     scales = fit_scales(checks)
     if not scales:
         print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
         return 1
-    calibration = CalibrationFile(source=silicon_source(), split=SPLIT, protocol=protocol.name, scales=scales,
+    calibration = CalibrationFile(source=source, split=SPLIT, protocol=protocol.name, scales=scales,
                                   versions=package_versions())  # fmt: skip
-    write_model(path, calibration)
-    print(f"\nscales written to {path} ({SPLIT}; rows replayed by the {protocol.name!r} protocol):")
+    write_calibration(path, calibration)
+    print(f"\nscales written to {path} ({SPLIT}; agg rows replayed by the {protocol.name!r} protocol, disagg rows "
+          f"by {DISAGG_PROTOCOL!r}; a disagg row's prefill scale is fitted on TTFT, its decode scale on TPOT):")  # fmt: skip
     for s in scales:
         print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: prefill x{s.prefill:.3f}, "
-              f"decode x{s.decode:.3f} ({s.fit_rows} rows)")  # fmt: skip
+              f"decode x{s.decode:.3f} ({s.fit_rows} {'+'.join(s.modes)} rows)")  # fmt: skip
     held_out = [c for c in checks if c.replayed is not None and not fits(c.row)]
     rows = [c.row for c in held_out]
     system_wide = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend), jobs)
     own = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend, r.model), jobs)
     kept = [(c, s, o) for c, s, o in zip(held_out, system_wide, own) if s.replayed is not None and o.replayed is not None]
+    if not kept:
+        print("no held-out row replayed: the file has no held-out error", file=sys.stderr)
+        return 0
+    before, _, after = ([k[i] for k in kept] for i in range(3))
+    calibration.held_out = held_out_errors(before, after)
+    write_calibration(path, calibration)
     print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales:\n")
     print(held_out_table(*([k[i] for k in kept] for i in range(3))))
+    for label, run in (("uncalibrated", before), ("with the model's own scales (what a sweep uses)", after)):
+        print(f"\nRanking of the held-out rows, {label} (groups of at least {MIN_ROWS}):\n")
+        groups = ranking_groups(run)
+        print(ranking_table(groups) if groups else f"(no held-out group of at least {MIN_ROWS} rows measured alike)")
+    print(f"\nheld-out errors written to {path} (held_out: per system, backend and model)")
     return 0
+
+
+def held_out_errors(before: list[RowCheck], after: list[RowCheck]) -> list[HeldOutError]:
+    """Per (system, backend, model): the held-out rows' MAPE uncalibrated and calibrated."""
+    calibrated = {(g.system, g.backend, g.model): g for g in group_errors(after)}
+    return [
+        HeldOutError(system=g.system, backend=g.backend, model=g.model, rows=g.rows, uncalibrated=g.replay_mape,
+                     calibrated=calibrated[(g.system, g.backend, g.model)].replay_mape)  # fmt: skip
+        for g in group_errors(before)
+    ]
+
+
+def _wanted(row: SiliconRow | UnreadRow, systems: list[str] | None, backends: list[str], models: list[str] | None) -> bool:
+    return (not systems or row.system in systems) and row.backend in backends and (not models or row.model in models)
 
 
 def _split(text: str | None) -> list[str] | None:

@@ -4,7 +4,7 @@ spica validate FILE   check a config; print what would be searched (exit 2 on a 
 spica fleet FILE      several models on one GPU inventory: each model's sweep, then the split between them
 spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
 spica schema          JSON Schema of the config file, for editors
-spica fidelity        the replay and the static estimate against aiconfigurator's measured silicon rows
+spica fidelity        the replay and the estimates against measured rows: aiconfigurator's silicon (agg, disagg) or yours (--rows)
 """
 
 from __future__ import annotations
@@ -82,8 +82,27 @@ def main(argv: list[str] | None = None) -> int:
     fidelity = commands.add_parser(
         "fidelity", help="replay measured silicon rows (aiconfigurator's silicon_sample.csv) and report the errors"
     )
-    fidelity.add_argument("--system", default="h100_sxm,h200_sxm", help="systems, comma-separated")
-    fidelity.add_argument("--backend", default="vllm", help="backends, comma-separated")
+    fidelity.add_argument(
+        "--mode",
+        choices=("agg", "disagg"),
+        default="agg",
+        help="which of silicon_sample.csv's rows: agg (default) or disagg (capped per group: docs/fidelity.md)",
+    )
+    fidelity.add_argument(
+        "--system", default=None, help="systems, comma-separated (default: h100_sxm,h200_sxm for agg, all for disagg)"
+    )
+    fidelity.add_argument("--backend", default=None, help="backends, comma-separated (default: vllm for agg, all for disagg)")
+    fidelity.add_argument(
+        "--rows",
+        metavar="FILE",
+        help="your own measured rows instead of the shipped ones: a CSV (silicon_sample.csv's layout, or the "
+        "documented one) or an AIPerf profile_export JSON (with --deployment); docs/fidelity.md",
+    )
+    fidelity.add_argument(
+        "--deployment",
+        metavar="YAML",
+        help="the deployment an AIPerf export measured (system, backend, model, shape, workers): with --rows EXPORT",
+    )
     fidelity.add_argument("--model", default=None, help="models, comma-separated (default: all)")
     fidelity.add_argument("--limit", type=int, default=None, help="at most this many rows per group")
     fidelity.add_argument("--json", metavar="FILE", help="also write every row's check to this JSON file")
@@ -156,9 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.from_json and not args.fit and args.jobs != 1:
             parser.error("--jobs sets how many rows replay at a time; with --from-json and no --fit nothing is replayed")
 
+        if args.deployment and not args.rows:
+            parser.error("--deployment describes the deployment of an AIPerf export given by --rows")
+        if args.rows:
+            from spica_lib.cli.fidelity import user_rows_command
+
+            if args.mode != "agg" or args.system or args.backend or args.model:
+                parser.error("--rows replays every row of your file: leave out --mode, --system, --backend, --model")
+            return user_rows_command(
+                args.rows, args.deployment, args.limit, args.json, args.fit, args.ranking, args.from_json,
+                args.protocol, args.compare_protocols, args.jobs,
+            )  # fmt: skip
         return fidelity_command(
             args.system, args.backend, args.model, args.limit, args.json, args.fit, args.ranking, args.from_json,
-            args.protocol, args.compare_protocols, args.jobs,
+            args.protocol, args.compare_protocols, args.jobs, args.mode,
         )  # fmt: skip
     if args.command in ("status", "show", "report"):
         from spica_lib.cli.runs import run_command

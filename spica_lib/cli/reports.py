@@ -85,12 +85,12 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
         )
     )
     lines.append(f"  finish     {_finish_line(config)}")
+    if sweep.stress_top:
+        lines.append(f"  stress     the top {sweep.stress_top} with step times +/- {100 * (sweep.stress_band or 0):.0f} % "
+                     f"(the band: {sweep.stress_band_source})")  # fmt: skip
     calibration = config.calibration
     if calibration is not None:
-        scales = ", ".join(
-            f"{b} prefill x{s.prefill:.3g}, decode x{s.decode:.3g}" for b, s in calibration.scales.items()
-        )
-        lines.append(f"  calibrated {scales} (step times; {calibration.file})")
+        lines.append(f"  calibrated {calibration.describe()} (step times; {calibration.file})")
     warnings = config.sample_size_warnings() + window_warnings(config, policies.kept)
     lines += [f"  warning    {warning}" for warning in warnings]
     return "\n".join(lines)

@@ -10,9 +10,29 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from spica_lib.facts.calibration import read_calibration
+
+
+MIN_BAND_ROWS = 5  # held-out rows needed before their error, not the default, sets the stress band
+
+
+class HeldOut(BaseModel):
+    """The calibration's measured error on held-out rows of the config's model (fidelity `--fit`), in percent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rows: int = Field(ge=1)
+    ttft_mape: float = Field(ge=0)  # calibrated: the prefill steps' error left
+    tpot_mape: float = Field(ge=0)  # calibrated: the decode steps' error left
+    uncalibrated_ttft_mape: float = Field(ge=0)
+    uncalibrated_tpot_mape: float = Field(ge=0)
+
+    @property
+    def step_error(self) -> float:
+        """The larger calibrated TTFT / TPOT MAPE, as a fraction (a step-time band: docs/fidelity.md)."""
+        return max(self.ttft_mape, self.tpot_mape) / 100.0
 
 
 class BackendScale(BaseModel):
@@ -21,6 +41,14 @@ class BackendScale(BaseModel):
     prefill: float = Field(gt=0)
     decode: float = Field(gt=0)
     fitted_on: str  # "Qwen/Qwen3-32B" (the model's own rows) or "every model" of the system
+    held_out: HeldOut | None = None  # None: the file holds no held-out rows of this model on this system
+
+    @model_serializer(mode="wrap")
+    def _without_unset_held_out(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a file without held-out errors hashes as it did before they existed
+        if self.held_out is None:
+            data.pop("held_out", None)
+        return data
 
 
 class Calibration(BaseModel):
@@ -36,6 +64,45 @@ class Calibration(BaseModel):
     @classmethod
     def _from_path(cls, data: Any) -> Any:
         return {"file": data} if isinstance(data, str) else data
+
+    def measured_band(self) -> tuple[float, str] | None:
+        """The stress band measured by the held-out rows, and where it came from; None where fewer than
+        MIN_BAND_ROWS held-out rows of the config's model measured it for some backend.
+
+        In a closed loop TTFT follows the prefill step time and TPOT the decode step time (the fit's premise),
+        so the calibrated held-out MAPE of TTFT is read as the prefill steps' error and that of TPOT as the
+        decode steps'. The band is the larger over both roles and every backend, bounded to [1 %, 90 %]."""
+        held = {backend: s.held_out for backend, s in self.scales.items()}
+        if not held or any(h is None or h.rows < MIN_BAND_ROWS for h in held.values()):
+            return None
+        backend, worst = max(((b, h) for b, h in held.items() if h is not None), key=lambda item: item[1].step_error)
+        band = min(0.9, max(0.01, worst.step_error))
+        role = "prefill (TTFT)" if worst.ttft_mape >= worst.tpot_mape else "decode (TPOT)"
+        return band, (f"the calibration's measured held-out step-time error: {role} {100 * worst.step_error:.0f} % "
+                      f"MAPE on {worst.rows} held-out {backend} rows ({Path(self.file).name})")  # fmt: skip
+
+    def why_no_band(self) -> str:
+        """Why the held-out rows set no stress band (see measured_band)."""
+        for backend, s in self.scales.items():
+            if s.held_out is None:
+                return f"the calibration holds no held-out error of this model's {backend} rows on this system"
+            if s.held_out.rows < MIN_BAND_ROWS:
+                return f"{s.held_out.rows} held-out {backend} rows, fewer than the {MIN_BAND_ROWS} a measured band needs"
+        return "no backend has scales"
+
+    def describe(self) -> str:
+        """One line per backend: the scales, what they were fitted on, and their measured held-out error."""
+        lines = []
+        for backend, s in self.scales.items():
+            line = f"{backend}: prefill x{s.prefill:.3g}, decode x{s.decode:.3g} (fitted on {s.fitted_on})"
+            h = s.held_out
+            if h is None:
+                line += "; no held-out error measured for this model"
+            else:
+                line += (f"; held-out error on {h.rows} rows: TTFT {h.uncalibrated_ttft_mape:.0f} % -> "
+                         f"{h.ttft_mape:.0f} %, TPOT {h.uncalibrated_tpot_mape:.0f} % -> {h.tpot_mape:.0f} % (MAPE)")  # fmt: skip
+            lines.append(line)
+        return "; ".join(lines)
 
 
 def resolve_calibration(
@@ -69,7 +136,13 @@ def resolve_calibration(
             missing.append(backend)
         else:
             fitted_on = scale.model or "every model"
-            scales[backend] = BackendScale(prefill=scale.prefill, decode=scale.decode, fitted_on=fitted_on)
+            error = found.held_out_for(sku, backend, model)
+            held_out = None if error is None else HeldOut(
+                rows=error.rows, ttft_mape=error.calibrated["ttft_ms"], tpot_mape=error.calibrated["tpot_ms"],
+                uncalibrated_ttft_mape=error.uncalibrated["ttft_ms"], uncalibrated_tpot_mape=error.uncalibrated["tpot_ms"],
+            )  # fmt: skip
+            scales[backend] = BackendScale(prefill=scale.prefill, decode=scale.decode, fitted_on=fitted_on,
+                                           held_out=held_out)  # fmt: skip
     if missing:
         fitted = sorted({f"{s.system}/{s.backend}" for s in found.scales})
         raise ValueError(

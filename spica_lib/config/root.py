@@ -96,11 +96,6 @@ class SmartSearchConfig(StrictModel):
                 f"sweep.screen_fraction {self.sweep.screen_fraction} sets the prefix of the early stops against "
                 "goal.sla; without an SLA there is nothing to stop against: set goal.sla, or remove it"
             )
-        self._resolve_finish()
-        self._resolve_stress()
-        self._resolve_capacity()
-        self._resolve_warm_start()
-        self._resolve_baselines()
         if self.calibration is not None:
             space = self.search_space
             base_dir = (info.context or {}).get("base_dir", ".")
@@ -110,6 +105,11 @@ class SmartSearchConfig(StrictModel):
             # Filled in place: assigning the field would validate this whole model again, and recurse.
             self.calibration.file, self.calibration.source = resolved.file, resolved.source
             self.calibration.scales = resolved.scales
+        self._resolve_finish()
+        self._resolve_stress()  # after the calibration: its measured held-out error may set the band
+        self._resolve_capacity()
+        self._resolve_warm_start()
+        self._resolve_baselines()
         self._check_prices_and_fleet()
         if self.sweep.algorithm is None:
             default = DEFAULT_PARETO_ALGORITHM if self.goal.is_pareto else DEFAULT_ALGORITHM
@@ -227,6 +227,8 @@ class SmartSearchConfig(StrictModel):
                     "a 'pareto' goal has a front, not a first: remove them"
                 )
             sweep.stress_top = 0
+        if sweep.stress_band_source is not None and sweep.stress_band is None:
+            raise ValueError("sweep.stress_band_source: Spica writes it when it sets the band; leave it out")
         if sweep.stress_top == 0:
             if sweep.stress_band is not None:
                 raise ValueError("sweep.stress_band: sweep.stress_top is 0 (no stress test), so it would change nothing")
@@ -235,8 +237,16 @@ class SmartSearchConfig(StrictModel):
             raise ValueError("sweep.stress_top 1: the stress test compares the recommendation with the next ones; give 2 or more, or 0")
         if sweep.stress_top is None:
             sweep.stress_top = DEFAULT_STRESS_TOP
-        if sweep.stress_band is None:
+        if sweep.stress_band is not None:
+            sweep.stress_band_source = sweep.stress_band_source or "sweep.stress_band, as given"
+            return
+        measured = self.calibration.measured_band() if self.calibration is not None else None
+        if measured is not None:
+            sweep.stress_band, sweep.stress_band_source = measured
+        else:
             sweep.stress_band = DEFAULT_STRESS_BAND
+            why = self.calibration.why_no_band() if self.calibration is not None else "no calibration"
+            sweep.stress_band_source = f"the default {100 * DEFAULT_STRESS_BAND:.0f} % ({why})"
 
     def _resolve_capacity(self) -> None:
         sweep = self.sweep

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
 
@@ -209,6 +209,9 @@ class SearchSpace(StrictModel):
     context_length: StrictInt | None = Field(default=None, ge=1)
     startup_time: Number | None = Field(default=None, ge=0)
     aic_nextn: StrictInt | None = Field(default=None, ge=0, le=5)
+    # The attention kernels' precision the perf DB is read at (None: the checkpoint's). SGLang runs MLA
+    # attention in bf16 over an fp8 KV cache, and its perf DB holds only such context-MLA rows.
+    aic_fmha_dtype: Literal["bfloat16", "fp8"] | None = None
 
     # engines, per role
     prefill_max_num_batched_tokens: list[Any] = _choices("prefill_max_num_batched_tokens")

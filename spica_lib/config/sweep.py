@@ -83,6 +83,9 @@ class SweepConfig(StrictModel):
     # scalar goal, off for a Pareto goal. 0: off.
     stress_top: StrictInt | None = Field(default=None, ge=0)
     stress_band: StrictFloat | None = Field(default=None, gt=0, lt=1)
+    # Where the band came from, written when the config is read: "sweep.stress_band" (given), the calibration's
+    # measured held-out step-time error, or the default. Given without stress_band, it is refused.
+    stress_band_source: str | None = None
     # Capacity (results/capacity.py): after the finish, the top `capacity_top` deployments' highest load within
     # the SLA, by bisection with replays. Left out: DEFAULT_CAPACITY_TOP when goal.sla_coverage is set, else off.
     # 0: off.

@@ -105,6 +105,9 @@ def config_sha256(config: SmartSearchConfig) -> str:
         data["sweep"].pop("capacity_top")  # no capacity bisection: the run id of before it existed
     if data["sweep"].get("rounds_in_flight") == 1:
         data["sweep"].pop("rounds_in_flight")  # the barrier rounds of before: their runs keep their ids
+    if data["search_space"].get("aic_fmha_dtype") is None:
+        data["search_space"].pop("aic_fmha_dtype", None)  # the checkpoint's attention precision: the run id of before
+    data["sweep"].pop("stress_band_source", None)  # says where the band came from; the band itself is hashed
     if data.get("calibration") is not None:
         data["calibration"].pop("file")  # its scales and source say what it is, wherever the file lies
     return sha256_of(data)

@@ -29,6 +29,29 @@ class StepScale(BaseModel):
     prefill: float = Field(gt=0)
     decode: float = Field(gt=0)
     fit_rows: int = Field(ge=1)
+    # The deployment modes of the fitting rows. In a disagg row the prefill scale is fitted on TTFT, the
+    # prefill workers' signal, and the decode scale on TPOT, the decode workers'.
+    modes: list[str] = Field(default_factory=list)
+
+
+class HeldOutError(BaseModel):
+    """The replay's error on the held-out rows of one (system, backend, model), in percent (MAPE), without and
+    with the scales a sweep would use for them (the model's own, else its system's), and the step-time error
+    left after calibration: the MAPE of TTFT (prefill steps) and of TPOT (decode steps), calibrated."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str
+    backend: str
+    model: str
+    rows: int = Field(ge=1)
+    uncalibrated: dict[str, float]  # ttft_ms, tpot_ms, tokens_per_second_per_gpu -> MAPE
+    calibrated: dict[str, float]
+
+    @property
+    def step_error(self) -> float:
+        """The larger of the calibrated TTFT and TPOT MAPE, as a fraction: the step-time band it measures."""
+        return max(self.calibrated["ttft_ms"], self.calibrated["tpot_ms"]) / 100.0
 
 
 class CalibrationFile(BaseModel):
@@ -41,7 +64,11 @@ class CalibrationFile(BaseModel):
     split: str  # which rows fitted the scales (the others are held out to judge them)
     protocol: str | None = None  # the replay protocol the rows were replayed by (fidelity/protocol.py; None: before it)
     scales: list[StepScale]
+    held_out: list[HeldOutError] = Field(default_factory=list)  # empty: no held-out row was replayed
     versions: dict[str, str] = Field(default_factory=dict)
+
+    def held_out_for(self, system: str, backend: str, model: str) -> HeldOutError | None:
+        return next((h for h in self.held_out if (h.system, h.backend, h.model) == (system, backend, model)), None)
 
     def scale_for(self, system: str, backend: str, model: str | None = None) -> StepScale | None:
         """The model's own scales when the file has them, else those fitted over every model of the system."""
@@ -50,7 +77,25 @@ class CalibrationFile(BaseModel):
 
 
 def read_calibration(path: str | Path) -> CalibrationFile:
-    return CalibrationFile.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    """A calibration file, JSON or (by its .yaml / .yml name) YAML."""
+    text = Path(path).read_text(encoding="utf-8")
+    if Path(path).suffix in (".yaml", ".yml"):
+        import yaml
+
+        return CalibrationFile.model_validate(yaml.safe_load(text))
+    return CalibrationFile.model_validate_json(text)
+
+
+def write_calibration(path: str | Path, calibration: CalibrationFile) -> None:
+    """Write it atomically, as YAML when the name ends .yaml / .yml, else as JSON."""
+    from spica_lib.base.artifacts import atomic_write_text, write_model
+
+    if Path(path).suffix in (".yaml", ".yml"):
+        import yaml
+
+        atomic_write_text(path, yaml.safe_dump(calibration.model_dump(mode="json"), sort_keys=False))
+    else:
+        write_model(path, calibration)
 
 
 def speedup_ratios(prefill: float, decode: float) -> dict[str, float]:

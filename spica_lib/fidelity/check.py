@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.calibration import StepScale
 from spica_lib.facts.catalog import model_source, resolve_backend_version
-from spica_lib.fidelity.protocol import MEASURED, ReplayProtocol
+from spica_lib.fidelity.protocol import DISAGG_PROTOCOL, MEASURED, ReplayProtocol, disagg_settings
 from spica_lib.fidelity.silicon import CALIBRATION_SOURCE, SiliconRow, tokens_per_second_per_gpu
 from spica_lib.pools.estimate import StepModel, Traffic, estimate_layout
 from spica_lib.pools.knobs import branch_knob_choices
@@ -63,22 +63,63 @@ class RowCheck(BaseModel):
 
 def unsupported_reason(row: SiliconRow) -> str | None:
     """Why this stack cannot replay the row as measured, or None."""
+    if row.mode == "disagg" and row.backend == "trtllm":
+        return "TRT-LLM disaggregated: no replay protocol for TRT-LLM disagg engines is written down"
+    if row.mode == "disagg":
+        assert row.prefill is not None and row.decode is not None
+        for role, shape in (("prefill", row.prefill), ("decode", row.decode)):
+            if shape.attention_dp > 1:
+                return (f"attention DP in the {role} role: Dynamo's offline disagg replay takes none (dp_size 1 in "
+                        "both roles)")  # fmt: skip
     if model_source(row.model) is None:
         return f"model {row.model} has no configuration available offline"
     if resolve_backend_version(row.system, row.backend) is None:
         return f"no perf database for {row.system} / {row.backend}"
-    quantised = _declares_quantisation(row.model)
-    if bool(row.precision) != quantised:
-        dtype = "a quantised checkpoint" if quantised else "its own dtype"
-        return f"measured in {row.precision or 'bf16'}, but the replay runs {row.model} in {dtype}"
+    checkpoint = checkpoint_precision(row.model)
+    if row.precision != checkpoint:
+        replayed = f"{checkpoint} (its checkpoint's quantisation)" if checkpoint else "its own dtype"
+        return f"measured in {row.precision or 'bf16'}, but the replay runs {row.model} in {replayed}"
     return None
 
 
-def _declares_quantisation(model: str) -> bool:
+def fmha_dtype(row: SiliconRow) -> str | None:
+    """The attention precision to read the perf DB at, where the checkpoint's is not what the engine runs:
+    SGLang runs MLA attention (DeepSeek-style models) in bf16 over an fp8 KV cache, and its perf DB holds
+    context-MLA timings only in bf16."""
+    from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
+
+    raw = get_model_config_from_model_path(row.model).get("raw_config") or {}
+    return "bfloat16" if row.backend == "sglang" and raw.get("kv_lora_rank") else None
+
+
+def checkpoint_precision(model: str) -> str:
+    """The precision the replay runs `model` in, spelled as the rows spell theirs: "" (its own dtype, bf16),
+    "fp8", "fp4" or "int4"; any other quantisation by its method's name, which no row's precision matches."""
     from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
 
     raw = get_model_config_from_model_path(model).get("raw_config") or {}
-    return "quantization_config" in raw
+    quantisation = raw.get("quantization_config")
+    if not quantisation:
+        return ""
+    method = str(quantisation.get("quant_method", "")).lower()
+    if method == "fp8":
+        return "fp8"
+    if method == "mxfp4":
+        return "fp4"
+    if method == "modelopt":
+        algorithm = str(quantisation.get("quant_algo", "")).upper()
+        return {"FP8": "fp8", "NVFP4": "fp4"}.get(algorithm, f"modelopt {algorithm}")
+    if method == "compressed-tensors":
+        weights = [group.get("weights") or {} for group in (quantisation.get("config_groups") or {}).values()]
+        kinds = {(w.get("type"), w.get("num_bits")) for w in weights}
+        if len(kinds) == 1:
+            kind, bits = kinds.pop()
+            if kind == "int":
+                return f"int{bits}"
+            if kind == "float" and bits == 8:
+                return "fp8"
+        return f"compressed-tensors {sorted(kinds, key=str)}"
+    return method or "an unnamed quantisation"
 
 
 def row_config(
@@ -93,6 +134,13 @@ def row_config(
         if scale is not None
         else None
     )  # fmt: skip
+    if row.mode == "disagg":
+        engine = {name: [value] for name, value in disagg_settings(row).items()}
+        fmha = fmha_dtype(row)
+        if fmha is not None:
+            engine["aic_fmha_dtype"] = fmha
+    else:
+        engine = {f"agg_{name}": [value] for name, value in protocol.settings(row).items()}
     return SmartSearchConfig.from_mapping(
         {
             "calibration": calibration,
@@ -100,11 +148,11 @@ def row_config(
                 "model_name": row.model,
                 "hardware_sku": row.system,
                 "gpu_budget": row.gpus,
-                "deployment_mode": ["agg"],
+                "deployment_mode": [row.mode],
                 "backend": [row.backend],
                 "router_mode": ["round_robin"],
                 "planner_scaling_policy": ["disabled"],
-                **{f"agg_{name}": [value] for name, value in protocol.settings(row).items()},
+                **engine,
             },
             "workload": {
                 "isl": row.isl,
@@ -161,19 +209,25 @@ def _prepare(
 ) -> RowCheck | tuple[TrialSpec, dict[str, Any]]:
     """The row's trial and what is known of it before the replay, or its check if it cannot be replayed."""
     measured = Point(ttft_ms=row.ttft_ms, tpot_ms=row.tpot_ms, tokens_per_second_per_gpu=row.tokens_per_second_per_gpu)
+    name = protocol_name(row, protocol)
     reason = unsupported_reason(row)
     if reason is not None:
-        return RowCheck(row=row, measured=measured, protocol=protocol.name, skipped=reason)
+        return RowCheck(row=row, measured=measured, protocol=name, skipped=reason)
     version = resolve_backend_version(row.system, row.backend)
     config = row_config(row, scale, protocol)
-    choices = branch_knob_choices(config.search_space, "agg")
-    selection = {"deployment_mode": "agg", "backend": row.backend, **{k: v[0] for k, v in choices.items()}}
-    known = {"row": row, "measured": measured, "perf_db_version": version, "protocol": protocol.name,
-             "engine": {k.removeprefix("agg_"): int(v) for k, v in selection.items() if k.startswith("agg_max_num")}}  # fmt: skip
+    choices = branch_knob_choices(config.search_space, row.mode)
+    selection = {"deployment_mode": row.mode, "backend": row.backend, **{k: v[0] for k, v in choices.items()}}
+    engine = {k.removeprefix("agg_"): int(v) for k, v in selection.items() if "_max_num_" in k}
+    known = {"row": row, "measured": measured, "perf_db_version": version, "protocol": name, "engine": engine}
     try:
         return prepare_trial(config, selection, row.layout, backend_version=version), known
     except Exception as exc:  # a shape the stack refuses is reported, not raised
         return RowCheck(**known, skipped=f"not buildable: {exc}")
+
+
+def protocol_name(row: SiliconRow, protocol: ReplayProtocol) -> str:
+    """The protocol a row is replayed by: `protocol` for an agg row, the disagg one for a disagg row."""
+    return DISAGG_PROTOCOL if row.mode == "disagg" else protocol.name
 
 
 def _compared(
@@ -189,11 +243,15 @@ def _compared(
         tokens_per_second_per_gpu=metrics["output_throughput_tok_s"] / row.gpus,
     )
     version = known["perf_db_version"]
+    try:
+        estimated = _estimate(row, version, scale)
+    except Exception as exc:  # the perf DB lacks a table the estimate reads: reported with the row, not raised
+        return RowCheck(**known, skipped=f"static estimate failed: {type(exc).__name__}: {exc}")
     aiconfigurator, failed = _aiconfigurator(row, version, protocol) if scale is None else (None, None)
     return RowCheck(
         **known,
         replayed=replayed,
-        estimated=_estimate(row, version, scale),
+        estimated=estimated,
         aiconfigurator=aiconfigurator,
         aiconfigurator_failed=failed,
         ttft_after_opening_wave_ms=_ttft_after_opening_wave(requests, row.concurrency),
@@ -202,10 +260,13 @@ def _compared(
 
 def _aiconfigurator(row: SiliconRow, version: str, protocol: ReplayProtocol) -> tuple[Point | None, str | None]:
     """aiconfigurator's own estimate (uncalibrated: it takes no step scale), or why it gave none."""
-    from spica_lib.fidelity.aiconfigurator_estimate import aiconfigurator_estimate
+    from spica_lib.fidelity.aiconfigurator_estimate import aiconfigurator_disagg_estimate, aiconfigurator_estimate
 
     try:
-        ttft, tpot, tokens = aiconfigurator_estimate(row, version, protocol.settings(row)["max_num_batched_tokens"])
+        if row.mode == "disagg":
+            ttft, tpot, tokens = aiconfigurator_disagg_estimate(row, version, disagg_settings(row))
+        else:
+            ttft, tpot, tokens = aiconfigurator_estimate(row, version, protocol.settings(row)["max_num_batched_tokens"])
     except Exception as exc:  # its failure on one row is reported with the row, not raised
         return None, f"{type(exc).__name__}: {exc}"
     return Point(ttft_ms=ttft, tpot_ms=tpot, tokens_per_second_per_gpu=tokens), None
@@ -225,7 +286,7 @@ def _ttft_after_opening_wave(requests: Path, concurrency: int) -> float | None:
 
 def _estimate(row: SiliconRow, version: str, scale: StepScale | None) -> Point:
     scales = {row.backend: (scale.prefill, scale.decode)} if scale is not None else None
-    model = StepModel(row.model, row.system, {row.backend: version}, scales)
+    model = StepModel(row.model, row.system, {row.backend: version}, scales, fmha_dtype(row) if row.mode == "disagg" else None)
     traffic = Traffic(isl=row.isl, osl=row.osl, concurrency=row.concurrency)
     estimate = estimate_layout(model, row.layout, row.backend, traffic)
     return Point(
@@ -238,43 +299,53 @@ def _estimate(row: SiliconRow, version: str, scale: StepScale | None) -> Point:
 
 
 class GroupError(BaseModel):
-    """Errors over the replayed rows of one (system, backend, model): MAPE and signed bias, in percent."""
+    """Errors over the replayed rows of one (system, backend, model[, ISL/OSL]): MAPE and signed bias, in percent."""
 
     model_config = ConfigDict(extra="forbid")
 
     system: str
     backend: str
     model: str
+    isl_osl: str | None = None  # "ISL/OSL" when grouped by it (the disagg table)
     rows: int
     skipped: int
     replay_mape: dict[str, float]
     replay_bias: dict[str, float]
     estimate_mape: dict[str, float]
     estimate_bias: dict[str, float]
+    aiconfigurator_mape: dict[str, float] = {}  # empty: aiconfigurator gave no estimate for some replayed row
+    aiconfigurator_bias: dict[str, float] = {}
 
 
-def group_errors(checks: Iterable[RowCheck]) -> list[GroupError]:
-    groups: dict[tuple[str, str, str], list[RowCheck]] = {}
+def group_errors(checks: Iterable[RowCheck], by_shape: bool = False) -> list[GroupError]:
+    """Per (system, backend, model), and with `by_shape` per ISL/OSL too."""
+    groups: dict[tuple[str, str, str, str | None], list[RowCheck]] = {}
     for check in checks:
-        groups.setdefault((check.row.system, check.row.backend, check.row.model), []).append(check)
+        row = check.row
+        shape = f"{row.isl}/{row.osl}" if by_shape else None
+        groups.setdefault((row.system, row.backend, row.model, shape), []).append(check)
     out = []
-    for (system, backend, model), members in sorted(groups.items()):
+    for (system, backend, model, shape), members in sorted(groups.items(), key=lambda item: str(item[0])):
         done = [c for c in members if c.replayed is not None]
         if not done:
             continue
         replay = {m: _errors(done, "replayed", m) for m in METRICS}
         estimate = {m: _errors(done, "estimated", m) for m in METRICS}
+        theirs = {m: _errors(done, "aiconfigurator", m) for m in METRICS} if all(c.aiconfigurator for c in done) else {}
         out.append(
             GroupError(
                 system=system,
                 backend=backend,
                 model=model,
+                isl_osl=shape,
                 rows=len(done),
                 skipped=len(members) - len(done),
                 replay_mape={m: e[0] for m, e in replay.items()},
                 replay_bias={m: e[1] for m, e in replay.items()},
                 estimate_mape={m: e[0] for m, e in estimate.items()},
                 estimate_bias={m: e[1] for m, e in estimate.items()},
+                aiconfigurator_mape={m: e[0] for m, e in theirs.items()},
+                aiconfigurator_bias={m: e[1] for m, e in theirs.items()},
             )
         )
     return out
@@ -298,16 +369,21 @@ def select_rows(
 
 
 def markdown_table(groups: list[GroupError]) -> str:
-    """One line per group: rows replayed (skipped), then MAPE / bias for TTFT, TPOT and tokens/s/GPU."""
-    head = (
-        "| system | backend | model | rows (skipped) | replay TTFT | replay TPOT | replay tok/s/GPU "
-        "| estimate TTFT | estimate TPOT | estimate tok/s/GPU |\n|---|---|---|---|---|---|---|---|---|---|"
-    )
-    lines = [head]
+    """One line per group: rows replayed (skipped), then MAPE / bias for TTFT, TPOT and tokens/s/GPU for the
+    replay, the static estimate and (where it gave one for every replayed row) aiconfigurator's estimate."""
+    by_shape = any(g.isl_osl for g in groups)
+    sources = [("replay", "replay"), ("estimate", "estimate")]
+    if any(g.aiconfigurator_mape for g in groups):
+        sources.append(("aiconfigurator", "aiconfigurator"))
+    names = [f"{label} {metric}" for _, label in sources for metric in ("TTFT", "TPOT", "tok/s/GPU")]
+    head = ["system", "backend", "model", *(["ISL/OSL"] if by_shape else []), "rows (skipped)", *names]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in groups:
-        cells = [f"{g.replay_mape[m]:.0f} % ({g.replay_bias[m]:+.0f} %)" for m in METRICS]
-        cells += [f"{g.estimate_mape[m]:.0f} % ({g.estimate_bias[m]:+.0f} %)" for m in METRICS]
-        lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} ({g.skipped}) | " + " | ".join(cells) + " |")
+        cells = [g.system, g.backend, g.model, *([g.isl_osl or ""] if by_shape else []), f"{g.rows} ({g.skipped})"]
+        for source, _ in sources:
+            mape, bias = getattr(g, f"{source}_mape"), getattr(g, f"{source}_bias")
+            cells += [f"{mape[m]:.0f} % ({bias[m]:+.0f} %)" if m in mape else "—" for m in METRICS]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -43,6 +43,7 @@ def fit_scales(checks: Iterable[RowCheck]) -> list[StepScale]:
             prefill=_geometric_mean(c.measured.ttft_ms / c.replayed.ttft_ms for c in members),
             decode=_geometric_mean(c.measured.tpot_ms / c.replayed.tpot_ms for c in members),
             fit_rows=len(members),
+            modes=sorted({c.row.mode for c in members}),
         )
         for (system, backend, model), members in by_system.items()
     ]

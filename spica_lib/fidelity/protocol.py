@@ -15,6 +15,17 @@ silicon; docs/fidelity.md, "TTFT and the replay protocol"):
 - `chunk-2048`: a fixed 2048-token budget.
 - `search-default`: the search's first agg_max_num_batched_tokens, 8192, as every row was replayed
   before this study.
+
+A disaggregated row (SGLang or vLLM) is replayed by one protocol of its own, `disagg-measured`
+(`disagg_settings`; docs/fidelity.md, "Disaggregated rows"), whichever agg protocol is chosen:
+- prefill role: a chunked-prefill budget of max(8192, ISL) tokens (8192 is SGLang's default chunk and
+  the search's first prefill value; raised so one prompt is prefilled in one step, as a disagg prefill
+  server sized for the row's ISL does), and max_num_seqs = the row's prefill batch size where it records
+  one, else as many whole prompts as the budget holds;
+- decode role: max_num_seqs = the row's decode batch size where it records one, else the closed loop's
+  share per decode worker (ceil(concurrency / workers): the measurement's decode engines admitted the
+  whole loop, or its TPOT would say so), and max_num_batched_tokens = max(8192, max_num_seqs) (a decode
+  step takes one token per request).
 """
 
 from __future__ import annotations
@@ -68,5 +79,29 @@ SEARCH_DEFAULT = ReplayProtocol(
     max_num_batched_tokens=8192,
     why="the search's first agg_max_num_batched_tokens, as every row was replayed before the protocol study",
 )
+DISAGG_CHUNK = 8192  # SGLang's default chunked-prefill size, and the search's first prefill_max_num_batched_tokens
+DISAGG_PROTOCOL = "disagg-measured"
+
+
+def disagg_settings(row: SiliconRow) -> dict[str, int]:
+    """prefill_/decode_ max_num_batched_tokens and max_num_seqs for a disagg row (see the module's docstring)."""
+    assert row.prefill is not None and row.decode is not None
+    prefill_budget = max(DISAGG_CHUNK, row.isl)
+    prefill_seqs = row.prefill.batch_size or max(1, prefill_budget // row.isl)
+    decode_seqs = row.decode.batch_size or -(-row.concurrency // row.decode.workers)
+    return {
+        "prefill_max_num_batched_tokens": prefill_budget,
+        "prefill_max_num_seqs": prefill_seqs,
+        "decode_max_num_batched_tokens": max(DISAGG_CHUNK, decode_seqs),
+        "decode_max_num_seqs": decode_seqs,
+    }
+
+
+DISAGG_DESCRIPTION = (
+    "prefill: budget max(8192, ISL), max_num_seqs = the row's prefill batch size or the prompts the budget holds; "
+    "decode: max_num_seqs = the row's decode batch size or ceil(concurrency / decode workers)"
+)
+
+
 MEASURED = AIC_BENCHMARK  # the default: the protocol believed to be the measurement's
 PROTOCOLS = {p.name: p for p in (AIC_BENCHMARK, CHUNK_2048, SEARCH_DEFAULT)}

@@ -61,8 +61,10 @@ class StepModel:
         sku: str,
         backend_versions: dict[str, str],
         step_scales: dict[str, tuple[float, float]] | None = None,
+        fmha_dtype: str | None = None,
     ):
         self.model_name = model_name
+        self.fmha_dtype = fmha_dtype  # the attention precision the perf DB is read at (None: the checkpoint's)
         self.sku = sku
         self.backend_versions = backend_versions
         # backend -> (prefill, decode) multipliers of an opted-in calibration, as the replay applies them
@@ -80,7 +82,7 @@ class StepModel:
             from spica_lib.facts.catalog import versions_on
 
             versions = versions_on(sku, self.backend_versions)
-            self._other_skus[sku] = StepModel(self.model_name, sku, versions, self.step_scales)
+            self._other_skus[sku] = StepModel(self.model_name, sku, versions, self.step_scales, self.fmha_dtype)
         return self._other_skus[sku]
 
     def _engine(self, backend: str, shape: ParallelShape) -> Any:
@@ -91,6 +93,7 @@ class StepModel:
             for name in ("aiconfigurator", "aiconfigurator_core"):  # its perf DB warns of every fallback table
                 logging.getLogger(name).setLevel(logging.ERROR)
             moe = shape.moe_tp * shape.moe_ep > 1
+            quant = {"fmha_quant_mode": self.fmha_dtype} if self.fmha_dtype else {}
             self._engines[key] = EngineHandle.compile(
                 self.model_name,
                 self.sku,
@@ -100,6 +103,7 @@ class StepModel:
                 attention_dp_size=shape.attention_dp,
                 moe_tp_size=shape.moe_tp if moe else None,
                 moe_ep_size=shape.moe_ep if moe else None,
+                **quant,
             )
         return self._engines[key]
 

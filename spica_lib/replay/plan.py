@@ -117,6 +117,8 @@ def engine_args(sample: dict[str, Any], role: str, backend_version: str) -> dict
         args["aic_moe_ep_size"] = sample[f"{shape}moe_ep"]
     if sample.get("aic_nextn"):
         args["aic_nextn"] = sample["aic_nextn"]
+    if sample.get("aic_fmha_dtype"):
+        args["aic_fmha_dtype"] = sample["aic_fmha_dtype"]
     if sample.get("startup_time") is not None:
         args["startup_time"] = sample["startup_time"]
     if sample.get("prefill_step_scale") is not None:  # an opted-in calibration (facts/calibration.py)

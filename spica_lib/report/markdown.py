@@ -68,8 +68,17 @@ def _head(view: RunView) -> str:
             f"- **Search**: {config.sweep.algorithm}, seed {config.sweep.seed}, "
             f"{config.sweep.max_rounds} rounds × {config.sweep.per_round} per branch"
             + (f", {config.sweep.rounds_in_flight} rounds in flight" if config.sweep.rounds_in_flight > 1 else ""),
+            f"- **Calibration**: {_calibration(config)}",
         ]
     )
+
+
+def _calibration(config) -> str:
+    """The step-time calibration the replays ran with, where it came from and its measured held-out error."""
+    calibration = config.calibration
+    if calibration is None:
+        return "none (the perf DB's step times as they are)"
+    return f"`{Path(calibration.file).name}` ({calibration.source}): {calibration.describe()}"
 
 
 def _space(view: RunView) -> str:
@@ -199,7 +208,8 @@ def _stress(view: RunView) -> str:
     keys = stress.keys
     lines = ["## If the simulator is off", "",
              f"The top {len(keys)} replayed on the search's traffic with one role's step times "
-             f"{100 * stress.band:.0f} % slower or faster than simulated (score: {score_label(view)}).", "",
+             f"{100 * stress.band:.0f} % slower or faster than simulated (score: {score_label(view)}). "
+             f"The band: {view.config.sweep.stress_band_source or 'sweep.stress_band'}.", "",
              "| step times | " + " | ".join(f"#{i + 1}" for i in range(len(keys))) + " | first |",
              "|---|" + "---:|" * len(keys) + "---|"]  # fmt: skip
     unperturbed = [shown(view, stress.unperturbed[k]) if stress.unperturbed.get(k) is not None else "—" for k in keys]

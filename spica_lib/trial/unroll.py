@@ -37,6 +37,8 @@ def unroll_sample(
     mode = selection["deployment_mode"]
     sample: dict[str, Any] = {"deployment_mode": mode, "backend": selection["backend"]}
     sample.update({name: getattr(space, name) for name in PINNED_FIELDS})
+    if space.aic_fmha_dtype is not None:  # only when set: every other sample (and its trial key) stays as it was
+        sample["aic_fmha_dtype"] = space.aic_fmha_dtype
     sample.update(_parallel_fields(mode, parallel_config))
     if space.is_fleet:
         # The planner has one GPU ceiling for all roles: the GPUs of the types this deployment runs on.
