@@ -204,7 +204,9 @@ def landscape_rows(landscape: str, sweeps: int) -> None:
             "replays": sum(s.replayed for d in result.deployments for s in d.samples),
             "decided": verdict.decided, "search_s": search_seconds, "finish_s": finish_seconds,
         })  # fmt: skip
-        print(f"  {landscape} sample {sample} done ({time.perf_counter() - started:.0f} s): {result.stopped}", flush=True)
+        row = rows[-1]
+        print(f"  {landscape} sample {sample} done ({time.perf_counter() - started:.0f} s): {result.stopped}; "
+              f"among the best: {'yes' if row['among'] else 'no'}, reported vs evaluation {row['bias']:+.1%}", flush=True)
     if not rows:
         return
     n = len(rows)
@@ -246,7 +248,7 @@ def main() -> None:
     if not args.no_wall:  # first, on a quiet machine
         walls = [default_wall() for _ in range(3)]
         print(f"default sweep wall: median {statistics.median(walls):.1f} s of {[round(w, 1) for w in walls]}", flush=True)
-    for landscape in args.landscapes.split(","):
+    for landscape in filter(None, args.landscapes.split(",")):  # "" (with the wall alone): none
         landscape_rows(landscape, args.conversation_sweeps if landscape == "conversation" else args.sweeps)
 
 
