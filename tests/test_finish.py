@@ -116,8 +116,9 @@ def test_a_kv_router_deployment_on_a_closed_loop_is_repeated_and_round_robin_sta
     data["sweep"].update(max_rounds=1, candidates_per_round=2, finish_top=2, finish_samples=3, baselines=False)
     run, _ = run_sweep(tmp_path, data)
     finish = read_model(run / "finish.json", FinishResult)
-    assert finish.kind == "repeat" and len(finish.deployments) == 2
     records = {json.loads(p.read_text())["key"]: json.loads(p.read_text()) for p in run.glob("rounds/*/*/trials/*/*.json")}
+    trials = [(r["spec"]["replay"]["plan"]["router_mode"], r["result"]["status"], r["result"]["reason"]) for r in records.values()]
+    assert finish.kind == "repeat" and len(finish.deployments) == 2, trials
     for d in finish.deployments:
         router = records[d.key]["spec"]["replay"]["plan"]["router_mode"]
         assert all(s.replayed == (router == "kv_router") for s in d.samples)
