@@ -251,10 +251,14 @@ class Pilot:
     def _fork(self, running: _Running, warming: _WarmUp) -> None:
         request, request_id = warming.request, warming.request_id
         prepare_seconds = time.perf_counter() - warming.started
-        descriptors = [
-            os.open(self.spool.output(request_id, stream), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            for stream in ("out", "err")
-        ]
+        try:
+            descriptors = [
+                os.open(self.spool.output(request_id, stream), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                for stream in ("out", "err")
+            ]
+        except OSError as error:
+            self._report(running, 1, f"pilot job {self.name} could not open the job's output files ({error})")
+            return
         # What the local host keeps of a caller's variables (one filter for both), except that the job
         # runs inside this SLURM job.
         env = {name: value for name, value in job_environment(request.env).items() if not name.startswith("SLURM_")}

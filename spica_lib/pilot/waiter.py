@@ -45,6 +45,7 @@ from spica_lib.run.job import JobArgs
 
 CANCEL_SECONDS = 15.0
 WRONG_BEATS = 5  # beats of the claiming pilot that name another job (or none): it is not running this one
+VANISHED_SECONDS = 1.0  # a request neither waiting nor claimed for this long was removed from the spool
 DEFAULT_MEM_MB = 4000
 DEFAULT_RUNTIME_MINUTES = 60
 
@@ -123,6 +124,7 @@ def run_on_pilot(name: str, job: JobArgs, spool_root: str) -> int:
 def _wait(spool: Spool, request_id: str) -> int:
     keeper, pilot = Liveness(), Liveness()
     wrong: set[int] = set()  # beats of the claiming pilot that named another job
+    vanished: float | None = None  # since when neither the request nor its claim was seen
     while True:
         result = _result(spool, request_id)
         if result is not None:
@@ -154,6 +156,14 @@ def _wait(spool: Spool, request_id: str) -> int:
                 wrong.clear()
         elif not keeper.alive(read_text(spool.heartbeat)):
             print("spica: the sweep's pilot keeper is gone; this job was not run", file=sys.stderr)
+            return 1
+        elif spool.request(request_id).exists():
+            vanished = None
+        elif vanished is None:
+            vanished = time.monotonic()  # or renamed to its claim between the two looks: look again
+        elif time.monotonic() - vanished > VANISHED_SECONDS and _result(spool, request_id) is None:
+            print("spica: its request is gone from the spool (neither waiting, claimed nor done); "
+                  "this job did not run to its end", file=sys.stderr)  # fmt: skip
             return 1
         time.sleep(POLL_SECONDS)
 
