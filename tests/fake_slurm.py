@@ -6,7 +6,8 @@ scripts `FakeSlurm` (tests/test_pilot_faults.py) puts first on PATH.
   stdout/stderr to `--output` (`%j` the job id). The pilot command's `-m spica_lib.pilot.node` is run as
   `tests/fake_host.py pilot` (the fake jobs). Refuses when STATE/sbatch_refuses exists (its text the error).
 - `squeue -h -o %i -j IDS`: the jobs with a process left in their session (as SLURM lists a job until
-  every process of it is gone); `squeue -h -j ID -o %L`: its time left as `M:SS`, from `--time` and its
+  every process of it is gone; a job accepted pending, when STATE/pending_reason exists, is listed as
+  PENDING with that reason by `-o "%i %T %r"` until it is scancelled); `squeue -h -j ID -o %L`: its time left as `M:SS`, from `--time` and its
   start, or STATE/time_left's text when that file exists.
 - `scancel IDS`: SIGCONT and SIGTERM to every process of each job, then SIGKILL after `KILL_WAIT_SECONDS`
   (a detached reaper), as slurmd does.
@@ -65,6 +66,12 @@ def sbatch(state: Path, args: list[str]) -> int:
     command = option(args, "--wrap") or ""
     command = command.replace("-m spica_lib.pilot.node", str(FAKE_HOST) + " pilot")
     output = (option(args, "--output") or os.devnull).replace("%j", job)
+    pending = state / "pending_reason"
+    if pending.exists():  # accepted, never started
+        record = {"pid": None, "pending": pending.read_text().strip(), "minutes": float(option(args, "--time") or 60)}
+        (state / "jobs" / f"{job}.json").write_text(json.dumps(record))
+        print(job)
+        return 0
     with open(output, "ab") as log:
         process = subprocess.Popen(
             ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -79,7 +86,8 @@ def sbatch(state: Path, args: list[str]) -> int:
 def squeue(state: Path, args: list[str]) -> int:
     known = jobs(state)
     asked = (option(args, "-j") or ",".join(known)).split(",")
-    listed = [job for job in asked if job in known and session(known[job]["pid"])]
+    cancelled = {call[1] for call in calls(state) if call[0] == "scancel" and len(call) > 1}
+    listed = [job for job in asked if job in known and _listed(known[job], job in cancelled)]
     if not listed and len(asked) == 1:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
@@ -88,15 +96,31 @@ def squeue(state: Path, args: list[str]) -> int:
         for job in listed:
             left = known[job]["minutes"] * 60 - (time.time() - known[job]["started"])
             print(override.read_text().strip() if override.exists() else f"{int(left // 60)}:{int(left % 60):02d}")
+    elif option(args, "-o") == "%i %T %r":
+        for job in listed:
+            pending = known[job].get("pending")
+            print(f"{job} PENDING {pending}" if pending else f"{job} RUNNING None")
     else:
         print("\n".join(listed))
     return 0
 
 
+def _listed(record: dict, cancelled: bool) -> bool:
+    """A pending job is listed until it is cancelled; a started one while a process of it lives."""
+    if record["pid"] is None:
+        return not cancelled
+    return bool(session(record["pid"]))
+
+
+def calls(state: Path) -> list[list[str]]:
+    path = state / "calls.log"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def scancel(state: Path, args: list[str]) -> int:
     known = jobs(state)
     for job in args:
-        if job not in known:
+        if job not in known or known[job]["pid"] is None:
             continue
         for pid in session(known[job]["pid"]):
             for signum in (signal.SIGCONT, signal.SIGTERM):
@@ -109,7 +133,7 @@ def scancel(state: Path, args: list[str]) -> int:
 
 def reap(state: Path, args: list[str]) -> int:
     time.sleep(KILL_WAIT_SECONDS)
-    for pid in session(jobs(state)[args[0]]["pid"]):
+    for pid in session(jobs(state)[args[0]]["pid"]):  # started jobs only: scancel reaps no pending one
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
     return 0

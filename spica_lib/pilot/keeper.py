@@ -54,6 +54,8 @@ COMMAND_SECONDS = 30.0
 STOP_WAIT_SECONDS = 10.0  # for the running pilots to end on the stop file before they are scancelled
 ABANDON_CHECK_SECONDS = 1.0  # how often squeue is asked whether a pilot given up on is gone
 TROUBLE_LOG_SECONDS = 10.0  # the same error of the same step is logged again after this long
+# Why SLURM keeps a job pending when it will never start it as asked (squeue %r): the job exceeds a limit.
+NEVER_STARTS = ("PartitionTimeLimit", "PartitionNodeLimit", "QOSMaxWallDurationPerJobLimit", "AccountNotAllowed")
 
 
 class _Stop(BaseException):
@@ -120,7 +122,7 @@ class Keeper:
             if job in self.submitted and now - self.checked.get(job, -ABANDON_CHECK_SECONDS) < ABANDON_CHECK_SECONDS:
                 continue
             self.checked[job] = now
-            listed = _squeue([job]) if job in self.submitted else set()
+            listed = _squeue([job]) if job in self.submitted else {}
             if listed is not None and job not in listed:
                 self.submitted.pop(job, None)
                 write_private(self.spool.ended(job), "SLURM no longer lists it")
@@ -235,6 +237,25 @@ class Keeper:
             return
         for job in [job for job in self.submitted if job not in listed]:
             del self.submitted[job]
+        for job, reason in listed.items():
+            if reason in NEVER_STARTS and job in self.submitted:
+                self._give_up_pending(job, reason)
+
+    def _give_up_pending(self, job: str, reason: str) -> None:
+        """A pilot SLURM will never start (it asked for more than its partition allows): scancel it, and fail the
+        waiting jobs that would need one as big, saying why, rather than have them wait for it for ever."""
+        needs, minutes = self.submitted.pop(job), self.minutes_of.get(job, 0)
+        _scancel([job])
+        why = (f"SLURM will not start pilot job {job} ({' '.join(needs.sbatch_options())}, {minutes} min): "
+               f"pending for {reason}. No pilot of that size and time can run this job; lower the replay runtime or "
+               "give the pilots a partition that allows it")  # fmt: skip
+        print(f"spica keeper: {why}", file=sys.stderr, flush=True)
+        for request_id, path in self.spool.waiting():
+            with contextlib.suppress(OSError, ValueError, PrivacyError):
+                request = read_request(path)
+                if request.needs == needs and pilot_minutes(request.runtime_minutes, self.settings.minutes) >= minutes:
+                    path.unlink()
+                    write_model_file(self.spool.result(request_id), PilotResult(exit=1, pilot=job, reason=why))
 
     def stop(self) -> None:
         """Pilots that run end by themselves on the stop file (their SLURM jobs complete); the rest are scancelled."""
@@ -264,17 +285,23 @@ def _scancel(jobs: list[str]) -> None:
         subprocess.run(["scancel", *jobs], capture_output=True, timeout=COMMAND_SECONDS, check=False)
 
 
-def _squeue(jobs: list[str]) -> set[str] | None:
+def _squeue(jobs: list[str]) -> dict[str, str] | None:
+    """The jobs SLURM lists, each with the reason it is pending ("" once it runs), or None when squeue cannot say."""
     try:
         done = subprocess.run(
-            ["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)],
+            ["squeue", "-h", "-o", "%i %T %r", "-j", ",".join(jobs)],
             capture_output=True, text=True, timeout=COMMAND_SECONDS, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0 and "Invalid job id" not in done.stderr:
         return None
-    return set(done.stdout.split())
+    listed = {}
+    for line in done.stdout.splitlines():
+        job, state, reason = ([*line.split(None, 2), "", ""])[:3]
+        if job:
+            listed[job] = reason.strip() if state == "PENDING" else ""
+    return listed
 
 
 def _raise_stop(signum: int, frame: object) -> None:
