@@ -275,6 +275,15 @@ class Keeper:
             left = list(self.submitted)
         if left:
             _scancel(left)
+        # Those that said goodbye are leaving: the sweep ends once SLURM no longer lists them (their processes
+        # are gone), within the same allowance again.
+        leaving = [job for job in self.submitted if job not in left]
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while leaving and time.monotonic() < deadline:
+            listed = _squeue(leaving)
+            if listed is not None and not listed:
+                break
+            time.sleep(0.5)
         self.spool.remove()
         with contextlib.suppress(OSError):
             self.spool.root.parent.rmdir()  # the run's .pilot folder, once no spool is left in it
