@@ -1,5 +1,7 @@
 """A warm host serving fake jobs, to test the host's own control flow: `python tests/fake_host.py <owner pid>`;
 `python tests/fake_host.py pilot <pilot arguments>` runs a pilot (spica_lib.pilot.node) with the same fakes.
+A pilot's spool writes fail with ESTALE (injected, to test what a shared file system does) after
+SPICA_FAKE_BEAT_WRITES beat writes, and every result write when SPICA_FAKE_RESULT_WRITES_FAIL=1.
 
 The jobs and warm-ups are fakes (named so); the server, its socket, its peer check, its warm-up
 thread and its forks are the real ones. Fake jobs:
@@ -8,12 +10,14 @@ thread and its forks are the real ones. Fake jobs:
 - `panicking_warm_up`: its warm-up runs a "replay" that raises pyo3's PanicException (a BaseException);
 - `hanging_warm_up`: its warm-up runs a "replay" that never returns (the limit is cut to 1 s);
 - `sleep`: sleeps params["seconds"], then writes output["out"];
+- `slow_warm_up`: its warm-up sleeps params["warm_up_seconds"]; then `sleep`'s body;
 - `with_steps_ahead`: writes output["out"]; after its fork, the host runs a fake step ahead that appends
   "first <host pid>" to params["steps"] and gives a second step, which appends "second <host pid>".
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -55,6 +59,28 @@ def sleep(job):
     Path(job.output["out"]).write_text("slept")
 
 
+def slow_warm_up(job):
+    time.sleep(float(job.params["warm_up_seconds"]))
+
+
+def failing_spool_writes(write):
+    """`write_model_file` with ESTALE injected: beats after SPICA_FAKE_BEAT_WRITES, results if asked."""
+    beats_allowed = int(os.environ.get("SPICA_FAKE_BEAT_WRITES", "-1"))
+    results_fail = os.environ.get("SPICA_FAKE_RESULT_WRITES_FAIL") == "1"
+    written = [0]
+
+    def fake_write(path, model):
+        if path.parent.name == "pilots" and beats_allowed >= 0:
+            written[0] += 1
+            if written[0] > beats_allowed:
+                raise OSError(errno.ESTALE, "Stale file handle (injected)", str(path))
+        if path.parent.name == "results" and results_fail:
+            raise OSError(errno.ESTALE, "Stale file handle (injected)", str(path))
+        write(path, model)
+
+    return fake_write
+
+
 def fake_steps_ahead(job):
     def note(word):
         with open(job.params["steps"], "a") as out:
@@ -72,6 +98,7 @@ def main() -> None:
             "panicking_warm_up": (report_env, _warm_up_with(fake_replay_that_panics)),
             "hanging_warm_up": (report_env, _warm_up_with(fake_replay_that_hangs)),
             "sleep": (sleep, None),
+            "slow_warm_up": (sleep, slow_warm_up),
             "with_steps_ahead": (report_env, None),
         }
     )
@@ -79,6 +106,7 @@ def main() -> None:
     registry.AHEAD["with_steps_ahead"] = fake_steps_ahead
     registry.preload = lambda: None  # nothing to import for fake jobs
     if sys.argv[1] == "pilot":
+        node.write_model_file = failing_spool_writes(node.write_model_file)
         node.main(sys.argv[2:])
     else:
         server.serve(os.environ["SPICA_WARM_HOST"].partition("@")[0], int(sys.argv[1]))

@@ -5,6 +5,7 @@ The pilots here run the fake jobs of tests/fake_host.py (named so) outside SLURM
 runs real pilots with real replays on the CI cluster.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ import pytest
 
 from spica_lib.pilot.launch import SPOOLS
 from spica_lib.pilot.settings import PilotSettings, PilotSettingsError, check_executor, pilot_settings
-from spica_lib.pilot.spool import PilotBeat, PilotClass, PilotRequest, Spool
+from spica_lib.pilot.spool import PilotBeat, PilotClass, PilotRequest, Spool, write_private
 from spica_lib.pilot.waiter import needs_of, run_on_pilot
 from spica_lib.run.job import JobArgs
 
@@ -82,7 +83,8 @@ def fake_job(rule: str, folder: Path, **params) -> JobArgs:
 
 
 class Sweep:
-    """A spool with a heartbeat (the keeper's part, minus sbatch) and a fake pilot started on it."""
+    """A spool with a heartbeat and the ending of pilots given up on (the keeper's part, minus SLURM: a pilot
+    is "scancelled" by SIGKILL, and "no longer listed" once its process is gone), and fake pilots started on it."""
 
     def __init__(self, folder: Path):
         self.spool = Spool(folder / SPOOLS / "sweep").create()
@@ -98,7 +100,18 @@ class Sweep:
         while not self.ended.wait(0.2):
             if self.beating.is_set():
                 count += 1
-                self.spool.heartbeat.write_text(str(count))
+                with contextlib.suppress(FileNotFoundError):  # the spool removed by a test
+                    write_private(self.spool.heartbeat, str(count))
+            with contextlib.suppress(FileNotFoundError):
+                for name in self.spool.abandoned():
+                    self._end(name)
+
+    def _end(self, name: str) -> None:
+        process = next((p for p in self.pilots if f"local{p.pid}" == name), None)
+        if process is not None and process.poll() is None:
+            process.kill()
+        elif not self.spool.ended(name).exists():
+            write_private(self.spool.ended(name), "gone")
 
     def start_pilot(self, idle_seconds: float = 60, sweep_lost_seconds: float = 60) -> psutil.Process:
         env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
@@ -332,12 +345,12 @@ class KeeperWithFakeSbatch:
 
     def wait(self, request_id: str, needs: PilotClass) -> None:
         request = PilotRequest(job="replay", args={}, cwd="/", env={}, needs=needs, runtime_minutes=5)
-        self.spool.request(request_id).write_text(request.model_dump_json())
+        write_private(self.spool.request(request_id), request.model_dump_json())
 
     def beat(self, job: str, running: str | None = None) -> None:
         beat = PilotBeat(beat=1, pilot=job, node="n", needs=self.keeper.submitted[job], running=running,
                          seconds_left=3600)  # fmt: skip
-        self.spool.beat(job).write_text(beat.model_dump_json())
+        write_private(self.spool.beat(job), beat.model_dump_json())
 
 
 def test_the_keeper_submits_a_pilot_only_for_a_job_no_free_pilot_can_run_and_makes_room_at_its_limit(tmp_path):

@@ -35,12 +35,18 @@ def sha256_of(data: Any) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A fresh temporary path beside `path` to write to; on success it is synced and renamed over `path`."""
+def atomic_path(path: str | Path, private: bool = False) -> Iterator[Path]:
+    """A fresh temporary path beside `path` to write to; on success it is synced and renamed over `path`.
+
+    `private`: the file is 0600 from its creation on and a missing folder is an error, not made (a pilot
+    spool's files: a folder removed under the writer must not come back with the umask's mode).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not private:
+        path.parent.mkdir(parents=True, exist_ok=True)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
-    os.fchmod(handle, 0o666 & ~_umask())  # mkstemp makes 0600; an artifact is as readable as any file the user writes
+    if not private:  # mkstemp makes 0600; an artifact is as readable as any file the user writes
+        os.fchmod(handle, 0o666 & ~_umask())
     os.close(handle)
     try:
         yield Path(temp)
@@ -67,8 +73,8 @@ def _umask() -> int:
     return 0o022
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    with atomic_path(path) as temp:
+def atomic_write_text(path: str | Path, text: str, private: bool = False) -> None:
+    with atomic_path(path, private=private) as temp:
         temp.write_text(text, encoding="utf-8")
 
 

@@ -392,7 +392,8 @@ def run_forked_job(
 ) -> None:
     """In a child forked from a warm process (this host, or a pilot): run job `name` and exit with its code.
 
-    `descriptors` are the job's stdout and stderr; `env` replaces the warm process's job variables.
+    `descriptors` are the job's stdout and stderr; the job variables of `env` (`job_environment`, the one
+    filter for both) replace the warm process's.
     """
     code = 1
     try:
@@ -408,7 +409,7 @@ def run_forked_job(
         os.chdir(cwd)
         for variable in job_environment(dict(os.environ)):
             del os.environ[variable]
-        os.environ.update(env)
+        os.environ.update(job_environment(env))  # whoever forked it (this host, a pilot): the caller's job variables only
         from spica_lib.host.registry import run_job_here
         from spica_lib.run.job import HOST
 

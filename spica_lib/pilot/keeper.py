@@ -8,13 +8,20 @@ It rewrites the spool's heartbeat every second (pilots end when it stops), submi
 or the Snakemake process dies (the kernel sends the keeper SIGTERM then), it writes the stop file,
 `scancel`s every pilot it submitted and removes the spool. It runs in its own session, so a signal
 to the terminal's process group reaches Snakemake, whose death then reaches the keeper.
+
+Only its stop ends it: an I/O error on the shared file system (ESTALE, EIO) is logged and the step
+that met it is tried again on the next pass. A pilot a rule script gave up on (`pilots/<id>.abandon`)
+is `scancel`led, again every `SQUEUE_SECONDS` while SLURM lists it; once SLURM no longer does, the
+keeper writes `pilots/<id>.ended`, and the rule script may fail its job for Snakemake to retry. A
+job a fresh pilot submitted for it would not take (its start-up took more than the allowance, or
+the partition gives less time than asked) fails with that reason instead of having pilots
+submitted for it again and again.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import shlex
 import signal
 import subprocess
@@ -22,9 +29,9 @@ import sys
 import time
 from pathlib import Path
 
-from spica_lib.base.artifacts import atomic_write_text
+from collections.abc import Callable
+
 from spica_lib.base.lifetime import die_with_parent
-from spica_lib.pilot.node import SAFETY_SECONDS
 from spica_lib.pilot.settings import PilotSettings
 from spica_lib.pilot.spool import (
     BEAT_SECONDS,
@@ -32,14 +39,23 @@ from spica_lib.pilot.spool import (
     PilotClass,
     PilotRequest,
     PilotResult,
+    PrivacyError,
     Spool,
+    read_request,
+    touch_private,
     write_model_file,
+    write_private,
 )
+from spica_lib.pilot.time_left import SAFETY_SECONDS, pilot_minutes
 
 LOOP_SECONDS = 0.1
 SQUEUE_SECONDS = 10.0
 COMMAND_SECONDS = 30.0
 STOP_WAIT_SECONDS = 10.0  # for the running pilots to end on the stop file before they are scancelled
+ABANDON_CHECK_SECONDS = 1.0  # how often squeue is asked whether a pilot given up on is gone
+TROUBLE_LOG_SECONDS = 10.0  # the same error of the same step is logged again after this long
+# Why SLURM keeps a job pending when it will never start it as asked (squeue %r): the job exceeds a limit.
+NEVER_STARTS = ("PartitionTimeLimit", "PartitionNodeLimit", "QOSMaxWallDurationPerJobLimit", "AccountNotAllowed")
 
 
 class _Stop(BaseException):
@@ -50,37 +66,110 @@ class Keeper:
     def __init__(self, spool: Spool, settings: PilotSettings, log_dir: Path):
         self.spool, self.settings, self.log_dir = spool, settings, log_dir
         self.submitted: dict[str, PilotClass] = {}
+        self.minutes_of: dict[str, int] = {}  # each pilot's time limit as submitted
+        self.scancelled: dict[str, float] = {}  # pilots given up on -> when they were last scancelled
+        self.checked: dict[str, float] = {}  # ... and last looked up
+        self.refusals: set[str] = set()  # pilots whose goodbye (a job refused for time) was looked at
+        self.troubles: dict[str, tuple[str, float]] = {}  # step -> its last error logged, when
         self.beats = 0
         self.next_beat = 0.0
         self.next_squeue = time.monotonic() + SQUEUE_SECONDS
 
     def serve(self) -> None:
+        """Each pass runs every step; an I/O error ends only that step's pass (its next pass tries again)."""
+        steps: list[Callable[[float], None]] = [
+            self._beat, self._forget_unlisted_now_and_then, self._end_abandoned, self._fail_refused,
+            self._submit_as_needed,
+        ]  # fmt: skip
         while True:
             now = time.monotonic()
-            if now >= self.next_beat:
-                self.beats += 1
-                atomic_write_text(self.spool.heartbeat, str(self.beats))
-                self.next_beat = now + BEAT_SECONDS
-            if now >= self.next_squeue:
-                self._forget_unlisted()
-                self.next_squeue = now + SQUEUE_SECONDS
-            self._submit_as_needed()
+            for step in steps:
+                try:
+                    step(now)
+                except OSError as error:
+                    self._trouble(step.__name__.strip("_"), error)
             time.sleep(LOOP_SECONDS)
+
+    def _trouble(self, step: str, error: OSError) -> None:
+        now = time.monotonic()
+        last = self.troubles.get(step)
+        if last is None or last[0] != str(error) or now - last[1] >= TROUBLE_LOG_SECONDS:
+            print(f"spica keeper: {step.replace('_', ' ')}: {error} (tried again on the next pass)",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            self.troubles[step] = (str(error), now)
+
+    def _beat(self, now: float) -> None:
+        if now >= self.next_beat:
+            self.beats += 1
+            write_private(self.spool.heartbeat, str(self.beats))  # a failed write is tried again next pass
+            self.next_beat = now + BEAT_SECONDS
+
+    def _forget_unlisted_now_and_then(self, now: float) -> None:
+        if now >= self.next_squeue:
+            self.next_squeue = now + SQUEUE_SECONDS
+            self._forget_unlisted()
+
+    def _end_abandoned(self, now: float) -> None:
+        """Pilots a rule script gave up on: scancel them, and say when SLURM no longer lists them."""
+        for job in self.spool.abandoned():
+            if self.spool.ended(job).exists():
+                continue
+            if job in self.submitted and now - self.scancelled.get(job, -SQUEUE_SECONDS) >= SQUEUE_SECONDS:
+                why = (self.spool.abandon(job).read_text(encoding="utf-8") or "its beat stalled").strip()
+                print(f"spica keeper: scancel of pilot job {job}: a rule script gave up on it ({why})", flush=True)
+                _scancel([job])
+                self.scancelled[job] = now
+            if job in self.submitted and now - self.checked.get(job, -ABANDON_CHECK_SECONDS) < ABANDON_CHECK_SECONDS:
+                continue
+            self.checked[job] = now
+            listed = _squeue([job]) if job in self.submitted else {}
+            if listed is not None and job not in listed:
+                self.submitted.pop(job, None)
+                write_private(self.spool.ended(job), "SLURM no longer lists it")
+
+    def _fail_refused(self, now: float) -> None:
+        """A request the pilot submitted with enough time for it would not take (too little time left once it
+        started) fails, saying so: any pilot submitted for it would do the same."""
+        for job, beat in self.spool.beats().items():
+            if not beat.gone or beat.refused is None or beat.jobs_run or job in self.refusals:
+                continue
+            self.refusals.add(job)
+            path = self.spool.request(beat.refused)
+            try:
+                request = read_request(path)
+            except (OSError, ValueError, PrivacyError):
+                continue  # taken meanwhile
+            minutes = pilot_minutes(request.runtime_minutes, self.settings.minutes)
+            if self.minutes_of.get(job, 0) < minutes:
+                continue  # it was sized for a shorter job: the pilot submitted for this one will have the time
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            reason = (
+                f"no pilot of {' '.join(request.needs.sbatch_options())} can take this job: pilot job {job}, "
+                f"submitted with {self.minutes_of[job]} min for it, had {(beat.seconds_left + SAFETY_SECONDS) / 60:.1f} "
+                f"min left once started, and a job of {request.runtime_minutes:g} min needs "
+                f"{request.runtime_minutes + SAFETY_SECONDS / 60:g} ({beat.gone}). Lower the replay runtime, or "
+                "give the pilots a partition with longer time limits"
+            )
+            print(f"spica keeper: request {beat.refused} fails: {reason}", file=sys.stderr, flush=True)
+            write_model_file(self.spool.result(beat.refused), PilotResult(exit=1, pilot=job, reason=reason))
 
     def active(self, beats: dict[str, PilotBeat]) -> dict[str, PilotClass]:
         """The pilots submitted that have not said goodbye in `beats` (the spool's, read once by the caller)."""
         return {job: needs for job, needs in self.submitted.items() if not (job in beats and beats[job].gone)}
 
-    def _submit_as_needed(self) -> None:
+    def _submit_as_needed(self, now: float | None = None) -> None:
         """Each waiting request, oldest first, goes to a free pilot that can run it, or has one submitted for it.
 
         Idle pilots too small for every job that waits for a pilot to start are retired: they would hold
         the CPUs (or a place under the limit) that the pilot for those jobs needs.
         """
-        waiting = []
+        waiting: list[PilotRequest] = []
         for _, path in self.spool.waiting():
-            with contextlib.suppress(OSError, ValueError):
-                waiting.append(PilotRequest.model_validate_json(path.read_text(encoding="utf-8")))
+            with contextlib.suppress(OSError, ValueError, PrivacyError):  # taken meanwhile, or not the user's own
+                waiting.append(read_request(path))
         if not waiting:
             return
         beats = self.spool.beats()
@@ -95,14 +184,14 @@ class Keeper:
                     continue
             starved.append(request)
             if taker is None and len(active) < self.settings.pilots:
-                minutes = max(self.settings.minutes, math.ceil(request.runtime_minutes + SAFETY_SECONDS / 60 + 1))
+                minutes = pilot_minutes(request.runtime_minutes, self.settings.minutes)
                 job = self._submit(request.needs, minutes)
                 if job is not None:
                     active[job] = request.needs
         # An idle pilot that can run none of them holds CPUs (or a place under the limit) their pilot may need.
         for job in free:
             if job in beats and starved and not any(active[job].holds(r.needs) for r in starved):
-                self.spool.retire(job).touch()
+                touch_private(self.spool.retire(job))
 
     def _submit(self, needs: PilotClass, minutes: int) -> str | None:
         command = [
@@ -124,6 +213,7 @@ class Keeper:
             return self._refuse(needs, f"sbatch failed: {done.stderr.strip() or done.stdout.strip()}")
         job = done.stdout.strip().split(";")[0]
         self.submitted[job] = needs
+        self.minutes_of[job] = minutes
         options = " ".join(needs.sbatch_options())
         print(f"spica keeper: submitted pilot job {job} ({options}, {minutes} min)", flush=True)
         return job
@@ -132,8 +222,8 @@ class Keeper:
         """SLURM would not take a pilot: the requests that wanted one fail, saying why (Snakemake may retry them)."""
         print(f"spica keeper: {reason}", file=sys.stderr, flush=True)
         for request_id, path in self.spool.waiting():
-            with contextlib.suppress(OSError, ValueError):
-                if PilotRequest.model_validate_json(path.read_text(encoding="utf-8")).needs == needs:
+            with contextlib.suppress(OSError, ValueError, PrivacyError):
+                if read_request(path).needs == needs:
                     path.unlink()
                     write_model_file(self.spool.result(request_id), PilotResult(exit=1, pilot="", reason=reason))
         return None
@@ -147,38 +237,80 @@ class Keeper:
             return
         for job in [job for job in self.submitted if job not in listed]:
             del self.submitted[job]
+        for job, reason in listed.items():
+            if reason in NEVER_STARTS and job in self.submitted:
+                self._give_up_pending(job, reason)
+
+    def _give_up_pending(self, job: str, reason: str) -> None:
+        """A pilot SLURM will never start (it asked for more than its partition allows): scancel it, and fail the
+        waiting jobs that would need one as big, saying why, rather than have them wait for it for ever."""
+        needs, minutes = self.submitted.pop(job), self.minutes_of.get(job, 0)
+        _scancel([job])
+        why = (f"SLURM will not start pilot job {job} ({' '.join(needs.sbatch_options())}, {minutes} min): "
+               f"pending for {reason}. No pilot of that size and time can run this job; lower the replay runtime or "
+               "give the pilots a partition that allows it")  # fmt: skip
+        print(f"spica keeper: {why}", file=sys.stderr, flush=True)
+        for request_id, path in self.spool.waiting():
+            with contextlib.suppress(OSError, ValueError, PrivacyError):
+                request = read_request(path)
+                if request.needs == needs and pilot_minutes(request.runtime_minutes, self.settings.minutes) >= minutes:
+                    path.unlink()
+                    write_model_file(self.spool.result(request_id), PilotResult(exit=1, pilot=job, reason=why))
 
     def stop(self) -> None:
         """Pilots that run end by themselves on the stop file (their SLURM jobs complete); the rest are scancelled."""
         with contextlib.suppress(OSError):
-            atomic_write_text(self.spool.stop_file, "stop")
+            write_private(self.spool.stop_file, "stop")
         deadline = time.monotonic() + STOP_WAIT_SECONDS
         while time.monotonic() < deadline:
-            beats = self.spool.beats()
-            if not any(job in beats for job in self.active(beats)):
-                break
+            with contextlib.suppress(OSError):
+                beats = self.spool.beats()
+                if not any(job in beats for job in self.active(beats)):
+                    break
             time.sleep(LOOP_SECONDS)
         # Pilots that said goodbye are leaving: a scancel would mark them CANCELLED.
-        left = list(self.active(self.spool.beats()))
+        try:
+            left = list(self.active(self.spool.beats()))
+        except OSError:
+            left = list(self.submitted)
         if left:
-            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-                subprocess.run(["scancel", *left], capture_output=True, timeout=COMMAND_SECONDS, check=False)
+            _scancel(left)
+        # Those that said goodbye are leaving: the sweep ends once SLURM no longer lists them (their processes
+        # are gone), within the same allowance again.
+        leaving = [job for job in self.submitted if job not in left]
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while leaving and time.monotonic() < deadline:
+            listed = _squeue(leaving)
+            if listed is not None and not listed:
+                break
+            time.sleep(0.5)
         self.spool.remove()
         with contextlib.suppress(OSError):
             self.spool.root.parent.rmdir()  # the run's .pilot folder, once no spool is left in it
 
 
-def _squeue(jobs: list[str]) -> set[str] | None:
+def _scancel(jobs: list[str]) -> None:
+    with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+        subprocess.run(["scancel", *jobs], capture_output=True, timeout=COMMAND_SECONDS, check=False)
+
+
+def _squeue(jobs: list[str]) -> dict[str, str] | None:
+    """The jobs SLURM lists, each with the reason it is pending ("" once it runs), or None when squeue cannot say."""
     try:
         done = subprocess.run(
-            ["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)],
+            ["squeue", "-h", "-o", "%i %T %r", "-j", ",".join(jobs)],
             capture_output=True, text=True, timeout=COMMAND_SECONDS, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0 and "Invalid job id" not in done.stderr:
         return None
-    return set(done.stdout.split())
+    listed = {}
+    for line in done.stdout.splitlines():
+        job, state, reason = ([*line.split(None, 2), "", ""])[:3]
+        if job:
+            listed[job] = reason.strip() if state == "PENDING" else ""
+    return listed
 
 
 def _raise_stop(signum: int, frame: object) -> None:

@@ -1,7 +1,9 @@
 """The spool folder that joins a sweep to its pilot jobs, on the file system the cluster shares.
 
-One folder per sweep process, `<run>/.pilot/<sweep>/`, made 0700 so no other user can hand a
-pilot a job or read one:
+One folder per sweep process, `<run>/.pilot/<sweep>/`, private to its user throughout: every folder
+is made 0700 and every file 0600 from its creation (never chmod-ed after), a write never makes a
+missing folder (a spool removed under a writer stays removed), and a pilot reads a request only
+when the spool and the file are its user's and no one else's (`read_request`):
 
     heartbeat               the sweep's keeper rewrites it every second (a pilot whose sweep is gone ends)
     stop                    written when the sweep ends: every pilot ends
@@ -10,9 +12,12 @@ pilot a job or read one:
                             one pilot wins)
     output/<id>.out, .err   the job's stdout and stderr, which the rule script prints when it ends
     results/<id>.json       how the job ended (PilotResult)
-    cancel/<id>             the rule script was stopped: the pilot stops the job
+    cancel/<id>             the rule script was stopped, or gave up on the pilot: the pilot stops the job
     pilots/<pilot>.json     each pilot's beat (PilotBeat), rewritten every second while it lives
     pilots/<pilot>.retire   the keeper needs room for a bigger pilot: this one ends when idle
+    pilots/<pilot>.abandon  a rule script gave up on this pilot (its beat stalled): the keeper scancels it,
+                            and the pilot, should it wake, ends
+    pilots/<pilot>.ended    the keeper's answer: SLURM no longer lists the pilot, so nothing of it runs
 
 Liveness is read from a beat's counter changing, on the reader's own clock, so the nodes' clocks
 need not agree.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,7 @@ from spica_lib.base.artifacts import atomic_write_text
 
 SPOOL_VARIABLE = "SPICA_PILOT_SPOOL"  # set by the keeper's launcher; the rule scripts hand their jobs to it
 BEAT_SECONDS = 1.0
+FOLDERS = ("requests", "claimed", "output", "results", "cancel", "pilots")
 LOST_SECONDS = 30.0  # a beat unchanged this long (reader's clock): its writer is gone (node lost, SIGKILL)
 POLL_SECONDS = 0.05
 
@@ -96,6 +103,8 @@ class PilotBeat(BaseModel):
     running: str | None = None  # the request id it runs
     seconds_left: float
     gone: str = ""  # why it ended; set in its last beat
+    jobs_run: int = 0  # jobs it has forked
+    refused: str | None = None  # the request it would not take for lack of time, if that is why it ends
 
 
 class Spool:
@@ -105,10 +114,11 @@ class Spool:
         self.root = Path(root)
 
     def create(self) -> Spool:
-        for folder in ("requests", "claimed", "output", "results", "cancel", "pilots"):
-            (self.root / folder).mkdir(parents=True, exist_ok=True)
-        for path in [self.root, self.root.parent]:
-            os.chmod(path, 0o700)
+        """Make the folders, each 0700 from its creation (the umask can only take bits away)."""
+        self.root.parent.parent.mkdir(parents=True, exist_ok=True)  # the run folder: not the spool's
+        for path in [self.root.parent, self.root, *(self.root / folder for folder in FOLDERS)]:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(path, 0o700)
         return self
 
     def exists(self) -> bool:
@@ -152,6 +162,20 @@ class Spool:
     def retire(self, pilot: str) -> Path:
         return self.root / "pilots" / f"{pilot}.retire"
 
+    def abandon(self, pilot: str) -> Path:
+        return self.root / "pilots" / f"{pilot}.abandon"
+
+    def ended(self, pilot: str) -> Path:
+        return self.root / "pilots" / f"{pilot}.ended"
+
+    def abandoned(self) -> list[str]:
+        """The pilots a rule script gave up on."""
+        return sorted(path.name[: -len(".abandon")] for path in (self.root / "pilots").glob("*.abandon"))
+
+    def privacy_problem(self) -> str:
+        """Why the spool folder is not this user's private folder, or ""."""
+        return _privacy_problem(self.root, stat.S_ISDIR)
+
     def waiting(self) -> list[tuple[str, Path]]:
         """(request id, file) of the requests no pilot has taken, oldest first."""
         paths = [p for p in (self.root / "requests").glob("*.json") if not p.name.startswith(".")]
@@ -174,6 +198,37 @@ class Spool:
             claim[0].unlink(missing_ok=True)
 
 
+def read_request(path: Path) -> PilotRequest:
+    """The request in `path`, read only if it is a regular file of this user's that no one else may read or write.
+
+    Raises OSError (gone meanwhile: another pilot took it), PrivacyError or ValueError (not a request).
+    """
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(descriptor, encoding="utf-8") as source:
+        problem = _privacy_problem(path, stat.S_ISREG, os.fstat(descriptor))
+        if problem:
+            raise PrivacyError(problem)
+        return PilotRequest.model_validate_json(source.read())
+
+
+class PrivacyError(Exception):
+    """A spool file or folder another user could have written: it is not read."""
+
+
+def _privacy_problem(path: Path, kind: Any, status: os.stat_result | None = None) -> str:
+    try:
+        status = status or os.lstat(path)
+    except OSError as error:
+        return f"{path} cannot be read ({error})"
+    if not kind(status.st_mode):
+        return f"{path} is not a {'folder' if kind is stat.S_ISDIR else 'regular file'}"
+    if status.st_uid != os.getuid():
+        return f"{path} belongs to uid {status.st_uid}, not to this user (uid {os.getuid()})"
+    if status.st_mode & 0o077:
+        return f"{path} has mode {stat.S_IMODE(status.st_mode):04o}; only its owner may read or write it (0700/0600)"
+    return ""
+
+
 def read_beat(path: Path) -> PilotBeat | None:
     with contextlib.suppress(OSError, ValueError):
         return PilotBeat.model_validate_json(path.read_text(encoding="utf-8"))
@@ -181,22 +236,42 @@ def read_beat(path: Path) -> PilotBeat | None:
 
 
 def write_model_file(path: Path, model: BaseModel) -> None:
-    atomic_write_text(path, model.model_dump_json())
+    write_private(path, model.model_dump_json())
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a spool file atomically, 0600 from its creation; a missing folder raises FileNotFoundError."""
+    atomic_write_text(path, text, private=True)
+
+
+def touch_private(path: Path) -> None:
+    """Make an empty spool file (a cancel, a retire), 0600 from its creation, its folder not made."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
 
 
 class Liveness:
-    """Whether a counter someone rewrites keeps changing, by this process's clock."""
+    """Whether a counter someone rewrites keeps changing, by this process's clock.
+
+    `changed` says whether it has been seen to change at least once: a first reading alone may be a
+    dead writer's last (a pilot that starts after its keeper was killed).
+    """
 
     def __init__(self, lost_seconds: float | None = None):
         self.lost_seconds = LOST_SECONDS if lost_seconds is None else lost_seconds
         self.last: str | None = None
-        self.changed = time.monotonic()
+        self.readings = 0  # distinct values seen
+        self.since = time.monotonic()
 
     def alive(self, current: str | None) -> bool:
         now = time.monotonic()
         if current is not None and current != self.last:
-            self.last, self.changed = current, now
-        return now - self.changed < self.lost_seconds
+            self.last, self.since = current, now
+            self.readings += 1
+        return now - self.since < self.lost_seconds
+
+    @property
+    def changed(self) -> bool:
+        return self.readings >= 2
 
 
 def read_text(path: Path) -> str | None:
