@@ -1,6 +1,5 @@
 """The whole sweep through Snakemake with the real Vizier and the real replay; resume after a kill."""
 
-import base64
 import json
 import os
 import re
@@ -39,13 +38,6 @@ def run(folder, config_path, *extra, env=None):
         timeout=900,
         env={**os.environ, **(env or {})},
     )
-
-
-def job_started(folder, output):
-    """When Snakemake started the job that wrote `output` (its record in `.snakemake/metadata/`)."""
-    relative = str(output.relative_to(folder))
-    record = folder / ".snakemake" / "metadata" / base64.urlsafe_b64encode(relative.encode()).decode()
-    return json.loads(record.read_text())["starttime"]
 
 
 def run_dir(folder):
@@ -125,9 +117,10 @@ def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted
     if in_flight > 1:  # round 1 was asked for before round 0 was told, and round 2 only after it
         rounds = run_dir(straight) / "rounds" / "agg"
         suggested, told = ({r: (rounds / str(r) / name).stat().st_mtime for r in range(3)} for name in NAMES)
-        # When round 1's suggest started (Snakemake's record of the job): its end depends on how busy the
-        # machine and the warm host are, its start only on what it waits for (not round 0's tell).
-        assert job_started(straight, rounds / "1" / "suggestions.json") < told[0] < suggested[2]
+        # Round 2 waits for round 0's tell (the DAG says so). Round 1 does not, but whether it *starts* before
+        # that tell is Snakemake's scheduling on a busy machine (240-request replays end within a scheduler
+        # pass): what is guaranteed, and asserted, is that round 1 was asked for with round 0 in flight.
+        assert told[0] < suggested[2]
         in_flight_of = [json.loads((rounds / str(r) / "suggestions.json").read_text())["in_flight"] for r in range(3)]
         assert in_flight_of == [[], [0], [1]]
 
