@@ -132,6 +132,44 @@ def manifest_dynamo(run):
     return read_model(run / "manifest.json", RunManifest).versions["ai-dynamo"]
 
 
+# Run in a fresh interpreter: the host's steps ahead of the report, then the report job itself, as its fork runs it.
+REPORT_AFTER_STEPS_AHEAD = """
+import json, sys
+from spica_lib.host.registry import AHEAD, JOBS
+from spica_lib.run.job import JobArgs
+
+job = JobArgs.model_validate_json(sys.argv[1])
+for step in AHEAD["merge"](job):  # what the host loads while the merge (or finish, stress, baselines) runs
+    step()
+before = set(sys.modules)
+JOBS["report"][0](job)
+print(json.dumps(sorted(set(sys.modules) - before)))
+"""
+
+
+def test_the_host_loads_the_reports_libraries_while_the_jobs_before_it_run(default_run, tmp_path):
+    # The report is the last job of every sweep: what it imports (plots, statistics, Dynamo's profiler for the
+    # release, aiconfigurator's generator) is loaded in the warm host ahead of it, off the critical path.
+    run, _ = default_run
+    out = tmp_path / "report"
+    job = {"rule": "report", "input": {"config": str(run / "config.json"), "summary": str(run / "summary.json"),
+           "table": str(run / "ranked.csv")}, "output": {"report": str(out / "report.md"), "plots": [],
+           "manifest": str(tmp_path / "manifest.json"), "deploy": str(tmp_path / "deploy")},
+           "params": {"run": run.name, "run_dir": str(run)}, "wildcards": {}, "log": [str(tmp_path / "report.log")],
+           "threads": 1, "resources": {}}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", REPORT_AFTER_STEPS_AHEAD, json.dumps(job)], cwd=REPO,
+                          capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = json.loads(done.stdout.strip().splitlines()[-1])
+    heavy = ("matplotlib", "scipy", "dynamo", "aiconfigurator", "transformers", "jinja2")
+    late = [name for name in imported if name.split(".")[0] in heavy]
+    assert not late, f"the report job itself imported {late}"
+    # The job still wrote everything (the same files as the sweep's own report job).
+    assert (out / "report.md").is_file() and (tmp_path / "manifest.json").is_file()
+    ranks = sorted(p.name for p in (run / "deploy").iterdir() if not p.name.startswith("."))  # not Snakemake's stamp
+    assert ranks and sorted(p.name for p in (tmp_path / "deploy").iterdir()) == ranks
+
+
 def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeypatch):
     run, _ = default_run
     status = run_status(run)
