@@ -6,7 +6,8 @@ SPICA_FAKE_BEAT_WRITES beat writes, and every result write when SPICA_FAKE_RESUL
 The jobs and warm-ups are fakes (named so); the server, its socket, its peer check, its warm-up
 thread and its forks are the real ones. Fake jobs:
 
-- `report_env`: writes the child's environment and working folder to output["out"];
+- `report_env`: writes the child's environment and working folder to output["out"], and whether Vizier was
+  loaded when it forked (the real host's start step, registry.AT_START, is kept);
 - `panicking_warm_up`: its warm-up runs a "replay" that raises pyo3's PanicException (a BaseException);
 - `hanging_warm_up`: its warm-up runs a "replay" that never returns (the limit is cut to 1 s);
 - `sleep`: sleeps params["seconds"], then writes output["out"];
@@ -51,7 +52,8 @@ def _warm_up_with(fake):
 
 
 def report_env(job):
-    Path(job.output["out"]).write_text(json.dumps({"env": dict(os.environ), "cwd": os.getcwd()}))
+    seen = {"env": dict(os.environ), "cwd": os.getcwd(), "vizier_loaded": "vizier.algorithms" in sys.modules}
+    Path(job.output["out"]).write_text(json.dumps(seen))
 
 
 def sleep(job):

@@ -271,6 +271,12 @@ def test_a_job_takes_from_its_caller_only_the_variables_a_job_reads(fake_host, t
     assert "LD_PRELOAD" not in seen["env"] and "/caller/bin" not in seen["env"]["PATH"]
 
 
+def test_the_host_loads_vizier_as_it_starts_so_even_its_first_job_forks_with_it(fake_host, tmp_path):
+    # Asked as soon as the host listens: the job still forks after the start step (registry.AT_START).
+    assert delegate("report_env", fake_job("report_env", tmp_path)) == 0
+    assert json.loads((tmp_path / "report_env.out").read_text())["vizier_loaded"] is True
+
+
 def test_a_caller_that_sends_nothing_does_not_hold_up_the_next_one(fake_host, tmp_path):
     _, name = fake_host
     idle = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -102,6 +102,16 @@ JOBS: dict[str, tuple[Body, Body | None]] = {
 }
 
 
+def _import_vizier() -> None:
+    from spica_lib.search.designers import import_vizier
+
+    import_vizier()
+
+
+# What the host loads as soon as it starts, before any request (each sweep's first suggest needs it).
+AT_START: tuple[Callable[[], None], ...] = (_import_vizier,)
+
+
 # What the host loads after it forks a job of this kind, while the job runs, for the jobs that follow it: a
 # suggest's branch is warmed up for the replay jobs its round will ask for, one warm-up at a time, each when
 # no request waits (spica_lib/host/server.py); the jobs after the search load the report's libraries.

@@ -301,8 +301,12 @@ def serve(name: str, owner: int) -> None:
     try:
         # The job table only: what each kind of job needs (Vizier, Dynamo, the perf DBs, the plots) its first
         # job's prepare step loads here (spica_lib/host/registry.py), so the first jobs do not wait for the rest.
-        import spica_lib.host.registry  # noqa: F401
+        from spica_lib.host.registry import AT_START
 
+        # What every sweep's first suggest needs, loaded from the start. Started before any request is read, so
+        # every job forks after it (the first request waits for it, as for any warm-up in progress).
+        host.ahead.extend(AT_START)
+        host._advance()
         host.serve()
     except _Stop:
         pass

@@ -54,6 +54,10 @@ def has_lock(directory: Path) -> bool:
     return locks.is_dir() and any(locks.iterdir())
 
 
+HOST_AT_PARSE_VARIABLE = "SPICA_HOST_AT_PARSE"  # read (and removed) by the Snakefile of the sweep's main Snakemake
+DRY_RUN_FLAGS = {"-n", "--dry-run", "--dryrun"}
+
+
 def snakemake_command(
     config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str], root: str | None = None
 ) -> list[str]:
@@ -85,7 +89,14 @@ def run_sweep(
     if problem:
         print(problem, file=sys.stderr)
         return 1
-    return run_forwarding_signals(command)
+    if not DRY_RUN_FLAGS & set(extra or []):
+        # A sweep that will run: its Snakemake may start the warm host while it parses the Snakefile, not after
+        # (it cannot tell a dry run then), so the host's imports overlap Snakemake's own start.
+        os.environ[HOST_AT_PARSE_VARIABLE] = "1"
+    try:
+        return run_forwarding_signals(command)
+    finally:
+        os.environ.pop(HOST_AT_PARSE_VARIABLE, None)
 
 
 def clear_stale_lock(directory: Path, command: list[str]) -> str | None:

@@ -42,6 +42,12 @@ DESIGNER_MODULES = {  # what each algorithm's designer imports (the GP ones also
 }
 
 
+def import_vizier() -> None:
+    """Vizier's runtime settings and every designer's base (about half a second), without any designer."""
+    configure_vizier_runtime()
+    from vizier import algorithms  # noqa: F401
+
+
 def import_designers(algorithm: str | None = None) -> None:
     """Import the designer of `algorithm`, or of every algorithm when None (a process that forks suggest jobs
     does it once, before its first fork). A sweep's warm host imports its own algorithm's only: the GP
@@ -51,9 +57,7 @@ def import_designers(algorithm: str | None = None) -> None:
     """
     import importlib
 
-    configure_vizier_runtime()
-    from vizier import algorithms  # noqa: F401 (every designer's base)
-
+    import_vizier()
     for name in DESIGNER_MODULES[algorithm] if algorithm else [m for ms in DESIGNER_MODULES.values() for m in ms]:
         importlib.import_module(name)
 
