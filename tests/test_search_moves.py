@@ -115,3 +115,50 @@ def test_the_same_seed_gives_the_same_moves_in_another_process():
         [sys.executable, "-c", script, str(tests)], capture_output=True, text=True, env=env, check=True, timeout=600
     )
     assert json.loads(child.stdout.strip().splitlines()[-1]) == json.loads(here)
+
+
+class FakeSequenceDesigner:
+    """Fake designer (control flow only): proposes the given points in order, whatever it is told."""
+
+    def __init__(self, points):
+        self.points = list(points)
+
+    def update(self, completed, active):
+        pass
+
+    def suggest(self, count):
+        from vizier import pyvizier as vz
+
+        taken, self.points = self.points[:count], self.points[count:]
+        return [vz.TrialSuggestion(parameters=point) for point in taken]
+
+
+def sequence_sweep(monkeypatch, per_round):
+    # Ever fewer GPUs, each at the first max_num_seqs (256): the designer never varies the best layout's knobs.
+    points = [{"used_gpu_ratio": r / 8} for r in range(8, 0, -1)] * 2
+    designer = FakeSequenceDesigner(points)
+    monkeypatch.setattr(rounds, "make_designer", lambda *_: designer)
+    spec = branch(POOL, knobs(agg_max_num_seqs=[256, 512, 1024]))
+    return sweep(spec, 4, per_round)
+
+
+def test_each_round_spends_one_slot_on_the_best_trials_other_knob_values_nearest_first(monkeypatch):
+    history, passes, store, _ = sequence_sweep(monkeypatch, per_round=2)
+    items = {p.round: [i for i in p.suggested] for round_passes in passes for p in round_passes}
+    refined = {r: [i for i in round_items if i.refines is not None] for r, round_items in items.items()}
+    assert refined[0] == []  # no best before round 0's results
+    # Round 1: the best (8 GPUs, 256 seqs) at the nearest other value; round 2: the new best (512) at the one left.
+    assert [i.selection["agg_max_num_seqs"] for r in (1, 2) for i in refined[r]] == [512, 1024]
+    assert all(i.outcome == "new" and i.layout == layout(1, 8).label() for r in (1, 2) for i in refined[r])
+    told = {o.vizier_id: o for o in history.observations}
+    assert told[refined[1][0].refines].key != told[refined[2][0].refines].key  # each round's own best
+    assert told[refined[2][0].refines].key == refined[1][0].key
+    # Round 3: the best's knob line is done; both slots are the designer's.
+    assert refined[3] == [] and sum(i.outcome in ("new", "moved") for i in items[3]) == 2
+    best = max(store.values(), key=lambda r: r.result.score)
+    assert (best.spec.used_gpus, best.spec.sample["agg_max_num_seqs"]) == (8, 1024)
+
+
+def test_a_round_of_one_candidate_stays_the_designers(monkeypatch):
+    _, passes, _, _ = sequence_sweep(monkeypatch, per_round=1)
+    assert all(i.refines is None for round_passes in passes for p in round_passes for i in p.suggested)

@@ -39,6 +39,9 @@ class Suggested(BaseModel):
     # outcome "moved": the vizier_id of the proposal (cached or duplicate, in the same pass) this trial was moved from;
     # `params` are then the moved layout's, `projection_distance` its distance from the point that proposal asked for
     moved_from: int | None = None
+    # A new trial that is the branch's best so far with one knob changed (search/triage.py `refine`): that
+    # best's vizier_id. One per round, from round 1 on, when the round has room for the designer's too.
+    refines: int | None = None
 
 
 class RoundSuggestions(BaseModel):

@@ -60,7 +60,7 @@ from spica_lib.search.history import (
 from spica_lib.config import SmartSearchConfig
 from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
-from spica_lib.search.triage import SearchContext, Taken, move, refused_layouts, triage
+from spica_lib.search.triage import SearchContext, Taken, move, refine, refused_layouts, triage
 from spica_lib.search.warm_start import share_of_round, warm_start
 from spica_lib.trial.screen import PruneBar, prune_rank
 from spica_lib.trial.spec import TrialResult, TrialSpec
@@ -173,6 +173,18 @@ def prune_bar(
     return PruneBar(below=scores[rank - 1], rank=rank) if len(scores) >= rank else None
 
 
+def best_observation(
+    goal: OptimizationGoal, past: list[Observation], known_results: dict[str, TrialResult]
+) -> Observation | None:
+    """The told trial with the best feasible score (the first told on a tie); None for a Pareto goal or before
+    any trial is feasible."""
+    if goal.is_pareto:
+        return None
+    scored = [o for o in past if o.key and o.layout and o.status in ("feasible", "cache_hit")
+              and o.key in known_results and known_results[o.key].score is not None]  # fmt: skip
+    return max(scored, key=lambda o: known_results[o.key].score, default=None)
+
+
 def in_flight_duplicate(item: Suggested, round_index: int) -> bool:
     """A suggestion of a trial that a round in flight replays (its result may not exist before tell)."""
     return item.outcome == "duplicate" and item.trial_round != round_index
@@ -238,6 +250,14 @@ def _ask(
     optimizer = time.perf_counter() - clock
     specs: list[TrialSpec] = []
     next_id = len(past) + len(active) + 1
+    incumbent = best_observation(context.config.goal, past, known_results)
+    if round_file.refill == 0 and not seeds and target >= 2 and incumbent is not None:
+        refined = refine(context, space, round_index, next_id, incumbent, taken)
+        if refined is not None:  # one slot of local search; the designer asks for the rest
+            round_file.suggested.append(refined[0])
+            specs.append(refined[1])
+            round_file.attempts += 1
+            next_id += 1
     while len(specs) < target and round_file.attempts < cap:
         ask = min(target - len(specs), cap - round_file.attempts)
         clock = time.perf_counter()

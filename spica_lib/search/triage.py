@@ -6,11 +6,13 @@ when it can be: a backend that cannot run the layout or a layout the replay refu
 trial the branch already has (`cached`) or one already replaying, in this pass or in a round in flight
 (`duplicate`). Otherwise it is a `new` trial.
 
-No stall: a proposal that lands on a deployment already replayed (cached or duplicate) is also *moved*:
-its knobs are kept and its layout goes down the projection's own order (ParallelConfigProjector.nearest,
-from the point the designer asked for) to the first layout whose trial the branch has not taken yet:
-not replayed, not replaying in this pass or in a round in flight, and one that would replay (in the
-budget, not refused, buildable). The proposal itself stays recorded as what it is (cached or
+No stall: a proposal that lands on a deployment already replayed (cached or duplicate) is also *moved*,
+to the first trial the branch has not taken yet (not replayed, not replaying in this pass or in a round in
+flight, and one that would replay: in the budget, not refused, buildable), looked for in this order:
+first its own layout with one searched knob changed (`knob_neighbours`: knob by knob, the nearest value
+first), since a designer that asks again for a replayed point holds that point's region the best; then
+its knobs on the layouts down the projection's own order (ParallelConfigProjector.nearest, from the point
+the designer asked for). The proposal itself stays recorded as what it is (cached or
 duplicate, told with that trial's result), and the move is a second entry, outcome `moved`, naming it
 (`moved_from`), with the parameters of the layout it replays: the designer is told each point with the
 result it really has. A designer that keeps proposing replayed layouts (NSGA-II in a small pool) thus
@@ -93,9 +95,14 @@ def move(
     taken: Taken,
 ) -> tuple[Suggested, TrialSpec] | None:
     """The nearest trial not taken yet for a proposal that landed on a taken one (None: none is left)."""
-    if space.projector is None or not space.features:
-        return None  # one layout: nowhere to move
     selection = space.decode(proposal.params)
+    for params in knob_neighbours(space, proposal.params):
+        knobbed = space.decode(params)
+        item, trial = _judge(context, space, round_index, vizier_id, params, knobbed, knobbed.parallel_config, taken)
+        if trial is not None:
+            return _moved(proposal, item, trial, taken)
+    if space.projector is None or not space.features:
+        return None  # one layout: nowhere else to move
     for projection in space.projector.nearest(proposal.params, selection.values["backend"]):
         if projection.config == selection.parallel_config:
             continue
@@ -104,13 +111,55 @@ def move(
         item, trial = _judge(context, space, round_index, vizier_id, params, moved, projection.config, taken)
         if trial is None:
             continue  # taken too, or it would not replay: the next nearest
-        where = "replayed" if proposal.outcome == "cached" else "replaying"
-        note = (
-            f"moved from {proposal.layout} (trial {proposal.key[:12]}, already {where} in round {proposal.trial_round})"
-        )
-        taken.pending[trial.key()] = trial
-        return item.model_copy(update={"outcome": "moved", "moved_from": proposal.vizier_id, "reason": note}), trial
+        return _moved(proposal, item, trial, taken)
     return None
+
+
+def refine(
+    context: SearchContext,
+    space: BranchSpace,
+    round_index: int,
+    vizier_id: int,
+    incumbent: Observation,
+    taken: Taken,
+) -> tuple[Suggested, TrialSpec] | None:
+    """The branch's best trial with one knob changed, the nearest not taken yet (None: its knob line is done).
+
+    A designer explores; this is the round's one step of local search around the best it has (a layout
+    found with its knobs at their first values, as the warm start's seeds have them, is otherwise left
+    there: the designer rarely asks for the same layout again with other knobs)."""
+    for params in knob_neighbours(space, incumbent.params):
+        selection = space.decode(params)
+        item, trial = _judge(context, space, round_index, vizier_id, params, selection, selection.parallel_config, taken)
+        if trial is not None and selection.parallel_config.label() == incumbent.layout:
+            note = f"the branch's best so far (trial {(incumbent.key or '')[:12]}) with one knob changed"
+            taken.pending[trial.key()] = trial
+            return item.model_copy(update={"refines": incumbent.vizier_id, "reason": note}), trial
+    return None
+
+
+def knob_neighbours(space: BranchSpace, params: dict[str, Any]) -> list[dict[str, Any]]:
+    """`params` with one searched knob (not the backend, whose layouts differ) set to another of its values:
+    knob by knob in the space's order, each knob's values nearest in its list first (the lower on a tie)."""
+    out = []
+    for knob in space.knobs:
+        if knob.name == "backend":
+            continue
+        values = list(knob.values)
+        if knob.kind == "categorical":
+            at = values.index(str(params[knob.name]))
+        else:  # the nearest listed value (Vizier hands back floats)
+            at = min(range(len(values)), key=lambda i: abs(values[i] - float(params[knob.name])))
+        for index in sorted((i for i in range(len(values)) if i != at), key=lambda i: (abs(i - at), i)):
+            out.append({**params, knob.name: values[index]})
+    return out
+
+
+def _moved(proposal: Suggested, item: Suggested, trial: TrialSpec, taken: Taken) -> tuple[Suggested, TrialSpec]:
+    where = "replayed" if proposal.outcome == "cached" else "replaying"
+    note = f"moved from {proposal.layout} (trial {proposal.key[:12]}, already {where} in round {proposal.trial_round})"
+    taken.pending[trial.key()] = trial
+    return item.model_copy(update={"outcome": "moved", "moved_from": proposal.vizier_id, "reason": note}), trial
 
 
 def _judge(
