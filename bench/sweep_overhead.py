@@ -18,8 +18,12 @@
    each), where the same fixed costs weigh less.
 3. Per-round overhead: the same tiny sweep (40-request replays, 2 per round, one branch) with 2 and
    with 8 rounds; (wall(8) - wall(2)) / 6 is what one more round costs beyond its replays.
+4. `conversation` (not in the default list: about 15 minutes): issue 40's real-trace sweep, the default
+   space on the 12,031-request conversation-shaped trace of bench/conversation_trace.py, 3 rounds x 4,
+   its wall split at the last tell into the search and what follows (finish, stress test, baselines,
+   merge, report), with the replay CPU of each.
 
-Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds ...]
+Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds|conversation ...]
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ def sweep(data: dict, aic_cache: str | None = None) -> dict:
                 for s in re.findall(r"ready after ([0-9.]+) s", log.read_text())
             ],
             "setup": _setup_seconds(run),
+            "after_search": _after_search_seconds(run),
             "post_search_cpu": post_search_cpu(run),
         }
 
@@ -98,11 +103,22 @@ def _setup_seconds(run: Path) -> float:
     """From the first stage's start to the first suggest's start (validate, policies, predictor, branches)."""
 
     def first_stamp(log: Path) -> datetime:
-        return datetime.strptime(log.read_text().split(" INFO ")[0].strip()[:23], "%Y-%m-%d %H:%M:%S,%f")
+        return _stamp(log.read_text())
 
     start = first_stamp(run / "logs" / "validate.log")
     suggest = min(first_stamp(log) for log in run.glob("logs/rounds/*/0/suggest.log"))
     return (suggest - start).total_seconds()
+
+
+def _stamp(line: str) -> datetime:
+    return datetime.strptime(line.split(" INFO ")[0].strip()[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
+def _after_search_seconds(run: Path) -> float:
+    """From the last tell's last line to the report's last line: what the sweep spends after its search."""
+    last_tell = max(_stamp(log.read_text().strip().splitlines()[-1]) for log in run.glob("logs/rounds/*/*/tell.log"))
+    report = _stamp((run / "logs" / "report.log").read_text().strip().splitlines()[-1])
+    return (report - last_tell).total_seconds()
 
 
 def median_run(data: dict, aic_cache: str | None = None) -> tuple[dict, list[float]]:
@@ -184,6 +200,31 @@ def bench_p1() -> None:
         )
 
 
+def conversation_config() -> dict:
+    """Issue 40's real-trace sweep: the default space (agg + disagg, vLLM + SGLang, both routers) on the 12,031-request
+    conversation-shaped trace of bench/conversation_trace.py, 3 rounds x 4, everything after the search on."""
+    from conversation_trace import conversation_trace
+
+    data = default_config()
+    data["workload"] = {"trace_path": str(conversation_trace())}
+    data["sweep"].update(max_rounds=3, candidates_per_round=4)
+    return data
+
+
+def bench_conversation() -> None:
+    print("| sweep | trials | wall, median of 3 (s) | runs (s) | search: start to the last tell (s) | after it (s) "
+          "| search replay CPU (s) | after the search: finish / stress / baselines / capacity CPU (s) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    run, walls = median_run(conversation_config())
+    cpu = sum(t["cpu_seconds"] for t in run["trials"])
+    after = run["post_search_cpu"]
+    print(
+        f"| conversation trace (12,031 requests), default space, 3 rounds x 4 | {len(run['trials'])} "
+        f"| {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} | {run['wall'] - run['after_search']:.1f} "
+        f"| {run['after_search']:.1f} | {cpu:.1f} | {' / '.join(f'{v:.1f}' for v in after.values())} |"
+    )
+
+
 def rounds_config(rounds: int) -> dict:
     data = default_config()
     data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
@@ -208,5 +249,5 @@ def bench_rounds() -> None:
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or ["default", "p1", "rounds"]:
-        {"default": bench_default, "p1": bench_p1, "rounds": bench_rounds}[name]()
+        {"default": bench_default, "p1": bench_p1, "rounds": bench_rounds, "conversation": bench_conversation}[name]()
         print(flush=True)
