@@ -216,13 +216,11 @@ def bench_conversation() -> None:
           "| search replay CPU (s) | after the search: finish / stress / baselines / capacity CPU (s) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|")
     run, walls = median_run(conversation_config())
-    cpu = sum(t["cpu_seconds"] for t in run["trials"])
-    after = run["post_search_cpu"]
-    print(
-        f"| conversation trace (12,031 requests), default space, 3 rounds x 4 | {len(run['trials'])} "
-        f"| {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} | {run['wall'] - run['after_search']:.1f} "
-        f"| {run['after_search']:.1f} | {cpu:.1f} | {' / '.join(f'{v:.1f}' for v in after.values())} |"
-    )
+    search, after = run["wall"] - run["after_search"], run["after_search"]
+    cpu = " / ".join(f"{v:.1f}" for v in run["post_search_cpu"].values())
+    name = "conversation trace (12,031 requests), default space, 3 rounds x 4"
+    print(f"| {name} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
+          f"| {search:.1f} | {after:.1f} | {sum(t['cpu_seconds'] for t in run['trials']):.1f} | {cpu} |")  # fmt: skip
 
 
 def rounds_config(rounds: int) -> dict:
