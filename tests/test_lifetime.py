@@ -46,3 +46,37 @@ def test_a_child_of_a_living_parent_carries_on_and_is_signalled_when_it_dies():
             return  # killed; a zombie until its new parent reaps it
         time.sleep(0.05)
     raise AssertionError(f"child {child} outlived its parent")
+
+
+# A middle process starts the watched one (its stdout a pipe to the test), then exits: the watched process,
+# orphaned, must find its stdout and stderr on /dev/null and its writes must not fail.
+ORPHAN = """
+import os, subprocess, sys, time
+if sys.argv[1] == "middle":
+    subprocess.Popen([sys.executable, "-c", sys.argv[2], "watched", sys.argv[2], sys.argv[3]])
+    time.sleep(0.5)  # the watched process has started its watch
+    sys.exit(0)
+from spica_lib.base.lifetime import silence_when_orphaned
+silence_when_orphaned()
+while not os.path.exists(sys.argv[3] + ".go"):  # the test has closed the pipes
+    time.sleep(0.05)
+time.sleep(0.5)
+print("still writing", flush=True)  # the pipe's reader is gone: this must not raise
+with open(sys.argv[3], "w") as out:
+    out.write(os.readlink("/proc/self/fd/1") + " " + os.readlink("/proc/self/fd/2"))
+"""
+
+
+def test_an_orphaned_process_writes_its_output_nowhere_instead_of_to_a_closed_pipe(tmp_path):
+    report = tmp_path / "fds"
+    middle = subprocess.Popen([sys.executable, "-c", ORPHAN, "middle", ORPHAN, str(report)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    middle.wait(timeout=60)
+    middle.stdout.close()  # no reader left, as when `spica fleet` and its terminal are gone
+    middle.stderr.close()
+    (tmp_path / "fds.go").touch()
+    deadline = time.monotonic() + 60
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert report.exists(), "the orphan's write to its closed pipe failed"
+    assert report.read_text() == "/dev/null /dev/null"

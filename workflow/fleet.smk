@@ -12,8 +12,12 @@ import sys
 
 PYTHON = sys.executable
 
+from spica_lib.base.lifetime import silence_when_orphaned
 from spica_lib.config import ConfigError
 from spica_lib.fleet.layout import prepare_fleet
+
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    silence_when_orphaned()  # its owner gone, a write to a closed pipe must not leave it stuck
 
 try:
     RECORD, FLEET, PLANS = prepare_fleet(str(config["fleet"]), run=config.get("run"))

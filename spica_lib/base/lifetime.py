@@ -38,3 +38,32 @@ def end_child(process: subprocess.Popen, grace_seconds: float) -> None:
         process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=30)
+
+
+ORPHAN_POLL_SECONDS = 0.1
+
+
+def silence_when_orphaned() -> None:
+    """From now on, once this process's parent has died, send its stdout and stderr to /dev/null.
+
+    For a Snakemake that `spica run` / `spica fleet` started: when its owner dies, whoever read its output
+    (a terminal, a pipe) may be gone too, and Snakemake then stops its jobs and writes as it does so. A write
+    to a pipe with no reader fails (EPIPE); in Snakemake's job-end path that failure left its scheduler
+    waiting for ever for a job that had ended (a fleet's Snakemake lingered minutes after `kill -9 spica
+    fleet`, tests/test_fleet_workflow.py). Nobody reads that output any more, so writing it nowhere loses
+    nothing. A daemon thread watches the parent (it is re-parented once the parent dies).
+    """
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_SECONDS)
+        nowhere = os.open(os.devnull, os.O_WRONLY)
+        for descriptor in (1, 2):
+            os.dup2(nowhere, descriptor)
+        os.close(nowhere)
+
+    threading.Thread(target=watch, name="spica-orphan-watch", daemon=True).start()
