@@ -23,6 +23,13 @@ def test_rows_with_identical_results_point_at_the_first_of_them():
     fast = {"mean_ttft_ms": 100.0, "wall_time_ms": 26.0}
     slow = {"mean_ttft_ms": 100.0, "wall_time_ms": 44.0, "planner_total_ticks": 5.0}  # a planner that never scaled
     assert same_result_as([row("a", 9.0, metrics=fast), row("b", 9.0, metrics=slow)]) == [None, 1]
+    # Two replays of one deployment: their means differ in the last digits (Dynamo's summation order), as
+    # two deployments one knob apart did on a real trace; a real difference in the 8th digit still counts.
+    last_digits = {"mean_ttft_ms": 738.3958640334585, "completed_requests": 12031.0}
+    twin = {"mean_ttft_ms": 738.3958640334621, "completed_requests": 12031.0}
+    apart = {"mean_ttft_ms": 738.3958690334585, "completed_requests": 12031.0}
+    assert same_result_as([row("a", 9.0, metrics=last_digits), row("b", 9.0 + 3e-15, metrics=twin),
+                           row("c", 9.0, metrics=apart)]) == [None, 1, None]  # fmt: skip
 
 
 def test_ranked_table_names_the_replayed_router_the_selection_count_and_the_ties():

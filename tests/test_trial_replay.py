@@ -106,20 +106,7 @@ def bursty_trace(path, seed=0):
 
 
 def test_load_scaling_policy_scales_on_a_bursty_trace(tmp_path):
-    trace = bursty_trace(tmp_path / "bursty.jsonl")
-    data = config_data(
-        search_space={"gpu_budget": 8},
-        workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)},
-    )
-    data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
-    cfg = build(data)
-    spec = spec_for(
-        cfg,
-        agg(1, 1),
-        planner_scaling_policy="load_180_5",
-        planner_fpm_sampling="default",
-        planner_load_sensitivity="default",
-    )
+    spec = planner_on_a_bursty_trace(tmp_path, agg(1, 1))
     assert spec.replay.plan.planner_config["optimization_target"] == "sla"
     result = evaluate_trial(spec, max_eval_seconds=180)
     assert result.status == "feasible", result.reason
@@ -128,6 +115,52 @@ def test_load_scaling_policy_scales_on_a_bursty_trace(tmp_path):
     assert ups and downs and max(e.to_count for e in ups) <= 8
     assert result.metrics["planner_total_ticks"] > 0
     assert result.average_gpus < max(e.to_count for e in ups)  # charged for what it held on average
+
+
+def planner_on_a_bursty_trace(tmp_path, layout):
+    trace = bursty_trace(tmp_path / "bursty.jsonl")
+    data = config_data(
+        search_space={"gpu_budget": 8},
+        workload={"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(trace)},
+    )
+    data["goal"] = {"target": "goodput_per_gpu", "sla": SLA}
+    policy = {"planner_scaling_policy": "load_180_5", "planner_fpm_sampling": "default", "planner_load_sensitivity": "default"}
+    return spec_for(build(data), layout, **policy)
+
+
+def test_a_planner_replay_is_watched_without_changing_its_answer_and_pruned_on_a_sound_bound(tmp_path):
+    from conftest import WALL_CLOCK_METRICS
+    from spica_lib.trial.evaluate import evaluate_trials
+    from spica_lib.trial.screen import PruneBar
+
+    spec = planner_on_a_bursty_trace(tmp_path, agg(1, 1))
+    unwatched = spec.model_copy(update={"replay": spec.replay.model_copy(update={"screen": None})})
+    plain = evaluate_trial(unwatched)  # no limit, no early stops: Dynamo's public replay, the planner alone
+    assert plain.status == "feasible" and plain.checkpoint is None and plain.scaling_events
+    # Watched (a limit, the early stops, a bar it reaches): the planner's ticks and answer are its own.
+    ((_, kept),) = evaluate_trials({"t": spec}, max_eval_seconds=180, prune=PruneBar(below=plain.score * 0.999, rank=5))
+    assert kept.status == "feasible" and kept.checkpoint is not None and kept.stop is None, kept.reason
+    assert kept.scaling_events == plain.scaling_events and kept.score == pytest.approx(plain.score, rel=1e-12)
+    # Means differ in their last digits from run to run (Dynamo's own summation order); counts do not.
+    assert {k: pytest.approx(v, rel=1e-12) for k, v in plain.metrics.items() if k not in WALL_CLOCK_METRICS} == {
+        k: v for k, v in kept.metrics.items() if k not in WALL_CLOCK_METRICS
+    }
+    # A bar it cannot reach prunes it on the way, with a bound never below the score it would have had.
+    bar = PruneBar(below=plain.score * 10, rank=5)
+    ((_, pruned),) = evaluate_trials({"t": spec}, max_eval_seconds=180, prune=bar)
+    assert pruned.status == "pruned" and plain.score <= pruned.stop.score_bound < bar.below, pruned.reason
+    assert pruned.stop.at_sim_ms < plain.metrics["duration_ms"]
+
+
+def test_a_planner_trials_prune_bound_counts_one_worker_of_each_role_not_the_gpus_it_starts_with(tmp_path):
+    from spica_lib.trial.screen import PruneBar, prune_rules
+
+    bar = PruneBar(below=1.0, rank=5)
+    spec = planner_on_a_bursty_trace(tmp_path, agg(2, 3))
+    assert spec.used_gpus == 6 and prune_rules(spec.goal, spec.replay, spec.used_gpus, bar)["gpus"] == 2
+    fixed = spec.model_copy(update={"replay": spec.replay.model_copy(update={"plan": spec.replay.plan.model_copy(
+        update={"planner_config": None})})})  # fmt: skip
+    assert prune_rules(fixed.goal, fixed.replay, fixed.used_gpus, bar)["gpus"] == 6
 
 
 def test_goodput_absent_without_sla_and_present_with_it():

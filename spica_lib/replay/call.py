@@ -7,9 +7,9 @@ checkpoint's prefix_requests / prefix / fraction, and prune) | null, "pace": {"r
 worker "limit_seconds", "floor_seconds"} | null (replay/progress.py)}. Kept free of heavy imports so the
 child process that runs it starts fast (it runs once per trial).
 
-A replay without a planner is watched from inside as it runs: it stops where a sound bound rules it
-out (replay/early_stop.py) or where its pace overruns its limit (replay/progress.py). A replay with a
-planner (whose scaling policy takes the callback) has no such watch: only its time limit stops it.
+A replay is watched from inside as it runs: it stops where a sound bound rules it out
+(replay/early_stop.py) or where its pace overruns its limit (replay/progress.py). With a planner, the
+watch wraps the planner's scaling policy and looks only at the planner's own ticks.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def execute_call(
     started = time.perf_counter()
     pace, rules = call.get("pace") or {}, call.get("stop")
     stops = None
-    if (pace.get("limit_seconds") or rules) and kwargs.get("planner_config") is None:  # a planner takes the slot
+    if pace.get("limit_seconds") or rules:
         from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
         from spica_lib.replay.progress import ProgressWatch, watched_replay
 

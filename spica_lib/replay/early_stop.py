@@ -1,7 +1,7 @@
 """Early stops from inside a replay, only where a bound that holds whatever the rest of the traffic does
 says the replay can no longer matter.
 
-A replay without a planner reports every tick (replay/progress.py): the requests that arrived in the
+A replay reports every tick (replay/progress.py; with a planner, every one of the planner's ticks): the requests that arrived in the
 last window (`num_req`), the requests that completed in it with their mean TTFT (`ttft_count`,
 `avg_ttft_ms`), and per worker the requests it holds, among them those waiting for their prefill
 (`num_queued_prefill`; a request preempted after its first token waits as queued *decode*, not here).
@@ -29,11 +29,12 @@ decided and what it was compared with):
 - `prune` (a goodput target, soft): an optimistic bound on the final score: every request not yet known
   to miss meets the SLA, so goodput is at most the output tokens of all requests less those of the
   fewest-token requests that certainly miss, over a duration of at least the simulated time now (the
-  replay is still running) and at least the trace's span; per GPU, over the GPUs held (no planner: all of
-  them). When even that is below `below`, the branch's k-th best score told before the round was
-  suggested (search/rounds.py), the trial cannot rank in the top k: it is `pruned`, not infeasible.
+  replay is still running) and at least the trace's span; per GPU, over the fewest GPUs it can hold
+  (no planner: all of them; with one, one worker of each role: trial/screen.py). When even that is
+  below `below`, the branch's k-th best score told before the round was suggested (search/rounds.py),
+  the trial cannot rank in the top k: it is `pruned`, not infeasible.
 
-A stop raises `ReplayStopped`. Without a planner the watch also marks the work checkpoint the worker
+A stop raises `ReplayStopped`. The watch also marks the work checkpoint the worker
 paces the rest of the replay by (replay/stall.py): once the prefix's share of the requests has
 completed, `on_checkpoint` hears the CPU time spent. That is a time limit, never a verdict on the SLA.
 Kept free of heavy imports: it runs in the replay child.

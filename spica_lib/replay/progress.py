@@ -10,10 +10,12 @@ to the end, would overrun its limit. That is a forecast, not a bound (a trace he
 have a light remainder): a replay it stops is recorded `timed_out` with what it saw, never as a
 verdict on the candidate.
 
-It applies to every replay without a planner (the planner's own scaling policy takes the same
-slot; those replays keep only their time limit). With an SLA it also carries the early stops
-(replay/early_stop.py), which stop a replay only on bounds that hold whatever the rest does. Kept
-free of heavy imports: it runs in the replay child.
+It applies to every replay. With an autoscaling planner, whose own scaling policy needs the same slot,
+the watch wraps the planner's policy: the planner keeps its own ticks and decisions (the watch adds no
+tick and changes no answer, so the result is the planner's own), and the watch looks at each of those
+ticks before handing it on. With an SLA it also carries the early stops (replay/early_stop.py), which
+stop a replay only on bounds that hold whatever the rest does. Kept free of heavy imports: it runs in
+the replay child.
 """
 
 from __future__ import annotations
@@ -48,11 +50,14 @@ class ProgressWatch:
         limit_seconds: float | None,
         floor_seconds: float | None,
         stops: EarlyStopWatch | None = None,
+        planner: Any = None,
     ):
         self.requests = max(1, int(requests))
         self.limit_seconds = float(limit_seconds) if limit_seconds else None  # None: no limit to pace against
         self.floor_seconds = float(floor_seconds or 0.0)
         self.stops = stops
+        # The planner's own scaling policy (Dynamo's replay adapter), or None: with one, it schedules the ticks.
+        self.planner = planner
         self.stopped_early: ReplayStopped | None = None
         self.arrived = 0
         self.finished = 0
@@ -64,7 +69,7 @@ class ProgressWatch:
         self._last_cpu = 0.0
 
     def initial_tick_ms(self) -> float:
-        return FIRST_TICK_MS
+        return FIRST_TICK_MS if self.planner is None else float(self.planner.initial_tick_ms())
 
     def on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         self.ticks += 1
@@ -84,6 +89,8 @@ class ProgressWatch:
                 raise
         if self.limit_seconds is not None:
             self._judge(cpu - self._started, now_ms)
+        if self.planner is not None:  # the planner decides, and names its next tick
+            return self.planner.on_tick(snapshot)
         self._adapt(cpu - self._last_cpu, int(traffic.get("ttft_count", 0) or 0))
         self._last_cpu = cpu
         self._window_ms = self._tick_ms
@@ -130,28 +137,57 @@ def _queued_for_prefill(snapshot: dict[str, Any]) -> int:
 
 
 def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch: ProgressWatch) -> Any:
-    """The replay Dynamo's `run_*_trace_replay` runs without a planner, with `watch` as its scaling policy.
+    """The replay Dynamo's `run_*_trace_replay` runs, with `watch` as its scaling policy (wrapping the planner's
+    when `kwargs` has a planner_config).
 
-    The public entry points pass no policy without a planner; their native calls take one. Raises
-    ReplayStalled when the watch stopped the replay for its pace, ReplayStopped when an early stop's bound
-    did, and Dynamo's errors otherwise.
+    The public entry points take no policy of the caller's; their native calls do. Raises ReplayStalled
+    when the watch stopped the replay for its pace, ReplayStopped when an early stop's bound did, and
+    Dynamo's errors otherwise.
     """
     from dynamo._core import run_mocker_synthetic_trace_replay, run_mocker_trace_replay
     from dynamo.replay.api import _materialize_offline_report
 
     # What the public wrappers keep for themselves (the planner's settings) is not the native call's.
-    native_kwargs = {
-        k: v for k, v in kwargs.items() if k not in ("planner_config", "performance_model_metadata", "benchmark_granularity")
-    }
+    native_kwargs = {k: v for k, v in kwargs.items() if k not in PLANNER_KWARGS}
     native = run_mocker_trace_replay if function == "trace" else run_mocker_synthetic_trace_replay
     if function == "trace":
         args = [list(args[0]) if isinstance(args[0], list | tuple) else [args[0]], *args[1:]]
-    try:
-        result = native(*args, **native_kwargs, scaling_policy=watch)
-    except Exception as exc:
-        if watch.stopped_early is not None:
-            raise watch.stopped_early from exc
-        if watch.stopped is not None:
-            raise ReplayStalled(watch.stopped) from exc
-        raise
-    return _materialize_offline_report(result, planner=None)
+
+    def run() -> Any:
+        try:
+            return native(*args, **native_kwargs, scaling_policy=watch)
+        except Exception as exc:
+            if watch.stopped_early is not None:
+                raise watch.stopped_early from exc
+            if watch.stopped is not None:
+                raise ReplayStalled(watch.stopped) from exc
+            raise
+
+    if kwargs.get("planner_config") is None:
+        return _materialize_offline_report(run(), planner=None)
+    with _planner_policy(kwargs) as planner:
+        watch.planner = planner
+        result = run()
+        return _materialize_offline_report(result, planner=planner.finalize(result.lifecycle_operations))
+
+
+PLANNER_KWARGS = ("planner_config", "performance_model_metadata", "benchmark_granularity")
+
+
+def _planner_policy(kwargs: dict[str, Any]) -> Any:
+    """The planner's scaling policy for a replay, as Dynamo's public replay builds it (a context: it owns the
+    planner's set-up and clean-up)."""
+    import json
+
+    from dynamo.replay.planner import planner_replay_adapter
+
+    planner_config = kwargs["planner_config"]
+    return planner_replay_adapter(
+        extra_engine_args=kwargs.get("extra_engine_args"),
+        prefill_engine_args=kwargs.get("prefill_engine_args"),
+        decode_engine_args=kwargs.get("decode_engine_args"),
+        planner_config_arg=json.dumps(planner_config) if isinstance(planner_config, dict) else planner_config,
+        performance_model_metadata=kwargs.get("performance_model_metadata"),
+        benchmark_granularity=kwargs.get("benchmark_granularity", 8),
+        capture_details=kwargs.get("capture_planner_details", True),
+    )

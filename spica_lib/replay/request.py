@@ -202,10 +202,9 @@ def _requests(request: ReplayRequest, args: list[Any]) -> int:
 def _stop_rules(
     request: ReplayRequest, function: str, args: list[Any], prune: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    """The early stops' rules for the child (replay/early_stop.py), or None: no screen, or a planner (whose
-    scaling policy takes the callback the watch needs)."""
+    """The early stops' rules for the child (replay/early_stop.py), or None: no screen."""
     plan = request.screen
-    if plan is None or request.plan.planner_config is not None:
+    if plan is None:
         return None
     rules: dict[str, Any] = {
         "requests": _requests(request, args),

@@ -1,6 +1,6 @@
 """The early stops a trial's replay is watched for, and the prefix of work its pace is judged by.
 
-With a goal.sla, a replay without a planner is stopped early only on bounds that hold whatever the
+With a goal.sla, a replay is stopped early only on bounds that hold whatever the
 rest of the traffic does (replay/early_stop.py): a hard constraint (goal.sla.percentile, or a
 goal.sla_coverage floor) once it is certain to miss, and a goodput target once its score can no
 longer reach the branch's k-th best (the bar comes from the round, search/rounds.py). The prefix is
@@ -44,15 +44,23 @@ def prune_rank(config: SmartSearchConfig) -> int:
 
 def prune_rules(goal: OptimizationGoal, request: ReplayRequest, used_gpus: int, bar: PruneBar | None) -> dict | None:
     """The replay call's prune ({"below", "rank", "gpus"}) for a goodput target, or None: no bar, another
-    target (only a goodput score has a bound the ticks can give), no screen, or a planner (no watch, and GPUs
-    it scales)."""
+    target (only a goodput score has a bound the ticks can give), or no screen.
+
+    Per GPU, the bound divides by the fewest GPUs the deployment can hold on average: all of them without a
+    planner; with one, one worker of each role (a planner never scales a role below one worker, and
+    min_endpoint only raises that floor), so the bound stays optimistic whatever the planner does."""
     if bar is None or request.screen is None or goal.is_pareto or not goal.target.needs_sla:
         return None
-    if request.plan.planner_config is not None:
-        return None
-    gpus = used_gpus if goal.target is OptimizationTarget.GOODPUT_PER_GPU else 1
+    gpus = 1
+    if goal.target is OptimizationTarget.GOODPUT_PER_GPU:
+        gpus = used_gpus if request.plan.planner_config is None else fewest_planner_gpus(request.plan.planner_config)
     prune: dict[str, Any] = {"below": bar.below, "rank": bar.rank, "gpus": gpus}
     return prune
+
+
+def fewest_planner_gpus(planner_config: dict[str, Any]) -> int:
+    """The GPUs of one worker of each role the planner scales (replay/plan.py names each role's)."""
+    return sum(int(planner_config.get(key) or 0) for key in ("prefill_engine_num_gpu", "decode_engine_num_gpu")) or 1
 
 
 def screen_plan(

@@ -44,8 +44,8 @@ rule baselines:
         run=RUN.run,
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
-    # As the finish: the branches' share of the sweep's parallel replays (a SLURM node must hold it), at most 3.
-    threads: max(1, min(3, RUN.parallel_evals // len(RUN.modes)))
+    # As the finish: the sweep's parallel replays, at most 3 (there are at most three baselines).
+    threads: max(1, min(3, RUN.parallel_evals))
     resources:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         # Minutes: at most three baselines to replay, each on every workload.

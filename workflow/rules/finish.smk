@@ -3,6 +3,8 @@ from spica_lib.run.time_limits import replay_job_minutes
 
 # The finish: the top `sweep.finish_top` deployments replayed on `sweep.finish_samples` fresh traffic
 # samples each (results/finish.py); merge ranks them by those samples (results/confidence.py).
+# It, the stress test and the capacity bisection run after every branch's last round, when no round job
+# holds a core: each takes the sweep's whole `parallel_evals` (a share per branch left cores idle).
 rule finish:
     message:
         "Replaying the top deployments of run {params.run} on fresh traffic samples"
@@ -17,7 +19,7 @@ rule finish:
         run=RUN.run,
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
-    threads: max(1, RUN.parallel_evals // len(RUN.modes))
+    threads: max(1, RUN.parallel_evals)
     resources:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         # Minutes: at most finish_top x finish_samples trials, each on every workload.
@@ -45,7 +47,7 @@ rule stress:
         run=RUN.run,
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
-    threads: max(1, RUN.parallel_evals // len(RUN.modes))
+    threads: max(1, RUN.parallel_evals)
     resources:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         runtime=lambda wildcards, threads: replay_job_minutes(
@@ -72,7 +74,7 @@ rule capacity:
         run=RUN.run,
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
-    threads: max(1, RUN.parallel_evals // len(RUN.modes))
+    threads: max(1, RUN.parallel_evals)
     resources:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         runtime=lambda wildcards, threads: replay_job_minutes(

@@ -44,6 +44,19 @@ def rounds_in_flight(wildcards):
     return [RUN.suggestions(wildcards.branch, j) for j in range(max(0, r - RUN.rounds_in_flight + 1), r)]
 
 
+def replay_threads(wildcards):
+    """`parallel_evals` replays at once across the sweep, split between the branches and the rounds in flight,
+    so their jobs (and the warm-ups that dominate short replays) run side by side. A job built once every
+    other branch has told its last round takes the others' share too: their cores would idle otherwise
+    (on a real trace the agg branch ends its rounds well before disagg). Threads change only how many
+    replays run at once, never a result."""
+    in_flight = RUN.rounds_in_flight
+    others = [mode for mode in RUN.modes if mode != wildcards.branch]
+    if all(os.path.exists(RUN.observations(mode, RUN.last_round)) for mode in others):
+        return max(1, RUN.parallel_evals // in_flight)
+    return max(1, RUN.parallel_evals // (len(RUN.modes) * in_flight))
+
+
 def trials_per_job():
     # A profile sets `set-resources: replay: trials_per_job: N` (the SLURM one does); locally a
     # round's new trials share one job, so Dynamo and the perf DB load once per round.
@@ -203,9 +216,7 @@ checkpoint replay:
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
         last_attempt=last_replay_attempt,
-    # `parallel_evals` replays at once across the sweep, split between the branches and the rounds in
-    # flight, so their jobs (and the warm-ups that dominate short replays) run side by side.
-    threads: max(1, RUN.parallel_evals // (len(RUN.modes) * RUN.rounds_in_flight))
+    threads: replay_threads
     resources:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
         runtime=replay_runtime,
