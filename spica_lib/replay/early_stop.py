@@ -1,8 +1,8 @@
 """Early stops from inside a replay, only where a bound that holds whatever the rest of the traffic does
 says the replay can no longer matter.
 
-A replay reports every tick (replay/progress.py; with a planner, every one of the planner's ticks): the requests that arrived in the
-last window (`num_req`), the requests that completed in it with their mean TTFT (`ttft_count`,
+A replay reports every tick (replay/progress.py; with a planner, the planner's own ticks): the requests
+that arrived in the last window (`num_req`), the requests that completed in it with their mean TTFT (`ttft_count`,
 `avg_ttft_ms`), and per worker the requests it holds, among them those waiting for their prefill
 (`num_queued_prefill`; a request preempted after its first token waits as queued *decode*, not here).
 From these, at each tick, a lower bound on how many requests miss a latency bound B:

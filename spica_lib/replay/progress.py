@@ -50,14 +50,14 @@ class ProgressWatch:
         limit_seconds: float | None,
         floor_seconds: float | None,
         stops: EarlyStopWatch | None = None,
-        planner: Any = None,
     ):
         self.requests = max(1, int(requests))
         self.limit_seconds = float(limit_seconds) if limit_seconds else None  # None: no limit to pace against
         self.floor_seconds = float(floor_seconds or 0.0)
         self.stops = stops
-        # The planner's own scaling policy (Dynamo's replay adapter), or None: with one, it schedules the ticks.
-        self.planner = planner
+        # The planner's own scaling policy (Dynamo's replay adapter, set by watched_replay), or None: with one,
+        # it schedules the ticks.
+        self.planner: Any = None
         self.stopped_early: ReplayStopped | None = None
         self.arrived = 0
         self.finished = 0

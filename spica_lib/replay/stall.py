@@ -1,9 +1,8 @@
 """When a running replay is stopped for its time: at its limit, or earlier when its pace says it has stalled.
 
 These checks judge a replay from outside, by its CPU time; they are time limits, and a replay they
-stop is recorded `timed_out`, never as a verdict on the candidate. Every replay is also
-watched from inside (replay/progress.py), which marks the pace
-checkpoint: the prefix's share of the workload's requests completed (trial/screen.py). A replay's
+stop is recorded `timed_out`, never as a verdict on the candidate. Every replay is also watched
+from inside (replay/progress.py), which marks the pace checkpoint: the prefix's share of the workload's requests completed (trial/screen.py). A replay's
 cost per simulated second explodes once a queue grows deep (bench/replay_cost.py: on the shipped
 trace at half speed, SGLang disagg 1 x TP4 + 1 x TP4 replays its first 20 % of simulated time in
 well under a second and then crawls for minutes). The checkpoint gives two limits:

@@ -255,7 +255,8 @@ def role_skus(mode: str, sample: dict[str, Any]) -> dict[str, str | None]:
 
 
 # Two replays of the same deployment agree on every count, and on every mean to its last few digits only:
-# Dynamo sums in no fixed order (bench-checked: identical calls differ at about 1e-15 relative).
+# Dynamo sums in no fixed order (identical calls differ at about 1e-15 relative: the planner test in
+# tests/test_trial_replay.py compares two such runs).
 SAME_OUTCOME_RELATIVE = 1e-9
 
 
