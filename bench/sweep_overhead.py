@@ -21,7 +21,8 @@
 4. `conversation` (not in the default list: about 15 minutes): issue 40's real-trace sweep, the default
    space on the 12,031-request conversation-shaped trace of bench/conversation_trace.py, 3 rounds x 4,
    its wall split at the last tell into the search and what follows (finish, stress test, baselines,
-   merge, report), with the replay CPU of each.
+   merge, report), with the replay CPU of each, and how much of the finish's and the stress test's the
+   branches' finish shares ran during the search (results/finish_share.py).
 
 Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds|conversation ...]
 """
@@ -82,6 +83,7 @@ def sweep(data: dict, aic_cache: str | None = None) -> dict:
             "setup": _setup_seconds(run),
             "after_search": _after_search_seconds(run),
             "post_search_cpu": post_search_cpu(run),
+            "ahead_cpu": ahead_cpu(run),
         }
 
 
@@ -97,6 +99,12 @@ def post_search_cpu(run: Path) -> dict[str, float]:
     capacity = sum(p.get("cpu_seconds", 0.0) for d in read(run / "capacity.json").get("deployments", [])
                    for p in d.get("points", []) + d.get("confirmed", []))  # fmt: skip
     return {"finish": finish, "stress": stress, "baselines": baselines, "capacity": capacity}
+
+
+def ahead_cpu(run: Path) -> float:
+    """CPU seconds of the finish and stress replays the branches' finish shares ran while another branch searched."""
+    names = {name for p in run.glob("finish_shares/*.json") for name in json.loads(p.read_text())["replayed"]}
+    return sum(json.loads((run / "journal" / f"{name}.json").read_text())["result"]["cpu_seconds"] for name in names)
 
 
 def _setup_seconds(run: Path) -> float:
@@ -213,14 +221,16 @@ def conversation_config() -> dict:
 
 def bench_conversation() -> None:
     print("| sweep | trials | wall, median of 3 (s) | runs (s) | search: start to the last tell (s) | after it (s) "
-          "| search replay CPU (s) | after the search: finish / stress / baselines / capacity CPU (s) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| search replay CPU (s) | finish / stress / baselines / capacity CPU (s) | of which replayed ahead by "
+          "finish shares, during the search (CPU s) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
     run, walls = median_run(conversation_config())
     search, after = run["wall"] - run["after_search"], run["after_search"]
     cpu = " / ".join(f"{v:.1f}" for v in run["post_search_cpu"].values())
     name = "conversation trace (12,031 requests), default space, 3 rounds x 4"
     print(f"| {name} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
-          f"| {search:.1f} | {after:.1f} | {sum(t['cpu_seconds'] for t in run['trials']):.1f} | {cpu} |")  # fmt: skip
+          f"| {search:.1f} | {after:.1f} | {sum(t['cpu_seconds'] for t in run['trials']):.1f} | {cpu} "
+          f"| {run['ahead_cpu']:.1f} |")  # fmt: skip
 
 
 def rounds_config(rounds: int) -> dict:

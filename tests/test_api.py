@@ -10,7 +10,12 @@ from conftest import REPO
 from spica_lib.api import SearchOutcome, run_smart_search
 from spica_lib.api.search import RUN_FOLDER_VARIABLES
 from spica_lib.config import ConfigError
+from spica_lib.base.artifacts import read_model
+from spica_lib.results.finish import FinishResult, sample_name
+from spica_lib.results.finish_share import FinishShare
 from spica_lib.results.merge import CandidateRow
+from spica_lib.results.stress import StressResult, stress_name
+from spica_lib.trial.store import read_trial
 
 
 def test_run_smart_search_runs_the_default_sweep_and_returns_its_ranking_then_resumes(tmp_path, monkeypatch):
@@ -30,10 +35,31 @@ def test_run_smart_search_runs_the_default_sweep_and_returns_its_ranking_then_re
     pick = next(b for b in outcome.summary.baselines if b.name == "aiconfigurator")
     assert pick.gpus < 8 and f"tok/s goodput on {pick.gpus} GPUs" in outcome.summary.line
     readme_shows_this_run(outcome)
+    finish_shares_are_the_finish_s_own_samples(outcome.run_dir)
     trials = {p: p.stat().st_mtime_ns for p in outcome.run_dir.glob("rounds/*/*/trials/*/*.json")}
     again = run_smart_search(REPO / "config" / "default.yaml", workdir=tmp_path)
     assert again == outcome  # resumed: nothing left to do, the same answer
     assert {p: p.stat().st_mtime_ns for p in outcome.run_dir.glob("rounds/*/*/trials/*/*.json")} == trials
+
+
+def finish_shares_are_the_finish_s_own_samples(run_dir):
+    """Each branch's share of the finish (results/finish_share.py) replayed a prefix of its plan; a sample of the
+    finish or a stress replay with a name a share replayed is that replay, restored from the journal (the same
+    spec, the same result)."""
+    finish = read_model(run_dir / "finish.json", FinishResult)
+    stress = read_model(run_dir / "stress.json", StressResult)
+    shares = [read_model(path, FinishShare) for path in sorted((run_dir / "finish_shares").glob("*.json"))]
+    assert sorted(share.branch for share in shares) == ["agg", "disagg"]
+    samples = {sample_name(d.key, s.index): s for d in finish.deployments for s in d.samples}
+    samples.update({stress_name(s.key, s.perturbation): s for s in stress.scores if s.status != "skipped"})
+    for share in shares:
+        assert share.replayed == share.planned[: len(share.replayed)] and share.stopped
+        for name in share.replayed:
+            journaled = read_trial(run_dir / "journal" / f"{name}.json").result
+            if name in samples:
+                assert samples[name].status == journaled.status
+                if journaled.status == "feasible":
+                    assert samples[name].score == journaled.score
 
 
 def test_a_bad_config_raises_before_anything_runs(tmp_path):

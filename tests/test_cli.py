@@ -22,7 +22,7 @@ def test_validate_prints_a_summary_and_exits_0(capsys):
     assert "agg" in out and "disagg" in out and "knob combinations" in out
     assert "memory-feasible layouts (vllm" in out
     assert "limits     120 s per trial (240 requests per replay); stopped early when certain to stay below the " in out
-    assert "branch's top scores; paced by the first 20% of the requests" in out
+    assert "sweep's top scores; paced by the first 20% of the requests" in out
     assert "round 0 warm-started from the static estimate" in out
 
 

@@ -204,3 +204,31 @@ def test_the_rounds_prune_bar_is_the_kth_best_of_the_history_told_before_it_and_
     # Results the round's own trials (or a round in flight) produce are not in its history: no effect.
     assert prune_bar(cfg, history, {**results, "k5": results["k5"], "k6": results["k6"]}) == bar
     assert prune_bar(build(config_data(goal={"target": "throughput"})), history, results) is None  # no goodput
+
+
+def test_the_prune_bar_counts_the_other_branches_told_trials_as_one_ranking():
+    from spica_lib.search.history import BranchHistory, Observation
+    from spica_lib.search.rounds import prune_bar, rival_scores
+    from spica_lib.trial.spec import TrialResult
+
+    cfg = build(config_data(goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 2000, "itl_ms": 50}}))
+
+    def told(mode, round_index, scores, status="feasible"):
+        results = {f"{mode}{i}": TrialResult(status=status, score=s, used_gpus=1) for i, s in enumerate(scores)}
+        observations = [Observation(vizier_id=i, round=0, params={}, key=k, status=status, trial_round=0,
+                                    trial_batch=0) for i, k in enumerate(results)]  # fmt: skip
+        return BranchHistory(deployment_mode=mode, round=round_index, observations=observations), results
+
+    own, own_results = told("disagg", 1, [0.3, 0.5, 30.0])
+    agg, agg_results = told("agg", 0, [110.0, 54.0, 22.0, 1.0])
+    assert prune_bar(cfg, own, own_results) is None  # 3 of its own: no 5th best of the branch alone
+    rivals = rival_scores([agg], agg_results)
+    bar = prune_bar(cfg, own, own_results, rivals)
+    # 110, 54, 30, 22, 1: the sweep's 5th (a disagg trial below it cannot be among the sweep's top 5)
+    assert bar.below == 1.0 and bar.rank == 5 and bar.told == {"agg": 0, "disagg": 1}
+    # Only what another branch told feasible counts: its infeasible or pruned trials are no score to beat.
+    pruned, pruned_results = told("agg", 0, [500.0, 400.0], status="pruned")
+    assert rival_scores([pruned], pruned_results).scores == {}
+    assert prune_bar(cfg, own, own_results, rival_scores([pruned], pruned_results)) is None
+    # A trial told with a result that is missing (its file not read) is not counted either.
+    assert rival_scores([agg], {}).scores == {}

@@ -62,6 +62,27 @@ def test_arrival_seed_is_refused_where_there_is_no_arrival_draw():
     rejected(trace, "workload", "arrival_seed")
 
 
+def test_a_finish_share_replays_in_order_and_stops_once_every_other_branch_is_done():
+    # Our own control flow only: a fake replayer that records what it was asked, and a fake clock of the
+    # other branches (searching for the first two checks).
+    from spica_lib.run.finish_share_jobs import share_replays
+
+    planned = {f"k{d}#{i}": None for d in range(3) for i in range(2)}
+    asked, checks = [], iter([True, True, False])
+
+    def fake_replay(batch):
+        asked.append(list(batch))
+        yield from ((name, None) for name in batch)
+
+    done, why = share_replays(planned, lambda: next(checks), fake_replay, width=2)
+    assert asked == [["k0#0", "k0#1"], ["k1#0", "k1#1"]] and done == ["k0#0", "k0#1", "k1#0", "k1#1"]
+    assert why.startswith("every other branch told its last round") and "other 2" in why
+    done, why = share_replays(planned, lambda: False, fake_replay, width=2)  # the branch that ends last
+    assert done == [] and why.startswith("every other branch had told its last round")
+    done, why = share_replays(planned, lambda: True, fake_replay, width=4)
+    assert done == list(planned) and why == "replayed all 6 while another branch searched"
+
+
 # Real sweeps (real Vizier and Dynamo replays).
 
 

@@ -478,7 +478,7 @@ def test_an_overloaded_candidate_certain_to_miss_its_coverage_floor_is_stopped_a
 
 def test_a_soft_sla_alone_never_stops_an_overloaded_replay_early():
     # The same drowning candidate under the goodput target alone: its mean TTFT is far past the bound, but
-    # goodput still counts the requests that met it; only a bar from the branch's top could prune it.
+    # goodput still counts the requests that met it; only a bar from the sweep's top could prune it.
     result = evaluate_trial(spec_for(busy(), agg(1, 1)), max_eval_seconds=120)
     assert result.status == "feasible" and result.stop is None and result.metrics["completed_requests"] == 400
     assert result.metrics["mean_ttft_ms"] > 2000 and result.score >= 0

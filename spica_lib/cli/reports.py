@@ -127,7 +127,7 @@ def _limit_line(config: SmartSearchConfig) -> str:
     goal = config.goal
     rules = [f"certain to miss the {goal.sla.statistic} SLA"] if goal.sla.is_constraint else []
     rules += ["certain to miss the coverage floor"] if goal.sla_coverage is not None else []
-    rules += ["certain to stay below the branch's top scores"] if not goal.is_pareto and goal.target.needs_sla else []
+    rules += ["certain to stay below the sweep's top scores"] if not goal.is_pareto and goal.target.needs_sla else []
     return (
         line + f"; stopped early when {' or '.join(rules) or 'never (no rule for this goal)'}; paced by the "
         f"first {sweep.screen_fraction:.0%} of the requests (past its share of the limit, or later past "

@@ -65,7 +65,7 @@ class SweepConfig(StrictModel):
     # has `finish_max_samples`. Left out: DEFAULT_FINISH_MAX_SAMPLES (at least finish_samples).
     finish_max_samples: StrictInt | None = Field(default=None, ge=1)
     # Early stops (needs goal.sla; replay/early_stop.py): a replay is stopped once a sound bound says it is
-    # certain to miss a hard constraint or cannot reach the branch's top scores; its first `screen_fraction`
+    # certain to miss a hard constraint or cannot reach the sweep's top scores; its first `screen_fraction`
     # of the requests is the prefix whose pace sets the rest's CPU budget (a time limit). null: none of them.
     screen_fraction: StrictFloat | None = Field(default=0.2, gt=0, lt=1)
     # Warm start: round 0 of each branch replays a diverse top set of its pool, ranked by aiconfigurator's

@@ -9,6 +9,7 @@ from spica_lib.report.job import report
 from spica_lib.run.capacity_jobs import capacity, warm_up_for_capacity
 from spica_lib.run.baseline_jobs import aiconfigurator_pick, baselines, warm_up_for_baselines
 from spica_lib.run.job import JobArgs
+from spica_lib.run.finish_share_jobs import finish_share, warm_up_for_finish_share
 from spica_lib.run.stress_jobs import stress, warm_up_for_stress
 from spica_lib.run.jobs import (
     finish,
@@ -92,6 +93,7 @@ JOBS: dict[str, tuple[Body, Body | None]] = {
     "refill": (refill, prepare_refill),
     "replay": (replay, warm_up_for_replay),
     "tell": (tell, None),
+    "finish_share": (finish_share, warm_up_for_finish_share),
     "finish": (finish, warm_up_for_finish),
     "stress": (stress, warm_up_for_stress),
     "capacity": (capacity, warm_up_for_capacity),

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 # The jobs a pilot runs when pilots are on: every rule that replays. aiconfigurator_pick, once per sweep
 # and no replay, stays a SLURM job of its own (a pilot of its size would hold a CPU idle for its grace time).
-PILOT_JOBS = ("replay", "finish", "stress", "capacity", "baselines")
+PILOT_JOBS = ("replay", "finish_share", "finish", "stress", "capacity", "baselines")
 EXECUTOR = "slurm"
 
 

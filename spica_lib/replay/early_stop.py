@@ -31,7 +31,7 @@ decided and what it was compared with):
   fewest-token requests that certainly miss, over a duration of at least the simulated time now (the
   replay is still running) and at least the trace's span; per GPU, over the fewest GPUs it can hold
   (no planner: all of them; with one, one worker of each role: trial/screen.py). When even that is
-  below `below`, the branch's k-th best score told before the round was suggested (search/rounds.py),
+  below `below`, the sweep's k-th best score told before the round was suggested (search/rounds.py),
   the trial cannot rank in the top k: it is `pruned`, not infeasible.
 
 A stop raises `ReplayStopped`. The watch also marks the work checkpoint the worker
@@ -165,7 +165,7 @@ class EarlyStopWatch:
         if bound < below * (1 - 1e-6):
             why = (f"its score can reach at most {bound:.4g} (every request not yet known to miss meets the SLA, "
                    f"over at least {duration_ms / 1000:.0f} s; {missed} certainly miss) by {now_ms / 1000:.0f} s "
-                   f"simulated, below {below:.4g}, the branch's #{prune['rank']} before this round")  # fmt: skip
+                   f"simulated, below {below:.4g}, the sweep's #{prune['rank']} told before this round")  # fmt: skip
             stop = self._stop("prune", now_ms, metric or None, dict(self.bounds).get(metric), missed, None, why)
             raise ReplayStopped({**stop, "score_bound": bound, "below": below, "rank": int(prune["rank"])})
 

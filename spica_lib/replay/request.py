@@ -63,7 +63,7 @@ class EarlyStop(BaseModel):
     certain_misses: int  # requests certainly over `metric`'s bound by then
     limit: float | None = None  # percentile: misses that put the percentile over; coverage: misses allowed
     score_bound: float | None = None  # prune: the most the score could still reach ...
-    below: float | None = None  # ... and the branch's k-th best score before the round, which it cannot reach
+    below: float | None = None  # ... and the sweep's k-th best score told before the round, which it cannot reach
     rank: int | None = None  # ... that k
     why: str
     partial_metrics: dict[str, float] = Field(default_factory=dict)  # over the requests completed by then

@@ -15,7 +15,7 @@ well under a second and then crawls for minutes). The checkpoint gives two limit
 Both get at least `STALL_FLOOR_SECONDS`, and neither goes past the time limit. Both count the
 replay child's own CPU time, not wall time: on a busy machine (other replays, other jobs) a
 healthy replay waits for a core, and wall time would call that a stall. A replay with a planner has
-no checkpoint (the planner takes the callback): only its limit stops it.
+its checkpoint too (the watch wraps the planner's scaling policy, replay/progress.py).
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ TALLY_KEYS = ("feasible", "infeasible", "failed", "timed_out", "unsupported", "c
 STOP_WORDS = {
     "percentile": "certain to miss the percentile SLA (infeasible)",
     "coverage": "certain to miss the coverage floor (infeasible)",
-    "prune": "pruned below the branch's top {rank}",
+    "prune": "pruned below the sweep's top {rank}",
     "stalled": "stopped for their pace (timed out)",
 }
 
@@ -111,7 +111,7 @@ class SweepSummary(BaseModel):
     # Replays stopped before their end, per rule (unique trials; STOP_WORDS), counted apart from the tallies'
     # statuses: "percentile" and "coverage" are infeasible, "prune" pruned, "stalled" timed out.
     early_stops: dict[str, int] = Field(default_factory=dict)
-    prune_rank: int | None = None  # the k of the prune rule: a pruned trial could not rank in the branch's top k
+    prune_rank: int | None = None  # the k of the prune rule: a pruned trial could not rank in the sweep's top k
 
 
 class CandidateRow(BaseModel):
@@ -389,7 +389,7 @@ def early_stops(results: list[Any]) -> tuple[dict[str, int], int | None]:
 
 
 def stops_text(summary: SweepSummary) -> str:
-    """The early stops in words: `2 pruned below the branch's top 5, 1 stopped for their pace (timed out)`."""
+    """The early stops in words: `2 pruned below the sweep's top 5, 1 stopped for their pace (timed out)`."""
     return ", ".join(
         f"{count} {STOP_WORDS.get(rule, rule).format(rank=summary.prune_rank)}"
         for rule, count in sorted(summary.early_stops.items())

@@ -46,7 +46,15 @@ from spica_lib.run.layout import RunFiles
 from spica_lib.run.status import progress_text, run_status
 from spica_lib.search.designers import import_designers
 from spica_lib.search.history import BranchHistory, RoundSuggestions
-from spica_lib.search.rounds import SearchContext, in_flight_duplicate, refill_round, suggest_round, tell_round
+from spica_lib.search.rounds import (
+    RivalScores,
+    SearchContext,
+    in_flight_duplicate,
+    refill_round,
+    rival_scores,
+    suggest_round,
+    tell_round,
+)
 from spica_lib.search.space import BranchSpace
 from spica_lib.search.warm_start import seed_parameters, warm_start
 from spica_lib.replay.warm_up import failures as warm_up_failures
@@ -69,7 +77,8 @@ def suggest(job: JobArgs) -> None:
         known_results = {k: r.result for k, r in known.items()}
         per_job, in_flight = job.params["trials_per_job"], _in_flight(job)
         suggestions, specs = suggest_round(
-            context, spec, pool, round_index, history, known_results, trials_per_job=per_job, in_flight=in_flight
+            context, spec, pool, round_index, history, known_results, trials_per_job=per_job, in_flight=in_flight,
+            rivals=_rivals(files, job),
         )
         # What the warm host loaded for this job before it forked it (the designer, round 0's estimate) is the
         # optimizer's time too, as it would be in a job of its own.
@@ -429,6 +438,16 @@ def merge(job: JobArgs) -> None:
 def _in_flight(job: JobArgs) -> list[RoundSuggestions]:
     """The first passes of the rounds that replay while this one is asked for (sweep.rounds_in_flight)."""
     return [read_model(path, RoundSuggestions) for path in job.inputs("in_flight")]
+
+
+def _rivals(files: RunFiles, job: JobArgs) -> RivalScores:
+    """The other branches' told trials the round's prune bar counts (search/rounds.py `rival_scores`)."""
+    histories = [read_model(path, BranchHistory) for path in job.inputs("rivals")]
+    results: dict[str, TrialResult] = {}
+    for history in histories:
+        trials = read_trials(files.trial_files(history.deployment_mode, history.observations))
+        results.update({key: record.result for key, record in trials.items()})
+    return rival_scores(histories, results)
 
 
 def _previous(job: JobArgs) -> BranchHistory | None:

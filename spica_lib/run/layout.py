@@ -131,6 +131,10 @@ class RunFiles(BaseModel):
         """The finish: the top deployments on fresh traffic samples (results.finish.FinishResult)."""
         return f"{self.dir}/finish.json"
 
+    def finish_share_json(self, branch: str) -> str:
+        """A branch's share of the finish, replayed while another branch searched (results.finish_share.FinishShare)."""
+        return f"{self.dir}/finish_shares/{branch}.json"
+
     @property
     def stress_json(self) -> str:
         return f"{self.dir}/stress.json"
@@ -206,6 +210,12 @@ class RunLayout(RunFiles):
     @property
     def ranking_csv(self) -> str:
         return self.ranked_csv(self.is_pareto)
+
+    @property
+    def finish_shares(self) -> bool:
+        """Whether each branch replays its share of the finish once its last round is told, while another branch
+        searches (results/finish_share.py): with a finish, several branches, and a core for each."""
+        return self.finish_trials > 0 and len(self.modes) > 1 and self.parallel_evals >= len(self.modes)
 
 
 def locate_config(snakemake_config: dict[str, Any], configfiles: list[str], default: str = DEFAULT_CONFIG) -> str:

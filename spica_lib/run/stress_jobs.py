@@ -9,8 +9,10 @@ from spica_lib.results.merge import apply_finish
 from spica_lib.results.stress import first_replays, second_replays, stress_specs, stressed
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.jobs import ranked_run
-from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
-from spica_lib.trial.spec import TrialSpec
+from spica_lib.run.layout import RunFiles
+from spica_lib.trial.evaluate import warm_up_trials
+from spica_lib.trial.spec import TrialResult, TrialSpec
+from spica_lib.trial.store import run_replay_job
 
 
 def _stress_top(job: JobArgs) -> tuple[dict[str, TrialSpec], float, dict[str, float | None]]:
@@ -37,15 +39,23 @@ def stress(job: JobArgs) -> None:
         replays = first_replays(top, band) if len(top) > 1 else {}
         log.info("%d top deployment(s), %d replay(s) with step times +/-%g first %s", len(top), len(replays), band, HOST.where())
         limit = job.params["max_eval_seconds"]
-        results = dict(evaluate_trials(replays, max_eval_seconds=limit, parallel=job.threads, warm=True))
+        results = _replayed(job, replays, limit)
         if len(top) > 1:
             # Now #1's perturbed scores are known: a bounded replay (results/stress.py) runs only if it could overtake.
             more = second_replays(top, band, results, unperturbed)
             skipped = len(stress_specs(top, band)) - len(results) - len(more)
             log.info("%d more replay(s); %d skipped: bounded below #1 without a replay", len(more), skipped)
-            results.update(evaluate_trials(more, max_eval_seconds=limit, parallel=job.threads, warm=True))
+            results.update(_replayed(job, more, limit))
         result = stressed(top, band, results, unperturbed)
         for score in result.scores:
             log.info("%s under %s: %s %s", score.key[:12], score.perturbation.name, score.status, score.score)
         log.info("%s", result.sentence or "fewer than 2 deployments to compare: nothing stressed")
         write_model(job.output["stress"], result)
+
+
+def _replayed(job: JobArgs, replays: dict[str, TrialSpec], limit: float | None) -> dict[str, TrialResult]:
+    """The stress replays' results by name, each journaled as it ends: a killed stress test resumes without them,
+    and one a branch's finish share replayed ahead (results/finish_share.py) is restored, not replayed."""
+    files = RunFiles(dir=job.params["run_dir"])
+    records = run_replay_job(replays, files.journal, files.started, 1, 1, max_eval_seconds=limit, parallel=job.threads)
+    return {record.key: record.result for record, _ in records}

@@ -67,7 +67,7 @@ class RoundSuggestions(BaseModel):
     # sweep.rounds_in_flight > 1: the rounds still replaying when this pass was asked for. Their new trials
     # were the designer's active trials, and a suggestion of one of them is a duplicate of it.
     in_flight: list[int] = Field(default_factory=list)
-    # A goodput goal: the branch's k-th best score in the history this round was suggested from; a trial of
+    # A goodput goal: the sweep's k-th best score in the histories this round was suggested from; a trial of
     # the round whose score certainly stays below it is stopped and recorded `pruned` (replay/early_stop.py).
     # Fixed by the round (never by which replay finished first), so a seed still fixes the search.
     prune: PruneBar | None = None

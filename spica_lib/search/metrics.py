@@ -30,7 +30,7 @@ def designer_metrics(result: TrialResult, goal: OptimizationGoal) -> dict[str, f
     plateau where a designer learns nothing, so those are told their miss too. A trial with no miss
     to tell is told nothing (Vizier marks it infeasible, below every value).
 
-    A pruned trial (a goodput target, stopped once its score could no longer reach the branch's k-th
+    A pruned trial (a goodput target, stopped once its score could no longer reach the sweep's k-th
     best: replay/early_stop.py) is not infeasible: it is told the optimistic bound it was pruned with,
     the most its score could have been. That never tells a region worse than it is, and it is still
     below the k trials the branch has, so the designer is not drawn to it either.

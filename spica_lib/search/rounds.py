@@ -18,10 +18,13 @@ and backend are answered `unsupported` under any other knobs, without a replay.
 With `sweep.warm_start`, round 0 first replays the seeds the static estimate picks
 (search/warm_start.py) and asks the designer only for what they leave to fill.
 With a goodput goal, each round carries its prune bar (`prune_bar`): the k-th best feasible score of
-the history the round is suggested from (k: trial/screen.py, at least the finish's top). A replay of
-the round whose score certainly stays below it is stopped and recorded `pruned` (replay/early_stop.py):
-it cannot rank in the branch's top k, so not in the sweep's. The bar is fixed by the round number (the
-history told before the round, never the trials of the round itself or of rounds in flight, whichever
+the history the round is suggested from and of the other branches' histories one round older
+(`rival_scores`; k: trial/screen.py, at least the finish's top). A replay of the round whose score
+certainly stays below it is stopped and recorded `pruned` (replay/early_stop.py): it cannot rank in
+the sweep's top k, which is one ranking across the branches. The other branches count one round later
+than the branch's own so that a branch seldom waits for another (it would have to fall a whole round
+behind), and the bar still depends on the round number alone. The bar is fixed by the round number (the
+histories told before the round, never the trials of the round itself or of rounds in flight, whichever
 replay finishes first), and its refill passes keep it: a seed still fixes the search, and a killed
 sweep resumes into the same trials with the same bars. A pruned trial is not infeasible for the
 search: the designer is told its optimistic bound (search/metrics.py).
@@ -35,7 +38,7 @@ seeds in turn.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from spica_lib.config import OptimizationGoal
 from spica_lib.pools.branches import BranchSpec, PoolRecord
@@ -79,11 +82,13 @@ def suggest_round(
     known_results: dict[str, TrialResult],
     trials_per_job: int | None = None,
     in_flight: list[RoundSuggestions] | None = None,
+    rivals: RivalScores | None = None,
 ) -> tuple[RoundSuggestions, list[TrialSpec]]:
     """Ask Vizier for this round's candidates; return the round file and the new trial specs.
 
     The new trials go to replay jobs of `trials_per_job` each (all in one job when None). `in_flight`:
     the first passes of the rounds that replay while this one is asked for (sweep.rounds_in_flight).
+    `rivals`: the other branches' feasible scores the prune bar counts too (`rival_scores`).
     """
     sweep = context.config.sweep
     target = sweep.per_round
@@ -94,7 +99,7 @@ def suggest_round(
         target=target,
         trials_per_job=trials_per_job,
         in_flight=[p.round for p in in_flight],
-        prune=prune_bar(context.config, history, known_results),
+        prune=prune_bar(context.config, history, known_results, rivals),
     )
     if spec.status != "ready":
         return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
@@ -158,19 +163,49 @@ def refill_round(
     return _ask(context, BranchSpace(spec, pool), refill, history, told, results, cap, [], in_flight or [])
 
 
+class RivalScores(NamedTuple):
+    """The other branches' feasible scores a round's prune bar counts (key -> score), and the last round of
+    each branch they come from."""
+
+    scores: dict[str, float]
+    told: dict[str, int]
+
+
+def rival_scores(histories: list[BranchHistory], results: dict[str, TrialResult]) -> RivalScores:
+    """The feasible scores of the trials other branches told in `histories` (their trial results in `results`)."""
+    scores: dict[str, float] = {}
+    for history in histories:
+        for o in history.observations:
+            result = results.get(o.key or "")
+            if o.status in ("feasible", "cache_hit") and result is not None and result.score is not None:
+                scores[o.key] = result.score
+    return RivalScores(scores=scores, told={h.deployment_mode: h.round for h in histories})
+
+
 def prune_bar(
-    config: SmartSearchConfig, history: BranchHistory | None, known_results: dict[str, TrialResult]
+    config: SmartSearchConfig,
+    history: BranchHistory | None,
+    known_results: dict[str, TrialResult],
+    rivals: RivalScores | None = None,
 ) -> PruneBar | None:
-    """The round's prune bar: the k-th best feasible score among the distinct trials of `history` (None
-    before the branch has k of them, without a screen, or for a goal whose score has no sound bound)."""
+    """The round's prune bar: the k-th best feasible score among the distinct trials of `history` and of the
+    other branches' `rivals` (None before they hold k of them, without a screen, or for a goal whose score
+    has no sound bound). Agg and disagg trials are distinct deployments, so the keys never overlap."""
     goal = config.goal
-    if history is None or goal.is_pareto or not goal.target.needs_sla or config.sweep.screen_fraction is None:
+    if goal.is_pareto or not goal.target.needs_sla or config.sweep.screen_fraction is None:
         return None
-    keys = {o.key for o in history.observations if o.key and o.status in ("feasible", "cache_hit")}
-    scores = sorted((known_results[k].score for k in keys if k in known_results and known_results[k].score is not None),
-                    reverse=True)  # fmt: skip
+    observations = history.observations if history is not None else []
+    keys = {o.key for o in observations if o.key and o.status in ("feasible", "cache_hit")}
+    counted = {k: known_results[k].score for k in keys if k in known_results and known_results[k].score is not None}
+    counted.update(rivals.scores if rivals is not None else {})
+    scores = sorted(counted.values(), reverse=True)
     rank = prune_rank(config)
-    return PruneBar(below=scores[rank - 1], rank=rank) if len(scores) >= rank else None
+    if len(scores) < rank:
+        return None
+    told = dict(rivals.told) if rivals is not None else {}
+    if history is not None:
+        told[history.deployment_mode] = history.round
+    return PruneBar(below=scores[rank - 1], rank=rank, told=told)
 
 
 def best_observation(

@@ -3,7 +3,7 @@
 With a goal.sla, a replay is stopped early only on bounds that hold whatever the
 rest of the traffic does (replay/early_stop.py): a hard constraint (goal.sla.percentile, or a
 goal.sla_coverage floor) once it is certain to miss, and a goodput target once its score can no
-longer reach the branch's k-th best (the bar comes from the round, search/rounds.py). The prefix is
+longer reach the sweep's k-th best told before its round (the bar comes from the round, search/rounds.py). The prefix is
 not a verdict: it is the first `sweep.screen_fraction` of the workload's requests, counted in
 requests (a trace's records in arrival order, whatever their spread in time), and only its pace
 matters: its CPU time sets the budget of the rest of the replay (replay/stall.py), a time limit
@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import OptimizationGoal, OptimizationTarget, SmartSearchConfig, Workload
 from spica_lib.config.trace import scan_trace
@@ -28,12 +28,13 @@ PRUNE_RANK = 5  # a trial is pruned only below the k-th best, k at least this (a
 
 class PruneBar(BaseModel):
     """The score a round's trials must be able to reach not to be pruned: the `rank`-th best feasible score
-    of the branch's history as told before the round was suggested (search/rounds.py)."""
+    of the sweep's histories as told before the round was suggested (search/rounds.py `prune_bar`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     below: float
     rank: int
+    told: dict[str, int] = Field(default_factory=dict)  # branch -> the last of its rounds the bar counts
 
 
 def prune_rank(config: SmartSearchConfig) -> int:

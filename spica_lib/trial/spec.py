@@ -19,7 +19,7 @@ from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
 from spica_lib.replay.request import EarlyStop, PaceCheckpoint, ReplayRequest, ScalingEvent
 
 SCHEMA_VERSION = 2  # 2: the key hashes the replayed deployment, not the selection
-# "pruned": stopped early because its score could no longer reach the branch's k-th best (replay/early_stop.py):
+# "pruned": stopped early because its score could no longer reach the sweep's k-th best (replay/early_stop.py):
 # not infeasible, not ranked.
 TrialStatus = Literal["feasible", "infeasible", "failed", "timed_out", "unsupported", "pruned"]
 

@@ -38,23 +38,37 @@ def told_history(wildcards):
     return [] if r < 0 else [RUN.observations(wildcards.branch, r)]
 
 
+def rival_histories(wildcards):
+    """The other branches' histories the round's prune bar counts too: told one round before the branch's
+    own (round k - rounds_in_flight - 1), so a branch waits for another only when that one falls a whole
+    round behind, and the bar still depends on the round number alone (search/rounds.py)."""
+    r = int(wildcards.round) - RUN.rounds_in_flight - 1
+    return [] if r < 0 else [RUN.observations(mode, r) for mode in RUN.modes if mode != wildcards.branch]
+
+
 def rounds_in_flight(wildcards):
     """The first passes of the rounds suggested after that history and before this round (they replay now)."""
     r = int(wildcards.round)
     return [RUN.suggestions(wildcards.branch, j) for j in range(max(0, r - RUN.rounds_in_flight + 1), r)]
 
 
-def replay_threads(wildcards):
+def replay_threads(wildcards, input):
     """`parallel_evals` replays at once across the sweep, split between the branches and the rounds in flight,
     so their jobs (and the warm-ups that dominate short replays) run side by side. A job built once every
-    other branch has told its last round takes the others' share too: their cores would idle otherwise
-    (on a real trace the agg branch ends its rounds well before disagg). Threads change only how many
+    other branch is done (its last round told, and its share of the finish replayed) takes the others'
+    share too: their cores would idle otherwise (on a real trace the agg branch ends its rounds well
+    before disagg). Never more than the job's trials:
+    a thread with no replay to run would hold a core another job could use. Threads change only how many
     replays run at once, never a result."""
     in_flight = RUN.rounds_in_flight
     others = [mode for mode in RUN.modes if mode != wildcards.branch]
-    if all(os.path.exists(RUN.observations(mode, RUN.last_round)) for mode in others):
-        return max(1, RUN.parallel_evals // in_flight)
-    return max(1, RUN.parallel_evals // (len(RUN.modes) * in_flight))
+    width = max(1, RUN.parallel_evals // (len(RUN.modes) * in_flight))
+    # With finish shares, a branch that has told its last round holds its cores for its share until then.
+    done = RUN.finish_share_json if RUN.finish_shares else (lambda mode: RUN.observations(mode, RUN.last_round))
+    if all(os.path.exists(done(mode)) for mode in others):
+        width = max(1, RUN.parallel_evals // in_flight)
+    trials = len(read_model(input.suggestions, RoundSuggestions).batch(int(wildcards.batch)))
+    return max(1, min(width, trials))
 
 
 def trials_per_job():
@@ -146,6 +160,7 @@ checkpoint suggest:
         pool=RUN.pool_parquet("{branch}"),
         previous=told_history,
         in_flight=rounds_in_flight,
+        rivals=rival_histories,
     output:
         suggestions=RUN.suggestions("{branch}", "{round}"),
         specs=directory(RUN.round_specs("{branch}", "{round}")),
