@@ -42,12 +42,12 @@ def share_replays(
 ) -> tuple[list[str], str]:
     """Replay `planned` in order, `width` at a time, while `others_searching()`; return the names replayed and
     why it stopped. Checked before each batch: a batch started runs to its end (at most `width` replays)."""
-    names, done = list(planned), []
-    for start in range(0, len(names), max(1, width)):
+    names, done, step = list(planned), [], max(1, width)
+    for start in range(0, len(names), step):
         if not others_searching():
-            why = "every other branch had told its last round" if not done else "every other branch told its last round"
+            why = f"every other branch {'told' if done else 'had told'} its last round"
             return done, f"{why}: the finish replays what it needs of the other {len(names) - len(done)} at full width"
-        batch = {name: planned[name] for name in names[start : start + max(1, width)]}
+        batch = {name: planned[name] for name in names[start : start + step]}
         done += [name for name, _ in replay(batch)]
     return done, f"replayed all {len(names)} while another branch searched"
 

@@ -350,9 +350,7 @@ def ranked_run(job: JobArgs) -> RankedRun:
     files = RunFiles(dir=job.params["run_dir"])
     config = read_model(job.input["config"], ValidatedConfig).config
     histories = [read_model(path, BranchHistory) for path in job.inputs("histories")]
-    records: dict[str, TrialRecord] = {}
-    for history in histories:
-        records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
+    records = _told_records(files, histories)
     rows = collect_candidates(histories, records)
     return RankedRun(config, histories, records, rows, ordered(config, rows))
 
@@ -443,11 +441,15 @@ def _in_flight(job: JobArgs) -> list[RoundSuggestions]:
 def _rivals(files: RunFiles, job: JobArgs) -> RivalScores:
     """The other branches' told trials the round's prune bar counts (search/rounds.py `rival_scores`)."""
     histories = [read_model(path, BranchHistory) for path in job.inputs("rivals")]
-    results: dict[str, TrialResult] = {}
+    return rival_scores(histories, {key: record.result for key, record in _told_records(files, histories).items()})
+
+
+def _told_records(files: RunFiles, histories: list[BranchHistory]) -> dict[str, TrialRecord]:
+    """The trial records of every trial the histories told (key -> record)."""
+    records: dict[str, TrialRecord] = {}
     for history in histories:
-        trials = read_trials(files.trial_files(history.deployment_mode, history.observations))
-        results.update({key: record.result for key, record in trials.items()})
-    return rival_scores(histories, results)
+        records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
+    return records
 
 
 def _previous(job: JobArgs) -> BranchHistory | None:

@@ -172,7 +172,8 @@ class RivalScores(NamedTuple):
 
 
 def rival_scores(histories: list[BranchHistory], results: dict[str, TrialResult]) -> RivalScores:
-    """The feasible scores of the trials other branches told in `histories` (their trial results in `results`)."""
+    """The feasible scores of the trials told in `histories` (their trial results in `results`): the other
+    branches' for a round's prune bar, and the branch's own inside `prune_bar`."""
     scores: dict[str, float] = {}
     for history in histories:
         for o in history.observations:
@@ -194,18 +195,13 @@ def prune_bar(
     goal = config.goal
     if goal.is_pareto or not goal.target.needs_sla or config.sweep.screen_fraction is None:
         return None
-    observations = history.observations if history is not None else []
-    keys = {o.key for o in observations if o.key and o.status in ("feasible", "cache_hit")}
-    counted = {k: known_results[k].score for k in keys if k in known_results and known_results[k].score is not None}
-    counted.update(rivals.scores if rivals is not None else {})
-    scores = sorted(counted.values(), reverse=True)
+    own = rival_scores([history] if history is not None else [], known_results)
+    others = rivals if rivals is not None else RivalScores(scores={}, told={})
+    scores = sorted({**own.scores, **others.scores}.values(), reverse=True)
     rank = prune_rank(config)
     if len(scores) < rank:
         return None
-    told = dict(rivals.told) if rivals is not None else {}
-    if history is not None:
-        told[history.deployment_mode] = history.round
-    return PruneBar(below=scores[rank - 1], rank=rank, told=told)
+    return PruneBar(below=scores[rank - 1], rank=rank, told={**others.told, **own.told})
 
 
 def best_observation(
