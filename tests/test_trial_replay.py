@@ -2,6 +2,7 @@
 
 import json
 import random
+import statistics
 
 import pandas as pd
 import psutil
@@ -76,9 +77,13 @@ def test_kv_router_reuses_more_prefix_cache_than_round_robin():
     shared = config(shared_prefix_ratio=0.9, num_prefix_groups=64, isl=8192, num_request_ratio=40, request_rate=4.0)
     weights = {"overlap_score_credit": 1.0, "prefill_load_scale": 1.0, "router_temperature": 0.0}
     rr = evaluate_trial(spec_for(shared, agg(1, 4)), max_eval_seconds=120)
-    kv = evaluate_trial(spec_for(shared, agg(1, 4), router_mode="kv_router", **weights), max_eval_seconds=120)
-    assert rr.status == kv.status == "feasible"
-    assert kv.metrics["prefix_cache_reused_ratio"] > rr.metrics["prefix_cache_reused_ratio"] + 0.05
+    # The KV router's tie-breaks are random, so one replay's reuse is a draw (12 draws here spread 0.30-0.37,
+    # one CI run drew 0.275) while round robin replays exactly (0.236): compare the mean of three draws.
+    kv_spec = spec_for(shared, agg(1, 4), router_mode="kv_router", **weights)
+    kvs = [evaluate_trial(kv_spec, max_eval_seconds=120) for _ in range(3)]
+    assert rr.status == "feasible" and all(kv.status == "feasible" for kv in kvs)
+    kv_reuse = statistics.fmean(kv.metrics["prefix_cache_reused_ratio"] for kv in kvs)
+    assert kv_reuse > rr.metrics["prefix_cache_reused_ratio"] + 0.05
 
 
 def bursty_trace(path, seed=0):
