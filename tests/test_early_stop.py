@@ -142,6 +142,61 @@ def test_an_end_to_end_bound_counts_every_request_not_yet_completed_that_arrived
     assert stop.value.stop["certain_misses"] == 30
 
 
+SLA_BOUNDS = (("mean_ttft_ms", 1000.0), ("mean_itl_ms", 50.0))
+
+
+def test_a_request_past_its_deadline_misses_the_sla_whatever_queue_it_waits_in():
+    # 20 requests arrive in the first second and wait in a decode queue (no prefill queue to count them by).
+    # Each must be done 1 s + (n - 1) x 50 ms after its arrival: 10 arrive at 1 s and ask for 21 tokens
+    # (due by 3 s on the trace's clock), 10 for 101 (due by 7 s).
+    deadlines = sorted([1000.0 + 1000.0 + 20 * 50.0] * 10 + [1000.0 + 1000.0 + 100 * 50.0] * 10)
+    watch = EarlyStopWatch({**rules(requests=20, bounds=SLA_BOUNDS, coverage=0.8), "deadlines_ms": deadlines})
+    watch.on_tick(1000.0, done(arrived=20), 0)
+    watch.on_tick(2999.0, done(), 0)  # none past its deadline yet
+    with pytest.raises(ReplayStopped) as stop:  # one is done (in time, for all the ticks say): 9 of 10 are late
+        watch.on_tick(3001.0, done(500.0), 0)  # 80 % of 20: 4 may miss
+    found = stop.value.stop
+    assert found["rule"] == "coverage" and found["metric"] == "sla" and found["certain_misses"] == 9
+
+
+def test_a_late_request_is_counted_once_even_when_it_also_missed_its_ttft():
+    # Completed misses and late requests not completed are disjoint; a late count never goes back.
+    watch = EarlyStopWatch({**rules(requests=100, bounds=SLA_BOUNDS), "deadlines_ms": [5000.0] * 10 + [9e9] * 90})
+    watch.on_tick(1000.0, done(arrived=100), 0)
+    watch.on_tick(6000.0, done(5500.0, 5500.0), 0)  # 2 done with TTFT over 1 s (both certain misses)
+    assert watch._sla_misses == 2 + (10 - 2)  # the 2 may be among the 10 late ones: 8 late are not done
+    watch.on_tick(7000.0, done(100.0, 100.0, 100.0, 100.0), 0)  # 6 done: the late ones left could be 4
+    assert watch._sla_misses == 10
+
+
+def test_one_deadline_after_arrival_holds_for_every_request_of_a_synthetic_workload():
+    # A synthetic workload has no clock of its own: arrivals are counted by the ticks, one deadline for all.
+    watch = EarlyStopWatch({**rules(requests=100, bounds=SLA_BOUNDS, coverage=0.9), "deadline_ms": 5000.0})
+    watch.on_tick(1000.0, done(arrived=30), 0)
+    watch.on_tick(5999.0, done(), 0)  # arrived by 1 s, due by 6 s: not yet past
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(6001.0, done(arrived=10), 0)
+    assert stop.value.stop["certain_misses"] == 30
+
+
+def test_without_an_itl_bound_there_is_no_deadline_and_a_decode_queue_proves_nothing():
+    watch = EarlyStopWatch(rules(requests=100, bounds=[("mean_ttft_ms", 1000.0)], coverage=0.9))
+    feed(watch, [(1000.0 * (i + 1), done(arrived=10), 0) for i in range(10)])  # 100 waiting, none in prefill
+    assert watch.arrived == 100 and watch._sla_misses == 0
+
+
+def test_a_goodput_trial_whose_requests_are_all_late_is_pruned_on_its_deadlines():
+    # 100 requests of 100 tokens, 4 GPUs, a 100 s trace: at best 25 per GPU. 90 late by 50 s leave at most
+    # 10 x 100 tokens / 100 s / 4 = 2.5 < 3.
+    rule = {**rules(requests=100, bounds=SLA_BOUNDS, prune=prune(below=3.0, span_ms=100_000.0)),
+            "deadlines_ms": [10_000.0] * 90 + [9e9] * 10}  # fmt: skip
+    watch = EarlyStopWatch(rule)
+    watch.on_tick(1000.0, done(arrived=100), 0)
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(50_000.0, done(), 0)
+    assert stop.value.stop["rule"] == "prune" and stop.value.stop["certain_misses"] == 90
+
+
 def test_an_itl_bound_is_never_a_reason_to_stop():
     watch = EarlyStopWatch(rules(bounds=[("p90_itl_ms", 1.0)], percentile=90))
     feed(watch, [(1000.0 * (i + 1), done(9e6, arrived=1), 10**6) for i in range(50)])  # nothing bounds the ITL

@@ -597,6 +597,17 @@ def test_a_replay_whose_prefill_queue_runs_away_is_stopped_once_its_floor_is_cer
     assert result.stop.partial_metrics["completed_requests"] < 3993
 
 
+def test_each_trace_request_is_due_ttft_plus_its_tokens_times_itl_after_its_arrival_on_the_replay_s_clock():
+    from spica_lib.replay.request import replay_call
+
+    call = replay_call(queueing_disagg(trace_at_half_speed(sla_coverage=0.9)).replay)
+    records = [json.loads(line) for line in open(TRACE) if line.strip()]
+    first = min(r["timestamp"] for r in records)
+    # At half speed the replay's clock runs twice the trace's gaps (SLA: ttft 3000 ms, itl 60 ms).
+    due = sorted((r["timestamp"] - first) / 0.5 + 3000 + max(0, r["output_length"] - 1) * 60 for r in records)
+    assert call["stop"]["deadlines_ms"] == pytest.approx(due)
+
+
 def test_a_healthy_replay_of_the_whole_trace_is_not_stopped_and_records_its_checkpoint():
     # 2 x TP4 keeps up: 73 % of its requests meet every bound, over a 70 % floor.
     result = evaluate_trial(spec_for(trace_at_half_speed(sla_coverage=0.7), agg(4, 2)), max_eval_seconds=300)

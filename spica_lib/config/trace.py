@@ -159,6 +159,22 @@ def _output_lengths(path: str, size: int, mtime_ns: int) -> tuple[int, ...]:
         return tuple(sorted(int(json.loads(line)["output_length"]) for line in handle if line.strip()))
 
 
+def trace_arrivals(path: str | Path) -> tuple[tuple[float, int], ...]:
+    """Every record's (arrival after the trace's first, in ms of the trace's clock; output length), in file
+    order (once per file and process). The replay starts its clock at the first arrival."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return _arrivals(str(resolved), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.cache
+def _arrivals(path: str, size: int, mtime_ns: int) -> tuple[tuple[float, int], ...]:
+    with open(path, encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    first = min(float(r["timestamp"]) for r in records)
+    return tuple((float(r["timestamp"]) - first, int(r["output_length"])) for r in records)
+
+
 def parse_record(line: str, number: int) -> MooncakeRecord:
     try:
         data = json.loads(line)

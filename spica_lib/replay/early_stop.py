@@ -14,8 +14,15 @@ From these, at each tick, a lower bound on how many requests miss a latency boun
 - **completed**: a window's c completed requests with mean TTFT m sum to c*m; each TTFT is at most the
   simulated time now, so at least `ceil((c*m - c*B) / (now - B))` of them are over B (exactly the one
   when c = 1; windows are summed, each request completes in one).
-The two sets are disjoint (waiting requests have not completed), so their sum is a lower bound on the
-misses of that bound, and the misses of any bound bound those of every bound. No other statistic is
+- **late** (an SLA of ttft_ms and itl_ms, for the goodput a prune or a coverage floor counts): a request
+  meets it only if it is done ttft_ms + (n - 1) itl_ms after its arrival (its deadline; n its output
+  length). Of the requests whose deadline is past, at most the `completed` ones are done, so at least
+  `past - completed` will miss, whatever queue they wait in (a prefill queue or a decode one).
+The sets are disjoint (waiting and late requests have not completed), so completed plus waiting is a
+lower bound on the misses of that bound, the misses of any bound bound those of every bound, and the
+completed misses of any bound plus the larger of the waiting and the late ones bound the requests that
+miss the SLA (`SLA`: every bound at once, what goodput and a coverage floor count). Misses never go
+back, so the largest such bound seen so far still holds. No other statistic is
 judged: the ticks' ITL is a per-request mean, not the SLA's, so an ITL bound is never a reason to stop.
 
 The rules, each told as a structured stop (rule, metric, bound, simulated time, counts, the bound that
@@ -50,6 +57,7 @@ from itertools import accumulate
 from typing import Any
 
 EPSILON = 1e-9
+SLA = "sla"  # the misses of every bound at once (a request that is not goodput), beside each metric's own
 
 
 class ReplayStopped(Exception):
@@ -97,6 +105,11 @@ class EarlyStopWatch:
         self._past_ttft = {metric: 0 for metric, _ in self.bounds if _is(metric, "ttft")}
         self._ticks: list[float] = []  # tick times (ms) and the arrivals counted by each
         self._arrivals: list[int] = []
+        # When each request must be done to meet the SLA: one list on a trace's clock (sorted), or one span
+        # after arrival for all (replay/request.py `_deadlines`); neither without a ttft_ms + itl_ms SLA.
+        self._deadlines = rules.get("deadlines_ms")
+        self._deadline = rules.get("deadline_ms")
+        self._sla_misses = 0  # the most requests seen certain to miss the SLA (every bound at once) so far
         self._started, self._cpu = time.perf_counter(), time.process_time()
 
     def on_tick(self, now_ms: float, traffic: dict[str, Any], queued_prefill: int) -> None:
@@ -113,20 +126,41 @@ class EarlyStopWatch:
                 self._past_ttft[metric] += min(count, max(1, past))
         self._ticks.append(now_ms)
         self._arrivals.append(self.arrived)
-        misses = {metric: self._misses(metric, bound, now_ms, queued_prefill) for metric, bound in self.bounds}
+        parts = {metric: self._misses(metric, bound, now_ms, queued_prefill) for metric, bound in self.bounds}
+        misses = {metric: done + waiting for metric, (done, waiting) in parts.items()}
+        if parts:
+            waiting = max([w for _, w in parts.values()] + [self._late(now_ms)])
+            self._sla_misses = max(self._sla_misses, max(d for d, _ in parts.values()) + waiting)
+            if self._sla_misses > max(misses.values()):
+                misses[SLA] = self._sla_misses
         self._hard(now_ms, misses)
         self._prune(now_ms, misses)
         self._mark_checkpoint(now_ms)
 
-    def _misses(self, metric: str, bound: float, now_ms: float, queued_prefill: int) -> int:
-        """A lower bound on the requests whose `metric` ends over `bound` (see the module docstring)."""
-        index = bisect.bisect_right(self._ticks, now_ms - bound) - 1
-        arrived_then = self._arrivals[index] if index >= 0 else 0
+    def _misses(self, metric: str, bound: float, now_ms: float, queued_prefill: int) -> tuple[int, int]:
+        """Lower bounds on the completed and on the not completed requests whose `metric` ends over `bound`
+        (see the module docstring)."""
+        arrived_then = self._arrived_before(now_ms - bound)
         if _is(metric, "ttft"):
-            return self._past_ttft[metric] + max(0, queued_prefill - (self.arrived - arrived_then))
+            return self._past_ttft[metric], max(0, queued_prefill - (self.arrived - arrived_then))
         if _is(metric, "e2e"):  # every request not completed that arrived at least `bound` ago
-            return max(0, arrived_then - self.completed)
-        return 0  # ITL: the ticks carry no statistic that bounds the SLA's
+            return 0, max(0, arrived_then - self.completed)
+        return 0, 0  # ITL: the ticks carry no statistic that bounds the SLA's
+
+    def _arrived_before(self, at_ms: float) -> int:
+        """Requests counted by the ticks up to `at_ms` (each arrived by its tick's time)."""
+        index = bisect.bisect_right(self._ticks, at_ms) - 1
+        return self._arrivals[index] if index >= 0 else 0
+
+    def _late(self, now_ms: float) -> int:
+        """A lower bound on the requests not completed whose SLA deadline is past (0 without deadlines)."""
+        if self._deadlines is not None:
+            past = bisect.bisect_left(self._deadlines, now_ms * (1 - EPSILON))  # strictly before now
+        elif self._deadline is not None:
+            past = self._arrived_before(now_ms - float(self._deadline) - EPSILON)
+        else:
+            return 0
+        return max(0, past - self.completed)
 
     def _hard(self, now_ms: float, misses: dict[str, int]) -> None:
         worst = max(misses.items(), key=lambda item: item[1], default=None)
@@ -144,8 +178,9 @@ class EarlyStopWatch:
             metric, missed = worst
             allowed = coverage_misses_allowed(self.requests, float(self.coverage))
             if missed > allowed + EPSILON:
-                bound = dict(self.bounds)[metric]
-                why = (f"{missed} of its {self.requests} requests certainly miss the {metric} bound of {bound:g} ms "
+                bound = dict(self.bounds).get(metric)
+                what = _what_missed(metric, bound)
+                why = (f"{missed} of its {self.requests} requests certainly miss {what} "
                        f"by {now_ms / 1000:.0f} s simulated; the {100 * self.coverage:g} % floor lets "
                        f"{allowed:.4g} miss")  # fmt: skip
                 raise ReplayStopped(self._stop("coverage", now_ms, metric, bound, missed, allowed, why))
@@ -197,6 +232,13 @@ class EarlyStopWatch:
                 "cpu_seconds": time.process_time() - self._cpu}  # fmt: skip
 
 
+
+
+def _what_missed(metric: str, bound: float | None) -> str:
+    """The bound a count of misses is of, in words."""
+    if metric == SLA:
+        return "the SLA (past their deadline, or over a bound)"
+    return f"the {metric} bound of {bound:g} ms"
 
 
 def _is(metric: str, kind: str) -> bool:

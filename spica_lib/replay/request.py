@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SLATarget, Workload
-from spica_lib.config.trace import scan_trace, trace_output_lengths
+from spica_lib.config.trace import scan_trace, trace_arrivals, trace_output_lengths
 from spica_lib.config.workload import DEFAULT_ARRIVAL_SEED
 from spica_lib.replay.plan import DeploymentPlan
 
@@ -216,6 +216,8 @@ def _stop_rules(
         "prefix": plan.prefix,
         "prune": None,
     }
+    if prune is not None or plan.coverage is not None:
+        rules.update(_deadlines(request, function, args))
     if prune is not None:
         workload = request.workload
         if function == "synthetic":
@@ -230,6 +232,28 @@ def _stop_rules(
             }
         rules["prune"] = {**prune, **traffic}
     return rules
+
+
+def _deadlines(request: ReplayRequest, function: str, args: list[Any]) -> dict[str, Any]:
+    """When each request must be done to count as meeting the SLA (replay/early_stop.py, "late"), or {}.
+
+    A request meets a ttft_ms + itl_ms SLA only with TTFT <= ttft_ms and (e2e - TTFT) / (n - 1) <= itl_ms
+    (Dynamo's goodput), so only if it is done ttft_ms + (n - 1) itl_ms after its arrival. On a trace's own
+    clock each request's deadline is known in advance ("deadlines_ms", sorted); a synthetic workload's
+    requests all ask for the same length, and a closed loop's arrivals follow its completions, so there
+    one deadline after arrival holds for all ("deadline_ms": the longest request's)."""
+    sla = request.sla
+    if sla is None or sla.ttft_ms is None or sla.itl_ms is None:
+        return {}
+    ttft, itl = float(sla.ttft_ms), float(sla.itl_ms)
+    workload = request.workload
+    if function == "synthetic":
+        return {"deadline_ms": ttft + max(0, int(args[1]) - 1) * itl}
+    if workload.replay_concurrency:
+        return {"deadline_ms": ttft + max(0, trace_output_lengths(workload.trace_path)[-1] - 1) * itl}
+    speedup = float(workload.arrival_speedup_ratio)
+    deadlines = sorted(at / speedup + ttft + max(0, n - 1) * itl for at, n in trace_arrivals(workload.trace_path))
+    return {"deadlines_ms": deadlines}
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:
