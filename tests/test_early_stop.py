@@ -287,3 +287,85 @@ def test_the_prune_bar_counts_the_other_branches_told_trials_as_one_ranking():
     assert prune_bar(cfg, own, own_results, rival_scores([pruned], pruned_results)) is None
     # A trial told with a result that is missing (its file not read) is not counted either.
     assert rival_scores([agg], {}).scores == {}
+
+
+def _ticks_of(watch_rules, completions_per_window=5, windows=12):
+    """The tick lengths a watch asks for when each window closes with `completions_per_window` requests done."""
+    from spica_lib.replay.progress import ProgressWatch
+
+    progress = ProgressWatch(1000, None, None, EarlyStopWatch(watch_rules))
+    now, asked = 0.0, []
+    for _ in range(windows):
+        traffic = done(*[100.0] * completions_per_window, arrived=completions_per_window)
+        reply = progress.on_tick({"now_ms": now, "traffic": traffic})
+        asked.append(reply["next_tick_ms"] - now)
+        now = reply["next_tick_ms"]
+    return asked
+
+
+def test_ticks_are_fine_only_where_a_rule_can_stop_the_replay():
+    # A goodput target with mean bounds and no bar yet (round 0): nothing can stop it, so the ticks grow as the
+    # replay is cheap (they cost CPU in Dynamo's snapshots), whatever completes in a window.
+    free = rules(requests=1000, bounds=[("mean_ttft_ms", 1000.0), ("mean_itl_ms", 50.0)])
+    assert not EarlyStopWatch(free).judges
+    coarse = _ticks_of(free)
+    assert coarse[-1] > 8 * coarse[0]
+    # With a bar (or a hard constraint), a window's TTFT sum must bound its requests one by one: the ticks
+    # shrink toward one completion each.
+    barred = {**free, "prune": prune(below=20.0, span_ms=100_000.0)}
+    hard = rules(requests=1000, bounds=[("p90_ttft_ms", 1000.0)], percentile=90)
+    for judged in (barred, hard):
+        assert EarlyStopWatch(judged).judges
+        fine = _ticks_of(judged)
+        assert fine[-1] < coarse[0] and fine[-1] < fine[0]
+
+
+def test_a_planner_is_charged_the_gpu_seconds_it_held_and_one_worker_of_each_role_for_the_rest():
+    # One 2-GPU decode worker at the least (an agg planner's workers count as decode); 100 requests over 100 s.
+    planner = {**prune(below=38.0, gpus=2, span_ms=100_000.0), "worker_gpus": {"prefill": 0, "decode": 2}}
+    watch = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 1000.0)], prune=planner))
+    watch.on_tick(0.0, done(), 0, workers=(0, 1))
+    watch.on_tick(10_000.0, done(arrived=10), 0, workers=(0, 4))  # nothing had arrived: the duration had not begun
+    watch.on_tick(20_000.0, done(arrived=10), 0, workers=(0, 4))  # 4 workers held throughout: 8 GPUs x 10 s
+    watch.on_tick(30_000.0, done(arrived=10), 0, workers=(0, 1))  # scaled down some time in between: 2 GPUs x 10 s
+    # 100 GPU-seconds seen over 20 s, and the 80 s left of the trace's span at 2 GPUs at the least.
+    assert watch._gpu_seconds(100_000.0) == pytest.approx(8 * 10 + 2 * 10 + 2 * 80)
+    assert watch.completed == 0  # 10,000 tokens / 260 GPU-s = 38.5: not below 38
+    higher = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 1000.0)], prune={**planner, "below": 39.0}))
+    with pytest.raises(ReplayStopped) as stop:
+        for now, arrived, held in ((0.0, 0, 1), (10_000.0, 10, 4), (20_000.0, 10, 4), (30_000.0, 10, 1)):
+            higher.on_tick(now, done(arrived=arrived), 0, workers=(0, held))
+    assert stop.value.stop["rule"] == "prune" and stop.value.stop["score_bound"] == pytest.approx(10_000 / 260)
+    # Without the planner's counts (no worker_gpus), only its one worker for the whole span: 10,000 / 200 = 50.
+    fewest = EarlyStopWatch(rules(bounds=[("mean_ttft_ms", 1000.0)], prune={**planner, "worker_gpus": None}))
+    assert fewest._gpu_seconds(100_000.0) == pytest.approx(200.0)
+
+
+def test_a_rounds_prefix_budget_is_three_times_the_slowest_prefix_told_before_it_with_a_floor():
+    from spica_lib.replay.request import PaceCheckpoint
+    from spica_lib.replay.stall import STALL_FLOOR_SECONDS
+    from spica_lib.search.history import BranchHistory, Observation
+    from spica_lib.search.rounds import prefix_budget, rival_scores
+    from spica_lib.trial.spec import TrialResult
+
+    def told(mode, prefixes, status="feasible"):
+        results = {}
+        for i, cpu in enumerate(prefixes):
+            checkpoint = None if cpu is None else PaceCheckpoint(prefix="p", completed=1, at_sim_ms=1.0,
+                                                                 replay_seconds=cpu, cpu_seconds=cpu)  # fmt: skip
+            results[f"{mode}{i}"] = TrialResult(status=status, score=1.0, used_gpus=1, checkpoint=checkpoint)
+        observations = [Observation(vizier_id=i, round=0, params={}, key=k, status=status) for i, k in enumerate(results)]
+        return BranchHistory(deployment_mode=mode, round=0, observations=observations), results
+
+    assert prefix_budget(None, {}) is None  # round 0: nothing told yet, the share of max_eval_seconds alone
+    own, own_results = told("disagg", [1.0, 2.4, None])  # a replay timed out before its checkpoint tells nothing
+    assert prefix_budget(own, own_results) == pytest.approx(3 * 2.4)
+    agg, agg_results = told("agg", [4.0], status="pruned")  # whatever became of it, its prefix ran at that pace
+    assert prefix_budget(own, own_results, rival_scores([agg], agg_results)) == pytest.approx(12.0)
+    # The budget never goes under the floor, nor past the prefix's share of max_eval_seconds.
+    base = {**rules(requests=1000, prefix=200), "fraction": 0.2}
+    assert prefix_stall(120.0, base).cpu_seconds == pytest.approx(24.0)
+    budgeted = prefix_stall(120.0, {**base, "prefix_seconds": 3 * 2.4})
+    assert budgeted.cpu_seconds == STALL_FLOOR_SECONDS and "the round's prefix budget" in budgeted.reason
+    assert prefix_stall(120.0, {**base, "prefix_seconds": 15.0}).cpu_seconds == pytest.approx(15.0)
+    assert prefix_stall(120.0, {**base, "prefix_seconds": 60.0}).cpu_seconds == pytest.approx(24.0)

@@ -443,3 +443,25 @@ def test_a_refill_beside_rounds_in_flight_needs_no_result_of_their_trials():
         assert len(specs) == 1 and specs[0].key() not in (first.new_keys + second.new_keys)
         checked += 1
     assert checked  # some seed proposed round 0's trial again in round 1
+
+
+def test_each_round_from_round_one_carries_a_prefix_budget_from_the_prefixes_told_before_it():
+    from spica_lib.replay.request import PaceCheckpoint
+    from spica_lib.replay.stall import PREFIX_FACTOR
+
+    class PacedReplay(FakeReplay):
+        """The fake replay with a pace checkpoint (control flow only): a prefix of 0.5 CPU s per GPU."""
+
+        def __call__(self, spec):
+            result = super().__call__(spec)
+            cpu = 0.5 * spec.used_gpus
+            checkpoint = PaceCheckpoint(prefix="p", completed=1, at_sim_ms=1.0, replay_seconds=cpu, cpu_seconds=cpu)
+            return result.model_copy(update={"checkpoint": checkpoint})
+
+    pool = [record(layout(1, r)) for r in (1, 2, 4)]
+    history, files, store = sweep(cfg(), branch(pool, knobs()), pool, 3, PacedReplay())
+    assert files[0].prefix_seconds is None  # nothing told before round 0
+    for k in (1, 2):
+        told = [o.key for o in history.observations if o.round < k and o.key]
+        slowest = max(store[key].result.checkpoint.cpu_seconds for key in told)
+        assert files[k].prefix_seconds == pytest.approx(PREFIX_FACTOR * slowest)

@@ -168,6 +168,27 @@ def test_a_planner_trials_prune_bound_counts_one_worker_of_each_role_not_the_gpu
     assert prune_rules(fixed.goal, fixed.replay, fixed.used_gpus, bar)["gpus"] == 6
 
 
+def test_a_planner_trial_that_scaled_up_is_pruned_on_the_gpu_seconds_it_held(tmp_path, monkeypatch):
+    import spica_lib.trial.evaluate as evaluate
+    from spica_lib.trial.screen import PruneBar
+
+    spec = planner_on_a_bursty_trace(tmp_path, agg(1, 1))
+    plain = evaluate_trial(spec.model_copy(update={"replay": spec.replay.model_copy(update={"screen": None})}))
+    assert max(e.to_count for e in plain.scaling_events) > 1  # it held more than its one worker for a while
+    bar = PruneBar(below=plain.score * 3, rank=5)
+    ((_, held),) = evaluate.evaluate_trials({"t": spec}, max_eval_seconds=180, prune=bar)
+    assert held.status == "pruned" and plain.score <= held.stop.score_bound < bar.below, held.reason
+    # Counting one worker for the whole replay (the fewest it can hold), the same bar prunes it later or never.
+    with_held = evaluate.prune_rules
+
+    def one_worker(*args):
+        return {k: v for k, v in with_held(*args).items() if k != "worker_gpus"}
+
+    monkeypatch.setattr(evaluate, "prune_rules", one_worker)
+    ((_, fewest),) = evaluate.evaluate_trials({"t": spec}, max_eval_seconds=180, prune=bar)
+    assert fewest.status == "feasible" or held.stop.at_sim_ms < fewest.stop.at_sim_ms
+
+
 def test_goodput_absent_without_sla_and_present_with_it():
     without = evaluate_trial(spec_for(config(goal={"target": "throughput"}), agg(1, 2)), max_eval_seconds=120)
     assert without.status == "feasible" and "goodput_output_throughput_tok_s" not in without.metrics
@@ -641,3 +662,15 @@ def test_a_replay_without_an_sla_that_cannot_finish_in_time_is_stopped_by_its_ow
     assert result.status == "timed_out" and result.reason.startswith("stalled: "), result.reason
     assert "of 20000 requests finished after" in result.reason and "over max_eval_seconds=60" in result.reason
     assert result.wall_seconds < 30  # stopped on its pace, well before its limit
+
+
+def test_a_rounds_prefix_budget_reaches_every_replay_call_that_has_a_prefix():
+    from spica_lib.replay.stall import prefix_stall
+    from spica_lib.trial.evaluate import _replay_calls
+
+    _, calls = _replay_calls({"t": spec_for(busy(), agg(1, 1))}, None, 7.5)
+    rules = calls["t"]["stop"]
+    assert rules["prefix_seconds"] == 7.5 and rules["prefix_requests"] == 80
+    assert prefix_stall(120.0, rules).cpu_seconds == 10.0  # the floor: a budget under it is raised to it
+    _, unscreened = _replay_calls({"t": spec_for(config(goal={"target": "throughput"}), agg(1, 1))}, None, 7.5)
+    assert unscreened["t"]["stop"] is None  # no SLA, no prefix: nothing to budget

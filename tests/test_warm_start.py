@@ -170,3 +170,34 @@ def test_round_zero_replays_the_seeds_the_same_for_any_seed_and_marks_them(branc
     assert len({(p.gpus, p.backend) for p in record.picks}) == 4 and len(seeds) == 4
     off, _ = suggest_round(SearchContext(config=light_config(warm_start=False)), agg.spec, agg.pool, 0, None, {})
     assert off.warm_start is None and not any(item.warm_start for item in off.suggested)
+
+
+def test_a_decode_whose_kv_cache_cannot_hold_its_batch_cannot_keep_up():
+    # A conversation-like load (ISL 11.8k): one TP1 decode worker needs ~20 requests in flight, and its KV
+    # cache holds ~20 of them; the replay drowned every such layout (under 1 % of the best score).
+    model = StepModel("Qwen/Qwen3-32B", "h200_sxm", {"sglang": "0.5.14"})
+    traffic = Traffic(isl=11780, osl=323, rate=3.34)
+    split = DisaggConfig(prefill=ReplicaConfig(shape=ParallelShape(tp=2), replicas=3), decode=ReplicaConfig(shape=ParallelShape(tp=1)))
+    unbounded = estimate_layout(model, split, "sglang", traffic)
+    assert unbounded.keeps_up  # max_num_seqs alone never binds at this rate
+    bounded = estimate_layout(model, split, "sglang", traffic, kv={"prefill": 244_386, "decode": 244_386})
+    assert not bounded.keeps_up and bounded.served_rps < traffic.rate
+    roomy = split.model_copy(update={"decode": ReplicaConfig(shape=ParallelShape(tp=2))})
+    assert estimate_layout(model, roomy, "sglang", traffic, kv={"prefill": 244_386, "decode": 590_000}).keeps_up
+
+
+def test_no_seed_goes_to_a_layout_expected_to_fall_behind_while_one_that_keeps_up_is_left():
+    def ranked(gpus, backend, value, keeps_up=True):
+        item = _ranked(gpus, backend, value)
+        if keeps_up:
+            return item
+        estimate = item.estimate.model_copy(update={"ttft_ms": float("inf"), "itl_ms": float("inf")})
+        return item._replace(estimate=estimate, keys={"a": (0.0, 0.0, value, -float("inf"))})
+
+    items = [ranked(8, "vllm", 10), ranked(8, "sglang", 9), ranked(6, "vllm", 5), ranked(8, "vllm", 4),
+             ranked(2, "vllm", 12, keeps_up=False), ranked(4, "sglang", 11, keeps_up=False)]  # fmt: skip
+    for item in items[:4]:
+        item.keys["a"] = (1.0, 1.0, *item.keys["a"][1:])
+    # New kinds are taken among the layouts that keep up; the two that fall behind come last.
+    assert [i for i, _ in diverse_top(items, 4, ["a"])] == [0, 1, 2, 3]
+    assert [i for i, _ in diverse_top(items, 6, ["a"])] == [0, 1, 2, 3, 4, 5]

@@ -5,6 +5,13 @@ This estimate reads the same timings (the prefill of one prompt, one decode step
 solves for a steady state instead: queueing for the prefills, a fixed point for the decode batch.
 It costs microseconds per layout once an engine is compiled. It only ranks a branch's pool for the
 warm start (search/warm_start.py); it never scores a candidate.
+
+A decode batch is bounded twice: by the largest `max_num_seqs` in use, and by the requests whose KV cache
+fits in the engine (its KV tokens per rank, from the pool, over a request's mean resident context). A
+deployment whose decode needs a larger batch than its KV cache holds has no steady state: requests wait
+for KV room and the queue grows (on a 12k-request conversation trace, ISL 11.8k, every layout with one
+TP1 decode worker replayed to under 1 % of the best score, which the estimate without this bound ranked
+first).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ UTILISATION_LIMIT = 0.95  # prefill utilisation above which a queue is taken to 
 DECODE_ITERATIONS = 40
 BISECTIONS = 30
 DECODE_BATCH_LIMIT = 1024  # requests in decode per attention-DP rank: the largest max_num_seqs in use
+KV_UTILISATION_LIMIT = 0.95  # share of a rank's KV tokens the decode batch may fill before it stops growing
 
 
 class Traffic(BaseModel):
@@ -132,10 +140,26 @@ class EngineLoad(NamedTuple):
     stable: bool
 
 
+def batch_limit(shape: ParallelShape, traffic: Traffic, kv_tokens: int | None) -> float:
+    """The most requests one engine can hold in decode: `max_num_seqs` at most, and (with `kv_tokens` per rank)
+    as many as its KV cache holds at a request's mean resident context (its prompt and half its output)."""
+    limit = float(DECODE_BATCH_LIMIT)
+    if kv_tokens:
+        limit = min(limit, KV_UTILISATION_LIMIT * kv_tokens / (traffic.isl + traffic.osl / 2.0))
+    return limit * shape.attention_dp
+
+
 def engine_load(
-    model: StepModel, backend: str, shape: ParallelShape, role: Role, traffic: Traffic, rate: float
+    model: StepModel,
+    backend: str,
+    shape: ParallelShape,
+    role: Role,
+    traffic: Traffic,
+    rate: float,
+    kv_tokens: int | None = None,
 ) -> EngineLoad:
-    """Steady state of one engine fed `rate` requests per second (open loop)."""
+    """Steady state of one engine fed `rate` requests per second (open loop); `kv_tokens` per rank bound its
+    decode batch (None: only `max_num_seqs` does)."""
     prefill = model.prefill_ms(backend, shape, traffic.isl) if role != "decode" else 0.0
     busy = rate * prefill / 1000.0 / shape.attention_dp  # share of each rank's time spent in prefill
     if busy >= UTILISATION_LIMIT:
@@ -144,10 +168,11 @@ def engine_load(
     if role == "prefill":
         return EngineLoad(ttft, 0.0, True)
     context = traffic.isl + traffic.osl // 2
+    largest = batch_limit(shape, traffic, kv_tokens)
     itl = model.decode_step_ms(backend, shape, 1, context) / (1.0 - busy)
     for _ in range(DECODE_ITERATIONS):  # Little's law: the batch in decode grows with the step time
         batch = max(1.0, rate * traffic.osl * itl / 1000.0)
-        if batch > DECODE_BATCH_LIMIT * shape.attention_dp:  # the batch keeps growing: no steady state
+        if batch > largest:  # the batch keeps growing (no seat, or no KV room): no steady state
             return EngineLoad(math.inf, math.inf, False)
         updated = model.decode_step_ms(backend, shape, batch, context) / (1.0 - busy)
         if abs(updated - itl) < 1e-3 * itl:
@@ -173,6 +198,11 @@ class LayoutEstimate(BaseModel):
     osl: int
 
     @property
+    def keeps_up(self) -> bool:
+        """Whether it keeps up with the offered rate (an open loop it cannot keep up with queues without bound)."""
+        return math.isfinite(self.ttft_ms)
+
+    @property
     def e2e_ms(self) -> float:
         return self.ttft_ms + self.itl_ms * max(0, self.osl - 1)
 
@@ -183,12 +213,17 @@ class DeploymentLoad(NamedTuple):
     stable: bool
 
 
+KvTokens = dict[str, int]  # role -> KV tokens per rank of its engines (a pool record's, for one backend)
+
+
 def deployment_load(
-    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, rate: float
+    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, rate: float, kv: KvTokens | None = None
 ) -> DeploymentLoad:
     """The deployment fed `rate` requests per second, spread round robin over each role's engines."""
+    kv = kv or {}
     loads = [
-        engine_load(model.on(r.sku), backend, r.shape, role, traffic, rate / r.replicas) for role, r in _roles(config)
+        engine_load(model.on(r.sku), backend, r.shape, role, traffic, rate / r.replicas, kv.get(role))
+        for role, r in _roles(config)
     ]
     if not all(load.stable for load in loads):
         return DeploymentLoad(math.inf, math.inf, False)
@@ -196,17 +231,23 @@ def deployment_load(
 
 
 def estimate_layout(
-    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, sla: SLATarget | None = None
+    model: StepModel,
+    config: ParallelConfig,
+    backend: str,
+    traffic: Traffic,
+    sla: SLATarget | None = None,
+    kv: KvTokens | None = None,
 ) -> LayoutEstimate:
-    """One deployment under the traffic: what it serves, what it serves within the SLA, its latencies."""
-    capacity = _highest_rate(model, config, backend, traffic, lambda load: True)
-    rate = traffic.rate if traffic.rate else _closed_loop_rate(model, config, backend, traffic, capacity)
-    at_rate = deployment_load(model, config, backend, traffic, rate)
+    """One deployment under the traffic: what it serves, what it serves within the SLA, its latencies. `kv`: its
+    roles' KV tokens per rank (the pool's), which bound their decode batches (None: only max_num_seqs does)."""
+    capacity = _highest_rate(model, config, backend, traffic, lambda load: True, kv)
+    rate = traffic.rate if traffic.rate else _closed_loop_rate(model, config, backend, traffic, capacity, kv)
+    at_rate = deployment_load(model, config, backend, traffic, rate, kv)
     served = rate if at_rate.stable else min(rate, capacity)
     within = served
     if sla is not None:
         within = min(
-            rate, _highest_rate(model, config, backend, traffic, lambda load: _miss(sla, load, traffic.osl) <= 1)
+            rate, _highest_rate(model, config, backend, traffic, lambda load: _miss(sla, load, traffic.osl) <= 1, kv)
         )
     return LayoutEstimate(
         layout=config.label(),
@@ -222,23 +263,29 @@ def estimate_layout(
     )
 
 
-def _highest_rate(model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, accept: Any) -> float:
+def _highest_rate(
+    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, accept: Any, kv: KvTokens | None
+) -> float:
     """The highest deployment rate that is stable and accepted, by bisection (0 when none is)."""
-    roles = _roles(config)
-    ceiling = min(r.replicas * _rate_ceiling(model.on(r.sku), backend, r.shape, role, traffic) for role, r in roles)
+    roles, kv = _roles(config), kv or {}
+    ceiling = min(
+        r.replicas * _rate_ceiling(model.on(r.sku), backend, r.shape, role, traffic, kv.get(role)) for role, r in roles
+    )
     low, high = 0.0, ceiling
     for _ in range(BISECTIONS):
         rate = (low + high) / 2.0
-        load = deployment_load(model, config, backend, traffic, rate)
+        load = deployment_load(model, config, backend, traffic, rate, kv)
         low, high = (rate, high) if load.stable and accept(load) else (low, rate)
     return low
 
 
-def _rate_ceiling(model: StepModel, backend: str, shape: ParallelShape, role: Role, traffic: Traffic) -> float:
+def _rate_ceiling(
+    model: StepModel, backend: str, shape: ParallelShape, role: Role, traffic: Traffic, kv_tokens: int | None
+) -> float:
     """Requests per second one engine of `role` can take at most: its prefills' share of time, or for a
     decode engine its largest batch."""
     if role == "decode":
-        batch = DECODE_BATCH_LIMIT * shape.attention_dp
+        batch = batch_limit(shape, traffic, kv_tokens)
         step = model.decode_step_ms(backend, shape, batch, traffic.isl + traffic.osl // 2)
         return batch * 1000.0 / (step * traffic.osl)
     return UTILISATION_LIMIT * 1000.0 * shape.attention_dp / model.prefill_ms(backend, shape, traffic.isl)
@@ -259,14 +306,14 @@ def _roles(config: ParallelConfig) -> list[tuple[Role, ReplicaConfig]]:
 
 
 def _closed_loop_rate(
-    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, capacity: float
+    model: StepModel, config: ParallelConfig, backend: str, traffic: Traffic, capacity: float, kv: KvTokens | None
 ) -> float:
     """The rate at which `concurrency` requests in flight cycle (Little's law), found by bisection."""
     in_flight = float(traffic.concurrency or 1)
     low, high = 0.0, capacity
     for _ in range(BISECTIONS):
         rate = (low + high) / 2.0
-        load = deployment_load(model, config, backend, traffic, rate)
+        load = deployment_load(model, config, backend, traffic, rate, kv)
         cycle = load.ttft_ms + load.itl_ms * traffic.osl
         low, high = (rate, high) if load.stable and rate * cycle / 1000.0 < in_flight else (low, rate)
     return max(low, 1e-9)

@@ -36,10 +36,14 @@ decided and what it was compared with):
 - `prune` (a goodput target, soft): an optimistic bound on the final score: every request not yet known
   to miss meets the SLA, so goodput is at most the output tokens of all requests less those of the
   fewest-token requests that certainly miss, over a duration of at least the simulated time now (the
-  replay is still running) and at least the trace's span; per GPU, over the fewest GPUs it can hold
-  (no planner: all of them; with one, one worker of each role: trial/screen.py). When even that is
-  below `below`, the sweep's k-th best score told before the round was suggested (search/rounds.py),
-  the trial cannot rank in the top k: it is `pruned`, not infeasible.
+  replay is still running) and at least the trace's span. Per GPU, the score is those tokens over the
+  GPU-seconds the deployment holds (goodput over average GPUs: the duration cancels). Without a planner
+  that is all its GPUs over the duration. With one, the GPU-seconds seen so far (between two ticks, the
+  fewer active workers of each role at either end: the planner adds workers at its ticks, and a draining
+  one leaves between them; counted once a request has arrived, when the replay's duration has begun) and,
+  for the rest of the duration, one worker of each role (the fewest it can scale to; trial/screen.py).
+  When even that is below `below`, the sweep's k-th best score told before the round was suggested
+  (search/rounds.py), the trial cannot rank in the top k: it is `pruned`, not infeasible.
 
 A stop raises `ReplayStopped`. The watch also marks the work checkpoint the worker
 paces the rest of the replay by (replay/stall.py): once the prefix's share of the requests has
@@ -110,10 +114,26 @@ class EarlyStopWatch:
         self._deadlines = rules.get("deadlines_ms")
         self._deadline = rules.get("deadline_ms")
         self._sla_misses = 0  # the most requests seen certain to miss the SLA (every bound at once) so far
+        # A planner's GPU-seconds seen so far (prune["worker_gpus"]: GPUs per worker of each role) and the
+        # simulated time they cover; the last tick's time and GPUs.
+        self._worker_gpus = (self.prune or {}).get("worker_gpus")
+        self._held_gpu_seconds, self._held_ms = 0.0, 0.0
+        self._last_held: tuple[float, float] | None = None
         self._started, self._cpu = time.perf_counter(), time.process_time()
 
-    def on_tick(self, now_ms: float, traffic: dict[str, Any], queued_prefill: int) -> None:
-        """One tick: `traffic` as the replay reports it, `queued_prefill` the requests waiting for a prefill."""
+    @property
+    def judges(self) -> bool:
+        """Whether some rule can stop the replay: a hard constraint on the SLA's bounds, or a prune bar. Without
+        one the watch only marks the pace checkpoint, and the replay's ticks need not be fine (replay/progress.py)."""
+        hard = self.percentile is not None or self.coverage is not None
+        return self.prune is not None or (hard and bool(self.bounds))
+
+    def on_tick(
+        self, now_ms: float, traffic: dict[str, Any], queued_prefill: int, workers: tuple[int, int] | None = None
+    ) -> None:
+        """One tick: `traffic` as the replay reports it, `queued_prefill` the requests waiting for a prefill,
+        `workers` the active prefill and decode workers (an agg deployment's count as decode)."""
+        self._hold(now_ms, workers)
         self.arrived += int(traffic.get("num_req", 0) or 0)
         count = int(traffic.get("ttft_count", 0) or 0)
         total = float(traffic.get("avg_ttft_ms", 0.0) or 0.0) * count
@@ -136,6 +156,24 @@ class EarlyStopWatch:
         self._hard(now_ms, misses)
         self._prune(now_ms, misses)
         self._mark_checkpoint(now_ms)
+
+    def _hold(self, now_ms: float, workers: tuple[int, int] | None) -> None:
+        """Count a planner's GPU-seconds since the last tick (see the module docstring)."""
+        if self._worker_gpus is None or workers is None:
+            return
+        gpus = workers[0] * float(self._worker_gpus.get("prefill", 0)) + workers[1] * float(self._worker_gpus.get("decode", 0))
+        if self._last_held is not None and self.arrived > 0:  # the duration has begun by the window's start
+            then, held = self._last_held
+            self._held_gpu_seconds += min(held, gpus) * (now_ms - then) / 1000.0
+            self._held_ms += now_ms - then
+        self._last_held = (now_ms, gpus)
+
+    def _gpu_seconds(self, duration_ms: float) -> float:
+        """The fewest GPU-seconds the deployment can hold over a replay of `duration_ms` (see the docstring)."""
+        gpus = float(self.prune.get("gpus") or 1)
+        if self._worker_gpus is None:
+            return gpus * duration_ms / 1000.0
+        return self._held_gpu_seconds + gpus * max(0.0, duration_ms - self._held_ms) / 1000.0
 
     def _misses(self, metric: str, bound: float, now_ms: float, queued_prefill: int) -> tuple[int, int]:
         """Lower bounds on the completed and on the not completed requests whose `metric` ends over `bound`
@@ -195,7 +233,7 @@ class EarlyStopWatch:
         if duration_ms <= 0:
             return
         good_tokens = float(prune["output_tokens"]) - self._fewest_tokens(missed)
-        bound = good_tokens / (duration_ms / 1000.0) / float(prune.get("gpus") or 1)
+        bound = good_tokens / self._gpu_seconds(duration_ms)
         below = float(prune["below"])
         if bound < below * (1 - 1e-6):
             why = (f"its score can reach at most {bound:.4g} (every request not yet known to miss meets the SLA, "

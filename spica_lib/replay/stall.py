@@ -8,7 +8,10 @@ trace at half speed, SGLang disagg 1 x TP4 + 1 x TP4 replays its first 20 % of s
 well under a second and then crawls for minutes). The checkpoint gives two limits:
 
 - the prefix must be done within its share of the limit (`fraction` x `max_eval_seconds`, the
-  fraction counted in requests, the work, not in simulated time);
+  fraction counted in requests, the work, not in simulated time), and from round 1 on within the round's
+  prefix budget too (`prefix_seconds`, search/rounds.py `prefix_budget`: PREFIX_FACTOR times the slowest
+  prefix the sweep's replays told before the round took): a replay that crawls from its start is stopped
+  once it is that far behind every one seen, not at its share of a limit sized for any replay;
 - after it, the rest gets `STALL_FACTOR` times what the prefix's pace predicts for it (prefix CPU
   seconds / fraction).
 
@@ -29,6 +32,10 @@ from typing import Any
 # (bench/pace_ratio.py, docs/benchmarks.md "The pace limit"). 10x let each crawl run three times longer.
 STALL_FACTOR = 3.0
 STALL_FLOOR_SECONDS = 10.0
+# A round's prefix budget: this many times the slowest prefix told before it (see the module docstring). On the
+# 12k-request conversation trace the slowest of 24 prefixes took 2.4 CPU s (the floor, 10 s, then decides) and
+# a crawl's prefix ran to its 24 s share of max_eval_seconds=120.
+PREFIX_FACTOR = 3.0
 STALLED = "stalled"  # how a stall's reason starts (a timed-out trial's reason otherwise starts "replay exceeded")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -58,6 +65,15 @@ def prefix_stall(timeout: float | None, rules: dict[str, Any] | None) -> Stall |
     if timeout is None or not rules or not rules.get("prefix_requests"):
         return None
     share = min(timeout, max(STALL_FLOOR_SECONDS, rules["fraction"] * timeout))
+    budget = rules.get("prefix_seconds")
+    if budget is not None and max(STALL_FLOOR_SECONDS, budget) < share:
+        budget = max(STALL_FLOOR_SECONDS, budget)
+        return Stall(
+            budget,
+            f"{STALLED}: its prefix ({rules['prefix']}) was not done within {budget:.0f} CPU s, the round's prefix "
+            f"budget ({PREFIX_FACTOR:g}x the slowest prefix the sweep told before it, at least "
+            f"{STALL_FLOOR_SECONDS:g} s; a time limit, not a verdict on the candidate)",
+        )
     return Stall(
         share,
         f"{STALLED}: its prefix ({rules['prefix']}) was not done within {share:.0f} CPU s, its share of "

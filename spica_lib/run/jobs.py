@@ -265,6 +265,7 @@ def replay(job: JobArgs) -> None:
         staging = Path(files.replaying(branch, round_index, batch))
         shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the journal has what finished
         staging.mkdir(parents=True)
+        round_file = read_model(job.input["suggestions"], RoundSuggestions)
         records = run_replay_job(
             specs,
             files.journal,
@@ -275,7 +276,9 @@ def replay(job: JobArgs) -> None:
             parallel=job.threads,
             # The host's warm-up for this job counts: it is what the job waited for before its first replay.
             on_warm=lambda seconds: _log_warm_up(log, seconds + HOST.prepare_seconds),
-            prune=read_model(job.input["suggestions"], RoundSuggestions).prune,  # the round's bar, not the job's
+            # The round's bar and prefix budget, not the job's.
+            prune=round_file.prune,
+            prefix_seconds=round_file.prefix_seconds,
         )
         try:
             for record, source in records:

@@ -71,6 +71,9 @@ class RoundSuggestions(BaseModel):
     # the round whose score certainly stays below it is stopped and recorded `pruned` (replay/early_stop.py).
     # Fixed by the round (never by which replay finished first), so a seed still fixes the search.
     prune: PruneBar | None = None
+    # From round 1: the CPU budget of a replay's prefix (replay/stall.py), from the slowest prefix of the same
+    # histories. A time limit, fixed by the round like the bar.
+    prefix_seconds: float | None = None
 
     def batches(self) -> list[list[str]]:
         """The new trials of each replay job of the pass, in order."""

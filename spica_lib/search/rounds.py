@@ -28,6 +28,8 @@ histories told before the round, never the trials of the round itself or of roun
 replay finishes first), and its refill passes keep it: a seed still fixes the search, and a killed
 sweep resumes into the same trials with the same bars. A pruned trial is not infeasible for the
 search: the designer is told its optimistic bound (search/metrics.py).
+From round 1, each round also carries its prefix budget (`prefix_budget`, replay/stall.py): a time limit on
+a replay's prefix from the slowest prefix of the same histories, fixed by the round like the bar.
 With `sweep.rounds_in_flight` W > 1, round k is asked for once round k - W is told: its history is
 every round up to k - W, and the new trials of rounds k - W + 1 .. k - 1 (still in flight) are the
 designer's active trials; a suggestion of one of them is a duplicate of that round's trial (told
@@ -65,6 +67,7 @@ from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
 from spica_lib.search.triage import SearchContext, Taken, move, refine, refused_layouts, triage
 from spica_lib.search.warm_start import share_of_round, warm_start
+from spica_lib.replay.stall import PREFIX_FACTOR
 from spica_lib.trial.screen import PruneBar, prune_rank
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
@@ -100,6 +103,7 @@ def suggest_round(
         trials_per_job=trials_per_job,
         in_flight=[p.round for p in in_flight],
         prune=prune_bar(context.config, history, known_results, rivals),
+        prefix_seconds=prefix_budget(history, known_results, rivals),
     )
     if spec.status != "ready":
         return empty.model_copy(update={"skipped": f"branch skipped: {spec.skip_reason}"}), []
@@ -150,6 +154,7 @@ def refill_round(
         replaces=[key for key in passes[-1].new_keys if results[key].status in REPLACED_STATUSES],
         in_flight=first.in_flight,
         prune=first.prune,  # the round's bar: the history before the round, not what its first pass found
+        prefix_seconds=first.prefix_seconds,
     )
     if needed == 0:
         return refill, []
@@ -164,23 +169,40 @@ def refill_round(
 
 
 class RivalScores(NamedTuple):
-    """The other branches' feasible scores a round's prune bar counts (key -> score), and the last round of
-    each branch they come from."""
+    """The other branches' feasible scores a round's prune bar counts (key -> score), the last round of
+    each branch they come from, and the CPU seconds of each told replay's prefix (its pace checkpoint) the
+    round's prefix budget counts."""
 
     scores: dict[str, float]
     told: dict[str, int]
+    prefix_cpu: dict[str, float] = {}
 
 
 def rival_scores(histories: list[BranchHistory], results: dict[str, TrialResult]) -> RivalScores:
     """The feasible scores of the trials told in `histories` (their trial results in `results`): the other
-    branches' for a round's prune bar, and the branch's own inside `prune_bar`."""
+    branches' for a round's prune bar, and the branch's own inside `prune_bar`; and their prefixes' CPU."""
     scores: dict[str, float] = {}
+    prefix_cpu: dict[str, float] = {}
     for history in histories:
         for o in history.observations:
             result = results.get(o.key or "")
             if o.status in ("feasible", "cache_hit") and result is not None and result.score is not None:
                 scores[o.key] = result.score
-    return RivalScores(scores=scores, told={h.deployment_mode: h.round for h in histories})
+            if result is not None and result.checkpoint is not None:
+                prefix_cpu[o.key] = result.checkpoint.cpu_seconds
+    told = {h.deployment_mode: h.round for h in histories}
+    return RivalScores(scores=scores, told=told, prefix_cpu=prefix_cpu)
+
+
+def prefix_budget(
+    history: BranchHistory | None, known_results: dict[str, TrialResult], rivals: RivalScores | None = None
+) -> float | None:
+    """The round's prefix budget (replay/stall.py): PREFIX_FACTOR times the slowest prefix among the replays
+    told in `history` and the other branches' `rivals` (None before any reached its pace checkpoint). The
+    same histories as the prune bar's, so it too depends on the round number alone."""
+    own = rival_scores([history] if history is not None else [], known_results)
+    seen = [*own.prefix_cpu.values(), *(rivals.prefix_cpu.values() if rivals is not None else [])]
+    return PREFIX_FACTOR * max(seen) if seen else None
 
 
 def prune_bar(

@@ -2,9 +2,12 @@
 
 Every (layout, backend) of the pool is estimated under the workload (pools/estimate.py: no replay,
 milliseconds per layout) and ranked: first those expected to meet the SLA at the offered load, then
-by the goal's estimate. Round 0 then takes the best one, and after
-it the best of each GPU count and backend not yet taken, so that a wrong estimate near the SLA
-costs one seed, not the round. Knobs take the config's first choice. The seeds are told to the
+those expected to keep up with it, then the rest (an open loop a deployment cannot keep up with queues
+without bound: nearly every request misses the SLA, whatever share of the load it could serve within it),
+each by the goal's estimate. Round 0 then takes the best one, and after it the best of each GPU count
+and backend not yet taken among the layouts expected to keep up, so that a wrong estimate near the SLA
+costs one seed, not the round, and no seed is spent on a layout expected to fall behind while one that
+keeps up is left. Knobs take the config's first choice. The seeds are told to the
 designer like any suggestion, and it explores from there. It is deterministic: the seed plays no part.
 """
 
@@ -59,7 +62,7 @@ class Ranked(NamedTuple):
     config: ParallelConfig
     backend: str
     estimate: LayoutEstimate  # under the workload that binds (the worst)
-    keys: dict[str, tuple[float, ...]]  # target -> (meets the SLA, value, -SLA miss), larger is better
+    keys: dict[str, tuple[float, ...]]  # target -> (meets the SLA, keeps up, value, -SLA miss), larger is better
 
 
 def rank_pool(config: SmartSearchConfig, pool: list[PoolRecord], model: StepModel) -> list[Ranked]:
@@ -73,7 +76,8 @@ def rank_pool(config: SmartSearchConfig, pool: list[PoolRecord], model: StepMode
     out = []
     for record in pool:
         for backend in record.backends:
-            estimates = [estimate_layout(model, record.config, backend, t, config.goal.sla) for t in traffics]
+            kv = record.kv_tokens.get(backend)
+            estimates = [estimate_layout(model, record.config, backend, t, config.goal.sla, kv) for t in traffics]
             scored = [(e, {t.value: _key(config, t, e) for t in targets}) for e in estimates]
             keys = {t.value: min(k[t.value] for _, k in scored) for t in targets}
             binding = min(scored, key=lambda pair: pair[1][targets[0].value])[0]
@@ -88,14 +92,17 @@ def _targets(config: SmartSearchConfig) -> list[OptimizationTarget]:
 
 def _key(config: SmartSearchConfig, target: OptimizationTarget, estimate: LayoutEstimate) -> tuple[float, ...]:
     # First the layouts expected to meet the SLA at the offered load (a sweep screens the others out as
-    # infeasible), then by the target's estimate, then by the margin to the SLA.
+    # infeasible), then those expected to keep up with it, then by the target's estimate, then by the margin
+    # to the SLA.
     miss = sla_miss(config.goal, estimate)
-    return (1.0 if miss <= 1.0 else 0.0, estimated_value(config.goal, target, estimate), -miss)
+    keeps_up = 1.0 if estimate.keeps_up else 0.0
+    return (1.0 if miss <= 1.0 else 0.0, keeps_up, estimated_value(config.goal, target, estimate), -miss)
 
 
 def diverse_top(ranked: list[Ranked], count: int, targets: list[str]) -> list[tuple[int, str]]:
     """`count` picks (indices into `ranked`, with the target that chose each): each target in turn takes
-    its best not yet picked, preferring a (GPUs, backend) not yet covered."""
+    its best not yet picked, preferring a (GPUs, backend) not yet covered among those expected to keep up
+    with the load (among all, when none left does)."""
     orders = {t: estimate_order(ranked, t) for t in targets}
     picked: list[int] = []
     covered: set[tuple[int, str]] = set()
@@ -103,7 +110,8 @@ def diverse_top(ranked: list[Ranked], count: int, targets: list[str]) -> list[tu
     for turn in range(min(count, len(ranked))):
         target = targets[turn % len(targets)]
         fresh = [i for i in orders[target] if i not in picked]
-        new_kind = [i for i in fresh if _kind(ranked[i]) not in covered]
+        keeping = [i for i in fresh if ranked[i].estimate.keeps_up] or fresh
+        new_kind = [i for i in keeping if _kind(ranked[i]) not in covered]
         choice = (new_kind or fresh)[0]
         picked.append(choice)
         covered.add(_kind(ranked[choice]))
@@ -165,7 +173,7 @@ def warm_start(config: SmartSearchConfig, space: BranchSpace, count: int) -> tup
     picks, params = [], []
     for index, target in diverse_top(ranked, count, targets):
         item = ranked[index]
-        _, value, miss = item.keys[target]
+        _, _, value, miss = item.keys[target]
         picks.append(
             WarmStartPick(
                 layout=item.config.label(),

@@ -156,15 +156,17 @@ def evaluate_trials(
     on_warm: Callable[[float], None] | None = None,
     on_start: Callable[[str], None] | None = None,
     prune: PruneBar | None = None,
+    prefix_seconds: float | None = None,
 ) -> Iterator[tuple[str, TrialResult]]:
     """Gate, replay and score trials (key -> spec), `parallel` at a time; yield each result as it ends.
 
     Every replay runs in a child forked from this process, killed at `max_eval_seconds`. With
     `warm`, Dynamo and the perf DBs the trials need are loaded here first, so no child pays for
     them. With `prune` (the round's bar), a goodput trial whose score certainly stays below it is
-    stopped and recorded `pruned`. Never raises for a bad candidate: the result says what happened.
+    stopped and recorded `pruned`. `prefix_seconds` (the round's prefix budget, replay/stall.py) times out a
+    replay whose prefix takes longer. Never raises for a bad candidate: the result says what happened.
     """
-    refused, calls = _replay_calls(specs, prune)
+    refused, calls = _replay_calls(specs, prune, prefix_seconds)
     yield from refused.items()
     if not calls:
         return
@@ -201,7 +203,7 @@ def warm_up_trials(specs: dict[str, TrialSpec]) -> float:
 
 
 def _replay_calls(
-    specs: dict[str, TrialSpec], prune: PruneBar | None = None
+    specs: dict[str, TrialSpec], prune: PruneBar | None = None, prefix_seconds: float | None = None
 ) -> tuple[dict[str, TrialResult], dict[str, dict[str, Any]]]:
     """The trials refused before any replay (key -> result), and the replay calls of the others. A trial
     on several workloads is never pruned (its score combines them; each part's bound is not the score's)."""
@@ -214,6 +216,10 @@ def _replay_calls(
             calls.update({part_key(key, part.name): replay_call(part.replay) for part in spec.workloads})
         else:
             calls[key] = replay_call(spec.replay, prune_rules(spec.goal, spec.replay, spec.used_gpus, prune))
+    if prefix_seconds is not None:
+        for call in calls.values():
+            if call.get("stop"):
+                call["stop"]["prefix_seconds"] = prefix_seconds
     return refused, calls
 
 

@@ -47,15 +47,19 @@ def prune_rules(goal: OptimizationGoal, request: ReplayRequest, used_gpus: int, 
     """The replay call's prune ({"below", "rank", "gpus"}) for a goodput target, or None: no bar, another
     target (only a goodput score has a bound the ticks can give), or no screen.
 
-    Per GPU, the bound divides by the fewest GPUs the deployment can hold on average: all of them without a
-    planner; with one, one worker of each role (a planner never scales a role below one worker, and
-    min_endpoint only raises that floor), so the bound stays optimistic whatever the planner does."""
+    Per GPU, the bound divides by the fewest GPU-seconds the deployment can hold: all its GPUs over the
+    duration without a planner; with one, what it held so far (`worker_gpus`: GPUs per worker of each role,
+    counted from the replay's ticks) and one worker of each role for the rest (a planner never scales a role
+    below one worker, and min_endpoint only raises that floor), so the bound stays optimistic whatever the
+    planner does next."""
     if bar is None or request.screen is None or goal.is_pareto or not goal.target.needs_sla:
         return None
-    gpus = 1
+    prune: dict[str, Any] = {"below": bar.below, "rank": bar.rank, "gpus": 1}
+    planner = request.plan.planner_config
     if goal.target is OptimizationTarget.GOODPUT_PER_GPU:
-        gpus = used_gpus if request.plan.planner_config is None else fewest_planner_gpus(request.plan.planner_config)
-    prune: dict[str, Any] = {"below": bar.below, "rank": bar.rank, "gpus": gpus}
+        prune["gpus"] = used_gpus if planner is None else fewest_planner_gpus(planner)
+        if planner is not None:
+            prune["worker_gpus"] = {role: int(planner.get(f"{role}_engine_num_gpu") or 0) for role in ("prefill", "decode")}
     return prune
 
 

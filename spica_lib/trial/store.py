@@ -25,11 +25,13 @@ def run_replay_job(
     parallel: int = 1,
     on_warm: Callable[[float], None] | None = None,
     prune: PruneBar | None = None,
+    prefix_seconds: float | None = None,
 ) -> Iterator[tuple[TrialRecord, Source]]:
     """The trials of one replay job (key -> spec), each yielded with where its record came from.
 
-    `prune` is the round's bar (RoundSuggestions.prune): fixed when the round was suggested, so a retried
-    or resumed job judges its trials against the same bar as the first attempt.
+    `prune` is the round's bar (RoundSuggestions.prune) and `prefix_seconds` its prefix budget: fixed when the
+    round was suggested, so a retried or resumed job judges its trials against the same bar and budget as the
+    first attempt.
 
     Every finished trial is journaled (`journal(key)`) before it is yielded for its trial file.
     Snakemake deletes the output of a job it sees fail, also when a cancel or time limit hits
@@ -63,6 +65,7 @@ def run_replay_job(
         on_warm=on_warm,
         on_start=mark,
         prune=prune,
+        prefix_seconds=prefix_seconds,
     )
     for key, result in results:
         record = TrialRecord(key=key, spec=pending[key], result=result)
