@@ -1,7 +1,7 @@
 """The stress test: the finished top with perturbed step times, and the verdict it gives."""
 
 import pytest
-from test_trial_replay import agg, config, spec_for
+from test_trial_replay import agg, busy, config, spec_for
 
 from spica_lib.results.stress import (
     Perturbation,
@@ -67,8 +67,9 @@ def test_the_perturbed_order_is_compared_with_the_unperturbed_order_of_the_same_
 
 
 def test_a_round_robin_deployment_is_not_replayed_slower_when_its_unperturbed_score_is_already_at_most_the_first_s():
-    spec = spec_for(config(), agg(2, 1))
-    kv = spec_for(config(), agg(2, 2), router_mode="kv_router")  # two workers: a router to choose
+    throughput = config(goal={"target": "throughput"})  # no prune bar: a throughput score has no early bound
+    spec = spec_for(throughput, agg(2, 1))
+    kv = spec_for(throughput, agg(2, 2), router_mode="kv_router")  # two workers: a router to choose
     a, b, c, d = ("a" * 64, "b" * 64, "c" * 64, "d" * 64)
     top = {a: spec, b: spec, c: spec, d: kv}
     first = first_replays(top, 0.15)
@@ -90,3 +91,59 @@ def test_a_round_robin_deployment_is_not_replayed_slower_when_its_unperturbed_sc
     assert len(second_replays(top, 0.15, worse, unperturbed)) == 4
     with pytest.raises(KeyError, match="no stress replay"):
         stressed(top, 0.15, {n: r for n, r in results.items() if not n.startswith(a)}, unperturbed)
+
+
+def pruned(bound, below):
+    from spica_lib.replay.request import EarlyStop
+
+    stop = EarlyStop(rule="prune", at_sim_ms=1.0, requests=100, certain_misses=10, score_bound=bound, below=below,
+                     rank=1, why="its score can reach at most ...")  # fmt: skip
+    return TrialResult(status="pruned", reason="pruned: ...", used_gpus=2, metrics={}, stop=stop)
+
+
+def test_with_a_goodput_goal_the_others_replay_after_the_first_with_its_perturbed_score_as_their_bar():
+    from spica_lib.results.stress import stress_bars
+
+    spec = spec_for(config(), agg(2, 1))  # goodput per GPU under an SLA: its replays can be pruned
+    a, b, c = ("a" * 64, "b" * 64, "c" * 64)
+    top = {a: spec, b: spec, c: spec}
+    first = first_replays(top, 0.15)
+    assert sorted(first) == sorted(n for n in stress_specs(top, 0.15) if n.startswith(a))  # #1's alone
+    results = {name: result(100.0 + i) for i, name in enumerate(first)}  # #1's score under each perturbation
+    unperturbed = {a: 120.0, b: 90.0, c: 105.0}
+    more = second_replays(top, 0.15, results, unperturbed)
+    # b (90) cannot pass #1 with slower steps: skipped; every other replay of b and c runs, each with a bar.
+    assert sorted(more) == sorted(n for n in stress_specs(top, 0.15) if n[0] in "bc" and not (n[0] == "b" and "x1.15" in n))
+    bars = stress_bars(top, 0.15, results)
+    for name in more:
+        mine = results[a + name[64:]]
+        assert bars[name].below == mine.score
+    # A pruned replay is certainly below #1 there: no flip, shown with its bound.
+    outcome = {**results, **{n: pruned(bars[n].below - 1.0, bars[n].below) for n in more}}
+    verdict = stressed(top, 0.15, outcome, unperturbed)
+    stopped = [s for s in verdict.scores if s.status == "pruned"]
+    assert len(stopped) == len(more) and all(s.score is None and s.at_most is not None for s in stopped)
+    assert verdict.survives is True and "cannot overtake #1" in stopped[0].reason
+    # An infeasible #1 under a perturbation is no bar: the others replay to their end there.
+    infeasible = {**results, first_name(a): TrialResult(status="infeasible", reason="ttft", used_gpus=2, metrics={})}
+    assert not any(name.endswith(first_name(a)[64:]) for name in stress_bars(top, 0.15, infeasible))
+
+
+def first_name(key):
+    return f"{key}~prefillx1.15"
+
+
+@pytest.mark.slow
+def test_a_perturbed_replay_pruned_against_the_first_s_score_is_never_above_it():
+    from spica_lib.trial.evaluate import evaluate_trials
+    from spica_lib.trial.screen import PruneBar
+
+    cfg = busy()  # 40 req/s: one TP1 worker falls behind, four TP2 keep up
+    faster = Perturbation(role="prefill", scale=0.85)
+    weaker = perturbed(spec_for(cfg, agg(1, 1)), faster)
+    full = evaluate_trial(weaker, max_eval_seconds=120)
+    first = evaluate_trial(perturbed(spec_for(cfg, agg(2, 4)), faster), max_eval_seconds=120)
+    bar = PruneBar(below=first.score, rank=1)  # #1's score under the same perturbation
+    ((_, stopped),) = evaluate_trials({"x": weaker}, max_eval_seconds=120, prune={"x": bar})
+    assert stopped.status == "pruned" and full.score <= stopped.stop.score_bound < bar.below
+    assert stopped.cpu_seconds < full.cpu_seconds

@@ -229,7 +229,7 @@ def _stress(view: RunView) -> str:
 def _stressed_cell(view: RunView, score: StressedScore) -> str:
     if score.score is not None:
         return shown(view, score.score)
-    if score.status == "skipped":  # bounded below #1 without a replay (results/stress.py)
+    if score.status in ("skipped", "pruned"):  # bounded below #1 without a replay, or on the way (results/stress.py)
         return f"≤ {shown(view, score.at_most)}" if score.at_most is not None else "infeasible"
     return score.status
 

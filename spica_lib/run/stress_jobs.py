@@ -6,11 +6,12 @@ from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.merge import apply_finish
-from spica_lib.results.stress import first_replays, second_replays, stress_specs, stressed
+from spica_lib.results.stress import first_replays, second_replays, stress_bars, stress_specs, stressed
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.jobs import ranked_run
 from spica_lib.run.layout import RunFiles
 from spica_lib.trial.evaluate import warm_up_trials
+from spica_lib.trial.screen import PruneBar
 from spica_lib.trial.spec import TrialResult, TrialSpec
 from spica_lib.trial.store import run_replay_job
 
@@ -41,11 +42,14 @@ def stress(job: JobArgs) -> None:
         limit = job.params["max_eval_seconds"]
         results = _replayed(job, replays, limit)
         if len(top) > 1:
-            # Now #1's perturbed scores are known: a bounded replay (results/stress.py) runs only if it could overtake.
+            # Now #1's perturbed scores are known: a bounded replay (results/stress.py) runs only if it could overtake,
+            # and a prunable one is stopped once it certainly cannot.
             more = second_replays(top, band, results, unperturbed)
+            bars = stress_bars(top, band, results)
             skipped = len(stress_specs(top, band)) - len(results) - len(more)
-            log.info("%d more replay(s); %d skipped: bounded below #1 without a replay", len(more), skipped)
-            results.update(_replayed(job, more, limit))
+            log.info("%d more replay(s), %d with #1's score as their bar; %d skipped: bounded below #1 without a "
+                     "replay", len(more), len([name for name in more if name in bars]), skipped)  # fmt: skip
+            results.update(_replayed(job, more, limit, bars))
         result = stressed(top, band, results, unperturbed)
         for score in result.scores:
             log.info("%s under %s: %s %s", score.key[:12], score.perturbation.name, score.status, score.score)
@@ -53,9 +57,14 @@ def stress(job: JobArgs) -> None:
         write_model(job.output["stress"], result)
 
 
-def _replayed(job: JobArgs, replays: dict[str, TrialSpec], limit: float | None) -> dict[str, TrialResult]:
+def _replayed(
+    job: JobArgs, replays: dict[str, TrialSpec], limit: float | None, bars: dict[str, PruneBar] | None = None
+) -> dict[str, TrialResult]:
     """The stress replays' results by name, each journaled as it ends: a killed stress test resumes without them,
-    and one a branch's finish share replayed ahead (results/finish_share.py) is restored, not replayed."""
+    and one a branch's finish share replayed ahead (results/finish_share.py) is restored, not replayed. `bars`:
+    a replay's prune bar by name (#1's score under its perturbation; its journaled result was judged by it)."""
     files = RunFiles(dir=job.params["run_dir"])
-    records = run_replay_job(replays, files.journal, files.started, 1, 1, max_eval_seconds=limit, parallel=job.threads)
+    records = run_replay_job(
+        replays, files.journal, files.started, 1, 1, max_eval_seconds=limit, parallel=job.threads, prune=bars
+    )
     return {record.key: record.result for record, _ in records}

@@ -7,7 +7,7 @@ reason; nothing is raised for a bad candidate.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -155,15 +155,15 @@ def evaluate_trials(
     per_request: dict[str, str] | None = None,
     on_warm: Callable[[float], None] | None = None,
     on_start: Callable[[str], None] | None = None,
-    prune: PruneBar | None = None,
+    prune: PruneBar | Mapping[str, PruneBar] | None = None,
     prefix_seconds: float | None = None,
 ) -> Iterator[tuple[str, TrialResult]]:
     """Gate, replay and score trials (key -> spec), `parallel` at a time; yield each result as it ends.
 
     Every replay runs in a child forked from this process, killed at `max_eval_seconds`. With
     `warm`, Dynamo and the perf DBs the trials need are loaded here first, so no child pays for
-    them. With `prune` (the round's bar), a goodput trial whose score certainly stays below it is
-    stopped and recorded `pruned`. `prefix_seconds` (the round's prefix budget, replay/stall.py) times out a
+    them. With `prune` (the round's bar, or a bar by key), a goodput trial whose score certainly stays
+    below it is stopped and recorded `pruned`. `prefix_seconds` (the round's prefix budget, replay/stall.py) times out a
     replay whose prefix takes longer. Never raises for a bad candidate: the result says what happened.
     """
     refused, calls = _replay_calls(specs, prune, prefix_seconds)
@@ -203,7 +203,9 @@ def warm_up_trials(specs: dict[str, TrialSpec]) -> float:
 
 
 def _replay_calls(
-    specs: dict[str, TrialSpec], prune: PruneBar | None = None, prefix_seconds: float | None = None
+    specs: dict[str, TrialSpec],
+    prune: PruneBar | Mapping[str, PruneBar] | None = None,
+    prefix_seconds: float | None = None,
 ) -> tuple[dict[str, TrialResult], dict[str, dict[str, Any]]]:
     """The trials refused before any replay (key -> result), and the replay calls of the others. A trial
     on several workloads is never pruned (its score combines them; each part's bound is not the score's)."""
@@ -215,7 +217,8 @@ def _replay_calls(
         elif spec.workloads:
             calls.update({part_key(key, part.name): replay_call(part.replay) for part in spec.workloads})
         else:
-            calls[key] = replay_call(spec.replay, prune_rules(spec.goal, spec.replay, spec.used_gpus, prune))
+            bar = prune.get(key) if isinstance(prune, Mapping) else prune
+            calls[key] = replay_call(spec.replay, prune_rules(spec.goal, spec.replay, spec.used_gpus, bar))
     if prefix_seconds is not None:
         for call in calls.values():
             if call.get("stop"):

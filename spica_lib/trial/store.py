@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -24,7 +24,7 @@ def run_replay_job(
     max_eval_seconds: float | None = None,
     parallel: int = 1,
     on_warm: Callable[[float], None] | None = None,
-    prune: PruneBar | None = None,
+    prune: PruneBar | Mapping[str, PruneBar] | None = None,
     prefix_seconds: float | None = None,
 ) -> Iterator[tuple[TrialRecord, Source]]:
     """The trials of one replay job (key -> spec), each yielded with where its record came from.
