@@ -369,3 +369,16 @@ def test_a_rounds_prefix_budget_is_three_times_the_slowest_prefix_told_before_it
     assert budgeted.cpu_seconds == STALL_FLOOR_SECONDS and "the round's prefix budget" in budgeted.reason
     assert prefix_stall(120.0, {**base, "prefix_seconds": 15.0}).cpu_seconds == pytest.approx(15.0)
     assert prefix_stall(120.0, {**base, "prefix_seconds": 60.0}).cpu_seconds == pytest.approx(24.0)
+
+
+def test_a_replay_is_stuck_only_past_twenty_times_its_slowest_tick_and_the_floor():
+    from spica_lib.replay.progress import ProgressWatch
+
+    watch = ProgressWatch(1000, 120.0, 10.0)
+    assert watch.stuck(1e6) is None  # no tick yet: building the engines is not a stall
+    watch.ticks, watch.last_tick_cpu, watch.slowest_tick = 40, 5.0, 0.19
+    assert watch.stuck(14.9) is None and watch.stuck(15.1).startswith("stalled: no progress for 10 CPU s")
+    watch.slowest_tick = 1.0  # a replay whose ticks are slow by nature gets 20x its slowest
+    assert watch.stuck(24.9) is None and watch.stuck(25.1) is not None
+    watch.ended = True  # the replay returned: its report is built without ticks
+    assert watch.stuck(1e6) is None

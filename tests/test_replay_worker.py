@@ -25,20 +25,20 @@ from spica_lib.replay.worker import ReplayWorker
 from spica_lib.trial.evaluate import evaluate_trial, evaluate_trials, prepare_trial
 
 
-def fake_sleep(call, per_request=None, on_checkpoint=None):
+def fake_sleep(call, per_request=None, on_checkpoint=None, on_stuck=None):
     time.sleep(60)
 
 
-def fake_crash(call, per_request=None, on_checkpoint=None):
+def fake_crash(call, per_request=None, on_checkpoint=None, on_stuck=None):
     faulthandler.disable()  # pytest's handler would print the crash of this deliberate segfault
     os.kill(os.getpid(), signal.SIGSEGV)
 
 
-def fake_exit(call, per_request=None, on_checkpoint=None):
+def fake_exit(call, per_request=None, on_checkpoint=None, on_stuck=None):
     os._exit(3)
 
 
-def fake_echo(call, per_request=None, on_checkpoint=None):
+def fake_echo(call, per_request=None, on_checkpoint=None, on_stuck=None):
     return {"metrics": {"x": float(call["x"])}, "scaling_events": [], "replay_seconds": 0.0}
 
 
@@ -71,7 +71,7 @@ def test_the_time_limit_kills_the_child_and_the_others_go_on(monkeypatch):
 CHECKPOINT = {"prefix": "p", "completed": 7, "at_sim_ms": 900.0, "replay_seconds": 0.01, "cpu_seconds": 0.01}
 
 
-def fake_prefix_then_sleep(call, per_request=None, on_checkpoint=None):
+def fake_prefix_then_sleep(call, per_request=None, on_checkpoint=None, on_stuck=None):
     on_checkpoint(CHECKPOINT)
     time.sleep(60)
 
@@ -90,12 +90,12 @@ def busy(seconds):
         pass
 
 
-def fake_quick_prefix_then_busy(call, per_request=None, on_checkpoint=None):
+def fake_quick_prefix_then_busy(call, per_request=None, on_checkpoint=None, on_stuck=None):
     on_checkpoint(CHECKPOINT)
     busy(60)
 
 
-def fake_busy(call, per_request=None, on_checkpoint=None):
+def fake_busy(call, per_request=None, on_checkpoint=None, on_stuck=None):
     busy(60)
 
 
@@ -126,7 +126,7 @@ import threading, time
 import spica_lib.replay.worker as worker_module
 from spica_lib.replay.worker import ReplayWorker
 
-def fake_sleep(call, per_request=None, on_checkpoint=None):
+def fake_sleep(call, per_request=None, on_checkpoint=None, on_stuck=None):
     time.sleep(120)
 
 worker_module.execute_call = fake_sleep
@@ -212,3 +212,28 @@ def test_a_stop_signal_to_a_child_is_not_a_result(monkeypatch):
         threading.Thread(target=signal_the_child, daemon=True).start()
         done = list(worker.run({"a": {}}))
     assert [o.status for o in done] == ["timed_out"]  # it ignored SIGTERM and ran to our limit
+
+
+@pytest.mark.slow
+def test_a_replay_stuck_between_two_ticks_is_stopped_by_its_watchdog(monkeypatch):
+    # A simulator stuck between two ticks (seen: a disagg SGLang deployment whose decode queue ran deep gave no
+    # tick for over 90 CPU s after ticks every 5 ms) is stopped, not left to its limit. Stand-in for the stuck
+    # simulator: the replay's fifth tick does not return for 30 CPU s (our control flow; the replay is real).
+    import spica_lib.replay.progress as progress
+    from test_trial_replay import agg, config, spec_for
+
+    monkeypatch.setattr(worker_module, "STALL_FLOOR_SECONDS", 0.5)
+    on_tick = progress.ProgressWatch._on_tick
+
+    def stuck_on_the_fifth(self, snapshot):
+        if self.ticks == 4:
+            started = time.process_time()
+            while time.process_time() - started < 30:
+                pass
+        return on_tick(self, snapshot)
+
+    monkeypatch.setattr(progress.ProgressWatch, "_on_tick", stuck_on_the_fifth)
+    ((_, result),) = evaluate_trials({"t": spec_for(config(), agg(1, 1))}, max_eval_seconds=120)
+    assert result.status == "timed_out" and result.reason.startswith("stalled: no progress for "), result.reason
+    assert "stuck between two ticks" in result.reason and result.cpu_seconds < 10
+    assert psutil.Process().children() == []

@@ -10,6 +10,12 @@ to the end, would overrun its limit. That is a forecast, not a bound (a trace he
 have a light remainder): a replay it stops is recorded `timed_out` with what it saw, never as a
 verdict on the candidate.
 
+Between two ticks the watch sees nothing, and a replay can crawl there: a disagg SGLang deployment on the
+12k-request conversation trace went from a tick every 5 ms of CPU to none for over 90 s (its decode queue
+deep). So a watchdog thread of the replay's process (`watchdog`, started by replay/call.py where the
+worker can hear a stall) stops a replay that has made no tick for STUCK_FACTOR times its slowest tick so
+far, and at least the stall floor (10 CPU s): on that trace healthy replays' slowest tick took 0.19 s.
+
 It applies to every replay. With an autoscaling planner, whose own scaling policy needs the same slot,
 the watch wraps the planner's policy: the planner keeps its own ticks and decisions (the watch adds no
 tick and changes no answer, so the result is the planner's own), and the watch looks at each of those
@@ -20,7 +26,9 @@ the replay child.
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
@@ -33,6 +41,9 @@ CPU_PER_TICK = (0.05, 0.2)  # aim for a look every 0.05-0.2 CPU s: often enough 
 # Fine ticks cost: on the 12k-request conversation trace a replay ticked ~7,000 times, 0.65 CPU s of its 4.4
 # (Dynamo's snapshots, then the watch); a replay no rule can stop (no bar, no hard constraint) ticks coarsely.
 COMPLETIONS_PER_TICK = 1
+
+
+STUCK_FACTOR = 20.0  # no tick for this many times the slowest tick so far (and the stall floor): stuck
 
 
 class ReplayStalled(Exception):
@@ -69,13 +80,41 @@ class ProgressWatch:
         self._window_ms = FIRST_TICK_MS  # the window the last tick closed
         self._started: float | None = None  # the first tick: building the engines (a perf-DB load) is not pace
         self._last_cpu = 0.0
+        # When the last tick ended (process CPU time) and the most CPU one interval between ticks took, for the
+        # watchdog; `ended` once the replay returned (its report is built without ticks).
+        self.last_tick_cpu: float | None = None
+        self.slowest_tick = 0.0
+        self.now_ms = 0.0
+        self.ended = False
 
     def initial_tick_ms(self) -> float:
         return FIRST_TICK_MS if self.planner is None else float(self.planner.initial_tick_ms())
 
     def on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self._on_tick(snapshot)
+        finally:
+            ended = time.process_time()
+            if self.last_tick_cpu is not None and self.ticks > 1:
+                self.slowest_tick = max(self.slowest_tick, ended - self.last_tick_cpu)
+            self.last_tick_cpu = ended
+
+    def stuck(self, cpu_now: float) -> str | None:
+        """Why the replay is stuck between two ticks at process CPU time `cpu_now`, or None (see the docstring)."""
+        if self.ended or self.last_tick_cpu is None or self.ticks < 2:
+            return None
+        limit = max(self.floor_seconds, STUCK_FACTOR * self.slowest_tick)
+        if cpu_now - self.last_tick_cpu <= limit:
+            return None
+        return (
+            f"stalled: no progress for {limit:.0f} CPU s after {self.finished} of {self.requests} requests finished "
+            f"({self.now_ms / 1000:.0f} s simulated): the simulator is stuck between two ticks, over "
+            f"{STUCK_FACTOR:g}x its slowest tick so far ({self.slowest_tick:.2f} s; a time limit, not a verdict)"
+        )
+
+    def _on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         self.ticks += 1
-        now_ms = float(snapshot["now_ms"])
+        now_ms = self.now_ms = float(snapshot["now_ms"])
         traffic = snapshot.get("traffic") or {}
         self.arrived += int(traffic.get("num_req", 0) or 0)
         held = _held(snapshot)
@@ -145,6 +184,23 @@ def _queued_for_prefill(snapshot: dict[str, Any]) -> int:
     return sum(int(worker.get("num_queued_prefill", 0) or 0) for worker in workers)
 
 
+def watchdog(watch: ProgressWatch, on_stuck: Callable[[str], None], every_seconds: float = 0.25) -> threading.Thread:
+    """Start a daemon thread that calls `on_stuck(reason)` once the replay is stuck between two ticks (it must end
+    the process: the replay's native loop cannot be interrupted from another thread)."""
+
+    def look() -> None:
+        while not watch.ended:
+            reason = watch.stuck(time.process_time())
+            if reason is not None:
+                on_stuck(reason)
+                return
+            time.sleep(every_seconds)
+
+    thread = threading.Thread(target=look, name="replay-watchdog", daemon=True)
+    thread.start()
+    return thread
+
+
 def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch: ProgressWatch) -> Any:
     """The replay Dynamo's `run_*_trace_replay` runs, with `watch` as its scaling policy (wrapping the planner's
     when `kwargs` has a planner_config).
@@ -171,6 +227,8 @@ def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch
             if watch.stopped is not None:
                 raise ReplayStalled(watch.stopped) from exc
             raise
+        finally:
+            watch.ended = True  # the report is built without ticks: no watchdog past here
 
     if kwargs.get("planner_config") is None:
         return _materialize_offline_report(run(), planner=None)

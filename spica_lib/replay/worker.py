@@ -252,13 +252,21 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
             signal.signal(signum, signal.SIG_IGN)
         os.dup2(err, 2)
 
+        sending = threading.Lock()  # the watchdog thread may report a stall while the replay reports its checkpoint
+
         def send(message: dict[str, Any]) -> None:
             data = (json.dumps(message) + "\n").encode("utf-8")
-            while data:
-                data = data[os.write(out, data) :]
+            with sending:
+                while data:
+                    data = data[os.write(out, data) :]
+
+        def stuck(reason: str) -> None:  # from the watchdog: the replay's native loop cannot be interrupted
+            send({"ok": False, "stalled": reason})
+            os._exit(0)
 
         try:
-            report = {"ok": True, "outcome": execute_call(call, per_request, lambda c: send({"checkpoint": c}))}
+            outcome = execute_call(call, per_request, lambda c: send({"checkpoint": c}), stuck)
+            report = {"ok": True, "outcome": outcome}
             wait_out_stand_in(call, started)  # benchmarks of the control flow only (replay/stand_in.py)
         except ReplayStalled as stall:  # stopped by its own pace: timed out, not failed
             report = {"ok": False, "stalled": stall.reason}
