@@ -29,6 +29,20 @@ from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 
 DEFAULT_ROUTER = "round_robin"  # Dynamo's frontend routes round robin unless told otherwise
 NO_PLANNER = "disabled"
+BASELINE_SUFFIX = "+baseline"  # a baseline's replay in the journal: "<trial key>+baseline" (never pruned)
+
+
+def baseline_name(key: str) -> str:
+    """A baseline replay's journal name: apart from the search's "<key>", whose replay a bar may have pruned."""
+    return f"{key}{BASELINE_SUFFIX}"
+
+
+def pick_replay(
+    config: SmartSearchConfig, pick: AiconfiguratorPick, predictor_winners: dict[float, CompositeEntry]
+) -> TrialSpec | None:
+    """The spec aiconfigurator's pick is replayed as (None: no pick, or it cannot be built). It needs only the
+    config, so a branch's finish share can replay it while another branch searches (results/finish_share.py)."""
+    return _aiconfigurator(config, pick, _builder(config, predictor_winners), {}).replay
 
 
 class BaselineCase(NamedTuple):

@@ -4,10 +4,11 @@ The finish (results/sequential.py) starts once every branch has told its last ro
 one branch (typically agg) ends its rounds well before another, and its cores would idle until then.
 The sweep's top `finish_top` distinct deployments are each among their own branch's top `finish_top`,
 so a branch that has told its last round knows which of its deployments the finish may look at: its
-share replays their first look's samples ("<key>#<i>", the names the finish gives them) into the
+share replays aiconfigurator's pick first (a baseline that needs only the config, when the branch did not
+replay it itself: "<key>+baseline", baselines/plan.py), then their first look's samples ("<key>#<i>", the names the finish gives them) into the
 sweep's journal, in its ranking's order, while some other branch is still searching; then the stress
 test's first replays of its top `stress_top` ("<key>~<perturbation>", results/stress.py), its #1 under
-every perturbation. The finish and the stress test then restore what the share replayed instead of
+every perturbation. The finish, the baselines and the stress test then restore what the share replayed instead of
 replaying it (trial/store.py `run_replay_job`).
 
 A share changes no result: a sample's replay is the same whoever runs it. It changes only where the

@@ -6,14 +6,16 @@ from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.baselines.aiconfigurator_pick import aiconfigurator_pick as pick_for
 from spica_lib.baselines.model import AiconfiguratorPick, Baseline, BaselinesResult
-from spica_lib.baselines.plan import BaselineCase, plan_baselines, settle
+from spica_lib.baselines.plan import BaselineCase, baseline_name, plan_baselines, settle
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.predictor.plan import LoadPredictorResult
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.merge import apply_finish
 from spica_lib.run.job import HOST, JobArgs
 from spica_lib.run.jobs import RankedRun, ranked_run
-from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
+from spica_lib.run.layout import RunFiles
+from spica_lib.trial.evaluate import warm_up_trials
+from spica_lib.trial.store import run_replay_job
 
 
 def aiconfigurator_pick(job: JobArgs) -> None:
@@ -49,11 +51,14 @@ def baselines(job: JobArgs) -> None:
     """Rule `baselines`: replay each baseline that needs it, with the search's workload and SLA -> baselines.json."""
     with stage_log(job.log[0]) as log:
         run, cases = _cases(job)
-        specs = {case.baseline.name: case.replay for case in cases if case.replay is not None}
+        # Journaled by trial key (baseline_name): one a branch's finish share replayed ahead is restored.
+        names = {baseline_name(case.replay.key()): case.baseline.name for case in cases if case.replay is not None}
+        specs = {name: case.replay for case in cases if case.replay is not None for name in [baseline_name(case.replay.key())]}
         log.info("%d baseline(s), %d to replay %s", len(cases), len(specs), HOST.where())
-        results = dict(
-            evaluate_trials(specs, max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads, warm=True)
-        )
+        files = RunFiles(dir=job.params["run_dir"])
+        records = run_replay_job(specs, files.journal, files.started, 1, 1,
+                                 max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads)  # fmt: skip
+        results = {names[record.key]: record.result for record, _ in records}
         settled: list[Baseline] = []
         for case in cases:
             name = case.baseline.name

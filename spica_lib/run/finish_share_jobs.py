@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
-from spica_lib.base.artifacts import write_model
+from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.baselines.model import AiconfiguratorPick
+from spica_lib.baselines.plan import baseline_name, pick_replay
+from spica_lib.predictor.plan import LoadPredictorResult
 from spica_lib.base.logs import stage_log
 from spica_lib.results.finish import sample_kind, sample_specs
 from spica_lib.results.finish_share import FinishShare
@@ -20,14 +23,22 @@ from spica_lib.trial.store import run_replay_job
 
 
 def replays_ahead(job: JobArgs) -> dict[str, TrialSpec]:
-    """What the branch can replay ahead of the finish and the stress test, in its ranking's order: its top
-    deployments' first-look samples ("<key>#<i>"), then the stress test's first replays ("<key>~<perturbation>",
-    results/stress.py) of its top `stress_top`, its #1 under every perturbation (as if it were the sweep's #1)."""
+    """What the branch can replay ahead of the finish, the baselines and the stress test: aiconfigurator's pick
+    ("<key>+baseline", when the branch did not replay it: it needs only the config), then in its ranking's order
+    its top deployments' first-look samples ("<key>#<i>"), then the stress test's first replays
+    ("<key>~<perturbation>", results/stress.py) of its top `stress_top`, its #1 under every perturbation (as if
+    it were the sweep's #1)."""
     run = ranked_run(job)  # the branch's own history only: its top is its share of the sweep's
     top = finish_top(run)
     sweep = run.config.sweep
     first = sweep.finish_samples or 0
-    planned = sample_specs(top, sample_kind(run.config), {key: range(first) for key in top})
+    planned: dict[str, TrialSpec] = {}
+    if job.inputs("pick"):
+        winners = read_model(job.input["predictor"], LoadPredictorResult).winners()
+        pick = pick_replay(run.config, read_model(job.inputs("pick")[0], AiconfiguratorPick), winners)
+        if pick is not None and pick.key() not in run.records:
+            planned[baseline_name(pick.key())] = pick
+    planned.update(sample_specs(top, sample_kind(run.config), {key: range(first) for key in top}))
     stressed = dict(list(top.items())[: sweep.stress_top or 0])
     if len(stressed) > 0 and sweep.stress_band:
         planned.update(first_replays(stressed, float(sweep.stress_band)))

@@ -10,6 +10,9 @@ rule finish_share:
     input:
         config=rules.validate.output.config,
         histories=lambda wildcards: [RUN.observations(wildcards.branch, RUN.last_round)],
+        # aiconfigurator's pick, replayed first when the baselines are on (it needs only the config)
+        pick=[RUN.aiconfigurator_pick_json] if RUN.baselines else [],
+        predictor=rules.load_predictor.output.result,
     output:
         share=RUN.finish_share_json("{branch}"),
     log:
