@@ -1,13 +1,18 @@
-"""How far a replay's full cost runs past what its prefix predicted, and what the pace limit's factor stops.
+"""Which replays the time limits stop, and whether any of them would have finished.
 
-The pace limit (spica_lib/replay/stall.py) gives the rest of a replay `STALL_FACTOR` times what its
-prefix's pace predicts. A false time-out is a replay that limit stops although it would have finished
-within `max_eval_seconds`. For each trace, this runs the default space's sweep (3 rounds x 4, as
-bench/sweep_overhead.py's `conversation`) with the factor as it is, and reads every search replay that
-reached its pace checkpoint: its ratio, full CPU / (prefix CPU / prefix fraction). Then every replay the
-factor stopped is replayed again with the factor at 10 (the old value) and the sweep's own limit: one
-that finishes there was a false time-out, and its score says whether it would have ranked in the
-sweep's top 5.
+Three limits stop a replay for its time before `max_eval_seconds` (spica_lib/replay/stall.py and
+progress.py), each recorded `timed_out`:
+- the pace limit: the rest of a replay gets `STALL_FACTOR` times what its prefix's pace predicts;
+- the round's prefix budget: from round 1, a prefix gets `PREFIX_FACTOR` times the slowest prefix the sweep
+  told before the round (at least the stall floor) instead of its share of `max_eval_seconds`;
+- the watchdog: a replay that makes no tick for `STUCK_FACTOR` times its slowest tick (at least the floor).
+A false time-out is a replay one of them stops although it would have finished within `max_eval_seconds`.
+For each trace, this runs the default space's sweep (3 rounds x 4, as bench/sweep_overhead.py's
+`conversation`) with the limits as they are, and reads every search replay that reached its pace
+checkpoint: its ratio, full CPU / (prefix CPU / prefix fraction). Then every replay a limit stopped is
+replayed again without those three (the pace factor at 10, the old value; no prefix budget; no watchdog)
+under the sweep's own limit: one that finishes there was a false time-out, and its score says whether it
+would have ranked in the sweep's top 5.
 
 Traces: the shipped Mooncake-style trace (3,993 requests) and the 12,031-request conversation trace of
 bench/conversation_trace.py (seed 0).
@@ -30,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conversation_trace import conversation_trace  # noqa: E402
 from sweep_overhead import CORES, REPO, default_config  # noqa: E402
 
-from spica_lib.replay import stall  # noqa: E402
+from spica_lib.replay import progress, stall  # noqa: E402
 from spica_lib.trial.evaluate import evaluate_trials  # noqa: E402
 from spica_lib.trial.spec import TrialRecord  # noqa: E402
 
@@ -71,36 +76,53 @@ def ratio(record: TrialRecord) -> float | None:
     return record.result.cpu_seconds / (checkpoint.cpu_seconds / screen.fraction)
 
 
-def paced_out(record: TrialRecord) -> bool:
-    return record.result.status == "timed_out" and "the full replay ran past" in (record.result.reason or "")
+LIMITS = {  # what each limit's reason says
+    "pace": "the full replay ran past",
+    "prefix budget": "the round's prefix budget",
+    "stuck": "stuck between two ticks",
+}
+
+
+def stopped_by(record: TrialRecord) -> str | None:
+    """Which of the three limits stopped this replay (None: none did)."""
+    reason = record.result.reason or ""
+    if record.result.status != "timed_out":
+        return None
+    return next((name for name, words in LIMITS.items() if words in reason), None)
 
 
 def main() -> None:
-    factor = stall.STALL_FACTOR
-    print(f"pace factor now: {factor:g}x; replays it stopped are replayed again at {OLD_FACTOR:g}x\n")
+    factor, stuck = stall.STALL_FACTOR, progress.STUCK_FACTOR
+    print(f"pace factor {factor:g}x, prefix budget {stall.PREFIX_FACTOR:g}x the slowest told prefix, watchdog "
+          f"{stuck:g}x the slowest tick (floor {stall.STALL_FLOOR_SECONDS:g} s); replays they stopped are "
+          f"replayed again with the pace at {OLD_FACTOR:g}x, no prefix budget and no watchdog\n")  # fmt: skip
     print("| trace | replays with a checkpoint | ran to their end: max ratio | stopped by the pace limit "
-          f"| at {OLD_FACTOR:g}x: finished (false time-outs) | at {OLD_FACTOR:g}x: stopped again "
+          "| by the prefix budget | by the watchdog "
+          f"| without them: finished (false time-outs) | without them: stopped again "
           f"| false time-outs in the sweep's top {TOP} |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, trace in traces():
         records, limit = sweep_records(trace)
         paced = [r for r in records if ratio(r) is not None]
         ended = [ratio(r) for r in paced if r.result.status in ("feasible", "infeasible")]
-        stopped = [r for r in paced if paced_out(r)]
+        stopped = [r for r in records if stopped_by(r) is not None]
         scores = sorted((r.result.score for r in records if r.result.score is not None), reverse=True)
         bar = scores[TOP - 1] if len(scores) >= TOP else float("-inf")
-        stall.STALL_FACTOR = OLD_FACTOR  # read by the worker in this process when it paces a child
+        # Read in this process by the worker and, after the fork, by the child's watch: the old limits.
+        stall.STALL_FACTOR, progress.STUCK_FACTOR = OLD_FACTOR, float("inf")
         try:
             again = dict(evaluate_trials({r.key: r.spec for r in stopped}, max_eval_seconds=limit, parallel=CORES))
         finally:
-            stall.STALL_FACTOR = factor
+            stall.STALL_FACTOR, progress.STUCK_FACTOR = factor, stuck
         finished = [result for result in again.values() if result.status in ("feasible", "infeasible")]
         ranked = [result for result in finished if result.score is not None and result.score >= bar]
-        print(f"| {name} | {len(paced)} | {max(ended, default=float('nan')):.2f} | {len(stopped)} "
-              f"| {len(finished)} | {len(stopped) - len(finished)} | {len(ranked)} |")  # fmt: skip
+        counts = [sum(stopped_by(r) == limit_name for r in stopped) for limit_name in LIMITS]
+        print(f"| {name} | {len(paced)} | {max(ended, default=float('nan')):.2f} | "
+              + " | ".join(str(c) for c in counts)
+              + f" | {len(finished)} | {len(stopped) - len(finished)} | {len(ranked)} |")  # fmt: skip
         for r in stopped:
             result = again[r.key]
-            print(f"  {r.key[:12]}: at {factor:g}x {r.result.cpu_seconds:.1f} CPU s; at {OLD_FACTOR:g}x "
+            print(f"  {r.key[:12]}: {stopped_by(r)} after {r.result.cpu_seconds:.1f} CPU s; without it "
                   f"{result.status} after {result.cpu_seconds:.1f} CPU s ({(result.reason or '')[:90]})")  # fmt: skip
 
 
