@@ -2,15 +2,16 @@
 
 Three limits stop a replay for its time before `max_eval_seconds` (spica_lib/replay/stall.py and
 progress.py), each recorded `timed_out`:
-- the pace limit: the rest of a replay gets `STALL_FACTOR` times what its prefix's pace predicts;
+- the pace limit: the rest of a replay gets `STALL_FACTOR` times what its prefix's pace predicts (and a replay
+  whose pace since its prefix, kept up, would overrun that is stopped at once);
 - the round's prefix budget: from round 1, a prefix gets `PREFIX_FACTOR` times the slowest prefix the sweep
   told before the round (at least the stall floor) instead of its share of `max_eval_seconds`;
-- the watchdog: a replay that makes no tick for `STUCK_FACTOR` times its slowest tick (at least the floor).
+- stuck: a replay that makes no tick for `STUCK_FACTOR` times its slowest tick (at least the floor).
 A false time-out is a replay one of them stops although it would have finished within `max_eval_seconds`.
 For each trace, this runs the default space's sweep (3 rounds x 4, as bench/sweep_overhead.py's
 `conversation`) with the limits as they are, and reads every search replay that reached its pace
 checkpoint: its ratio, full CPU / (prefix CPU / prefix fraction). Then every replay a limit stopped is
-replayed again without those three (the pace factor at 10, the old value; no prefix budget; no watchdog)
+replayed again without those three (the pace factor at 10, the old value; no prefix budget; never stuck)
 under the sweep's own limit: one that finishes there was a false time-out, and its score says whether it
 would have ranked in the sweep's top 5.
 
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conversation_trace import conversation_trace  # noqa: E402
 from sweep_overhead import CORES, REPO, default_config  # noqa: E402
 
-from spica_lib.replay import progress, stall  # noqa: E402
+from spica_lib.replay import stall  # noqa: E402
 from spica_lib.trial.evaluate import evaluate_trials  # noqa: E402
 from spica_lib.trial.spec import TrialRecord  # noqa: E402
 
@@ -76,10 +77,10 @@ def ratio(record: TrialRecord) -> float | None:
     return record.result.cpu_seconds / (checkpoint.cpu_seconds / screen.fraction)
 
 
-LIMITS = {  # what each limit's reason says
-    "pace": "the full replay ran past",
-    "prefix budget": "the round's prefix budget",
-    "stuck": "stuck between two ticks",
+LIMITS = {  # what each limit's reason says: the pace limit from outside, or its forecast from the ticks
+    "pace": ("the full replay ran past", "its prefix's pace allows"),
+    "prefix budget": ("the round's prefix budget",),
+    "stuck": ("stuck between two ticks",),
 }
 
 
@@ -88,16 +89,16 @@ def stopped_by(record: TrialRecord) -> str | None:
     reason = record.result.reason or ""
     if record.result.status != "timed_out":
         return None
-    return next((name for name, words in LIMITS.items() if words in reason), None)
+    return next((name for name, phrases in LIMITS.items() if any(words in reason for words in phrases)), None)
 
 
 def main() -> None:
-    factor, stuck = stall.STALL_FACTOR, progress.STUCK_FACTOR
-    print(f"pace factor {factor:g}x, prefix budget {stall.PREFIX_FACTOR:g}x the slowest told prefix, watchdog "
-          f"{stuck:g}x the slowest tick (floor {stall.STALL_FLOOR_SECONDS:g} s); replays they stopped are "
-          f"replayed again with the pace at {OLD_FACTOR:g}x, no prefix budget and no watchdog\n")  # fmt: skip
+    factor, stuck = stall.STALL_FACTOR, stall.STUCK_FACTOR
+    print(f"pace factor {factor:g}x, prefix budget {stall.PREFIX_FACTOR:g}x the slowest told prefix, "
+          f"stuck at {stuck:g}x the slowest tick (floors {stall.STALL_FLOOR_SECONDS:g} s, stuck {stall.STUCK_FLOOR_SECONDS:g} s); replays they stopped are "
+          f"replayed again with the pace at {OLD_FACTOR:g}x, no prefix budget and never stuck\n")  # fmt: skip
     print("| trace | replays with a checkpoint | ran to their end: max ratio | stopped by the pace limit "
-          "| by the prefix budget | by the watchdog "
+          "| by the prefix budget | stuck between two ticks "
           f"| without them: finished (false time-outs) | without them: stopped again "
           f"| false time-outs in the sweep's top {TOP} |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
@@ -109,11 +110,11 @@ def main() -> None:
         scores = sorted((r.result.score for r in records if r.result.score is not None), reverse=True)
         bar = scores[TOP - 1] if len(scores) >= TOP else float("-inf")
         # Read in this process by the worker and, after the fork, by the child's watch: the old limits.
-        stall.STALL_FACTOR, progress.STUCK_FACTOR = OLD_FACTOR, float("inf")
+        stall.STALL_FACTOR, stall.STUCK_FACTOR = OLD_FACTOR, float("inf")
         try:
             again = dict(evaluate_trials({r.key: r.spec for r in stopped}, max_eval_seconds=limit, parallel=CORES))
         finally:
-            stall.STALL_FACTOR, progress.STUCK_FACTOR = factor, stuck
+            stall.STALL_FACTOR, stall.STUCK_FACTOR = factor, stuck
         finished = [result for result in again.values() if result.status in ("feasible", "infeasible")]
         ranked = [result for result in finished if result.score is not None and result.score >= bar]
         counts = [sum(stopped_by(r) == limit_name for r in stopped) for limit_name in LIMITS]

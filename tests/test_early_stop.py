@@ -7,6 +7,7 @@ drained and refilled between long ticks. A stop here needs a bound that holds wh
 """
 
 import json
+import time
 
 import pytest
 from conftest import build, config_data
@@ -372,13 +373,41 @@ def test_a_rounds_prefix_budget_is_three_times_the_slowest_prefix_told_before_it
 
 
 def test_a_replay_is_stuck_only_past_twenty_times_its_slowest_tick_and_the_floor():
+    from spica_lib.replay.stall import stuck_stall
+
+    beat = {"cpu_seconds": 5.0, "slowest_tick": 0.19, "finished": 300, "requests": 1000, "at_sim_ms": 60_000.0}
+    stuck = stuck_stall(beat)
+    assert stuck.cpu_seconds == pytest.approx(10.0)  # the floor: 20 x 0.19 s is under 5 s
+    assert stuck.reason.startswith("stalled: no tick for 5 CPU s after 300 of 1000 requests finished (60 s")
+    assert stuck_stall({**beat, "slowest_tick": 1.0}).cpu_seconds == pytest.approx(25.0)  # slow ticks by nature
+
+
+def test_the_watch_beats_at_most_every_quarter_second_of_cpu_with_its_slowest_tick():
     from spica_lib.replay.progress import ProgressWatch
 
-    watch = ProgressWatch(1000, 120.0, 10.0)
-    assert watch.stuck(1e6) is None  # no tick yet: building the engines is not a stall
-    watch.ticks, watch.last_tick_cpu, watch.slowest_tick = 40, 5.0, 0.19
-    assert watch.stuck(14.9) is None and watch.stuck(15.1).startswith("stalled: no progress for 10 CPU s")
-    watch.slowest_tick = 1.0  # a replay whose ticks are slow by nature gets 20x its slowest
-    assert watch.stuck(24.9) is None and watch.stuck(25.1) is not None
-    watch.ended = True  # the replay returned: its report is built without ticks
-    assert watch.stuck(1e6) is None
+    beats = []
+    watch = ProgressWatch(1000, 120.0, 10.0, on_beat=beats.append)
+    started = time.process_time()
+    for i in range(200):
+        watch.on_tick({"now_ms": 100.0 * i, "traffic": done(arrived=1)})
+        busy = time.process_time()
+        while time.process_time() - busy < 0.005:  # 5 ms of CPU between two ticks
+            pass
+    spent = time.process_time() - started
+    assert 1 <= len(beats) <= spent / 0.25 + 1
+    assert all(b["requests"] == 1000 and 0.004 <= b["slowest_tick"] < 0.25 for b in beats)
+    assert [b["cpu_seconds"] for b in beats] == sorted(b["cpu_seconds"] for b in beats)
+
+
+def test_past_its_checkpoint_a_replay_is_stopped_once_its_pace_would_overrun_what_its_prefix_allows():
+    from spica_lib.replay.progress import ProgressWatch, ReplayStalled
+
+    watch = ProgressWatch(1000, 120.0, 10.0, EarlyStopWatch(rules(requests=1000, prefix=200)))
+    watch.finished = 500
+    watch._judge(30.0, 1_000_000.0)  # no checkpoint yet: only max_eval_seconds bounds the forecast (60 s)
+    # The prefix (20 %) took 2 CPU s: the whole replay may take 2 + 3 x 10 = 32 s (the worker's pace limit).
+    watch.stops.checkpoint = {"cpu_seconds": 2.0}
+    watch.finished = 600
+    watch._judge(19.0, 1_000_000.0)  # 31.7 s at this pace: within it
+    with pytest.raises(ReplayStalled, match="at that pace the replay needs about 33 CPU s, over the 32 s its prefix"):
+        watch._judge(20.0, 1_000_000.0)  # 33.3 s: it would overrun, and is stopped now rather than at 32 s

@@ -215,14 +215,16 @@ def test_a_stop_signal_to_a_child_is_not_a_result(monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_replay_stuck_between_two_ticks_is_stopped_by_its_watchdog(monkeypatch):
+def test_a_replay_stuck_between_two_ticks_is_stopped_when_it_stops_beating(monkeypatch):
     # A simulator stuck between two ticks (seen: a disagg SGLang deployment whose decode queue ran deep gave no
-    # tick for over 90 CPU s after ticks every 5 ms) is stopped, not left to its limit. Stand-in for the stuck
-    # simulator: the replay's fifth tick does not return for 30 CPU s (our control flow; the replay is real).
+    # tick for over 90 CPU s after ticks every 5 ms, its native loop holding the GIL) is stopped by the worker from
+    # outside, not left to its limit. Stand-in for the stuck simulator: the replay's fifth tick does not return for
+    # 30 CPU s (our control flow; the replay is real).
     import spica_lib.replay.progress as progress
     from test_trial_replay import agg, config, spec_for
 
     monkeypatch.setattr(worker_module, "STALL_FLOOR_SECONDS", 0.5)
+    monkeypatch.setattr(stall_module, "STUCK_FLOOR_SECONDS", 0.5)
     on_tick = progress.ProgressWatch._on_tick
 
     def stuck_on_the_fifth(self, snapshot):
@@ -234,6 +236,6 @@ def test_a_replay_stuck_between_two_ticks_is_stopped_by_its_watchdog(monkeypatch
 
     monkeypatch.setattr(progress.ProgressWatch, "_on_tick", stuck_on_the_fifth)
     ((_, result),) = evaluate_trials({"t": spec_for(config(), agg(1, 1))}, max_eval_seconds=120)
-    assert result.status == "timed_out" and result.reason.startswith("stalled: no progress for "), result.reason
+    assert result.status == "timed_out" and result.reason.startswith("stalled: no tick for "), result.reason
     assert "stuck between two ticks" in result.reason and result.cpu_seconds < 10
     assert psutil.Process().children() == []

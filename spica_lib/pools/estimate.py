@@ -8,8 +8,8 @@ warm start (search/warm_start.py); it never scores a candidate.
 
 A decode batch is bounded twice: by the largest `max_num_seqs` in use, and by the requests whose KV cache
 fits in the engine (its KV tokens per rank, from the pool, over a request's mean resident context). A
-deployment whose decode needs a larger batch than its KV cache holds has no steady state: requests wait
-for KV room and the queue grows (on a 12k-request conversation trace, ISL 11.8k, every layout with one
+deployment whose decode needs a larger batch than its KV cache holds (with room for the batch's Poisson
+swing, one standard deviation) has no steady state: requests wait for KV room and the queue grows (on a 12k-request conversation trace, ISL 11.8k, every layout with one
 TP1 decode worker replayed to under 1 % of the best score, which the estimate without this bound ranked
 first).
 """
@@ -172,7 +172,9 @@ def engine_load(
     itl = model.decode_step_ms(backend, shape, 1, context) / (1.0 - busy)
     for _ in range(DECODE_ITERATIONS):  # Little's law: the batch in decode grows with the step time
         batch = max(1.0, rate * traffic.osl * itl / 1000.0)
-        if batch > largest:  # the batch keeps growing (no seat, or no KV room): no steady state
+        # The requests in decode are about Poisson around that mean (many arrivals, each staying a while): room
+        # for the mean plus one standard deviation, or the batch often finds no seat or no KV room and queues.
+        if batch + math.sqrt(batch) > largest:
             return EngineLoad(math.inf, math.inf, False)
         updated = model.decode_step_ms(backend, shape, batch, context) / (1.0 - busy)
         if abs(updated - itl) < 1e-3 * itl:

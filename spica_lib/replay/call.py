@@ -35,15 +35,15 @@ def execute_call(
     call: dict[str, Any],
     per_request_path: str | None = None,
     on_checkpoint: Callable[[dict[str, Any]], None] | None = None,
-    on_stuck: Callable[[str], None] | None = None,
+    on_beat: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run one replay call; return {"metrics", "scaling_events", "replay_seconds", "checkpoint"}, and "stop"
     (with no metrics: what it covered is in the stop) when an early stop's bound ended it. Raises Dynamo's errors.
 
     `on_checkpoint(checkpoint)` hears the pace checkpoint (the prefix's share of the requests completed,
     with the CPU time it took) as soon as it is reached: the worker paces the rest of the replay by it.
-    `on_stuck(reason)`, with a time limit, is called from a watchdog thread once the replay is stuck between
-    two ticks (replay/progress.py); it must end the process.
+    `on_beat(beat)` hears where the replay is, at most every BEAT_SECONDS of CPU (replay/progress.py): the
+    worker stops one that stops beating (replay/stall.py `stuck_stall`).
     """
     prepare_dynamo_import()
     from dynamo.llm import KvRouterConfig
@@ -60,13 +60,11 @@ def execute_call(
     stops = None
     if pace.get("limit_seconds") or rules:
         from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
-        from spica_lib.replay.progress import ProgressWatch, watchdog, watched_replay
+        from spica_lib.replay.progress import ProgressWatch, watched_replay
 
         requests = pace.get("requests") or (int(call["args"][2]) if call["function"] == "synthetic" else 1)
         stops = EarlyStopWatch(rules, on_checkpoint) if rules else None
-        watch = ProgressWatch(requests, pace.get("limit_seconds"), pace.get("floor_seconds"), stops)
-        if on_stuck is not None and pace.get("limit_seconds"):
-            watchdog(watch, on_stuck)
+        watch = ProgressWatch(requests, pace.get("limit_seconds"), pace.get("floor_seconds"), stops, on_beat)
         try:
             report = watched_replay(call["function"], call["args"], kwargs, watch)
         except ReplayStopped as stopped:  # a bound ruled it out on the way: what it covered is in the stop

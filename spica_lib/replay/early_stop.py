@@ -100,6 +100,7 @@ class EarlyStopWatch:
         self._fewest = [0, *accumulate(sorted((self.prune or {}).get("output_lengths") or []))]
         self.prefix_requests = rules.get("prefix_requests")
         self.prefix = rules.get("prefix")
+        self.fraction = rules.get("fraction")  # the prefix's share of the workload's requests
         self.on_checkpoint = on_checkpoint
         self.checkpoint: dict[str, Any] | None = None
         self.arrived = 0

@@ -12,9 +12,11 @@ verdict on the candidate.
 
 Between two ticks the watch sees nothing, and a replay can crawl there: a disagg SGLang deployment on the
 12k-request conversation trace went from a tick every 5 ms of CPU to none for over 90 s (its decode queue
-deep). So a watchdog thread of the replay's process (`watchdog`, started by replay/call.py where the
-worker can hear a stall) stops a replay that has made no tick for STUCK_FACTOR times its slowest tick so
-far, and at least the stall floor (10 CPU s): on that trace healthy replays' slowest tick took 0.19 s.
+deep), its native loop holding the GIL all along, so no thread of its own process could look. So the watch
+beats to the worker (`on_beat`, at most every BEAT_SECONDS of CPU: when its last tick ended and the slowest
+interval between ticks so far), and the worker stops a replay whose last beat is more than STUCK_FACTOR
+times that slowest interval old, and at least the stall floor (replay/stall.py `stuck_stall`): on that
+trace healthy replays' slowest tick took 0.19 s.
 
 It applies to every replay. With an autoscaling planner, whose own scaling policy needs the same slot,
 the watch wraps the planner's policy: the planner keeps its own ticks and decisions (the watch adds no
@@ -26,12 +28,12 @@ the replay child.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
+from spica_lib.replay import stall
 
 FIRST_TICK_MS = 100.0  # simulated time to the first look; then the tick adapts to the replay's speed
 MIN_TICK_MS, MAX_TICK_MS = 10.0, 60_000.0
@@ -43,7 +45,7 @@ CPU_PER_TICK = (0.05, 0.2)  # aim for a look every 0.05-0.2 CPU s: often enough 
 COMPLETIONS_PER_TICK = 1
 
 
-STUCK_FACTOR = 20.0  # no tick for this many times the slowest tick so far (and the stall floor): stuck
+BEAT_SECONDS = 0.25  # the watch tells the worker where it is at most this often (CPU seconds)
 
 
 class ReplayStalled(Exception):
@@ -63,6 +65,7 @@ class ProgressWatch:
         limit_seconds: float | None,
         floor_seconds: float | None,
         stops: EarlyStopWatch | None = None,
+        on_beat: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.requests = max(1, int(requests))
         self.limit_seconds = float(limit_seconds) if limit_seconds else None  # None: no limit to pace against
@@ -80,12 +83,13 @@ class ProgressWatch:
         self._window_ms = FIRST_TICK_MS  # the window the last tick closed
         self._started: float | None = None  # the first tick: building the engines (a perf-DB load) is not pace
         self._last_cpu = 0.0
-        # When the last tick ended (process CPU time) and the most CPU one interval between ticks took, for the
-        # watchdog; `ended` once the replay returned (its report is built without ticks).
+        # When the last tick ended (process CPU time) and the most CPU one interval between ticks took, beaten
+        # to the worker by `on_beat` (replay/stall.py `stuck_stall`).
+        self.on_beat = on_beat
         self.last_tick_cpu: float | None = None
         self.slowest_tick = 0.0
         self.now_ms = 0.0
-        self.ended = False
+        self._last_beat = float("-inf")
 
     def initial_tick_ms(self) -> float:
         return FIRST_TICK_MS if self.planner is None else float(self.planner.initial_tick_ms())
@@ -98,19 +102,10 @@ class ProgressWatch:
             if self.last_tick_cpu is not None and self.ticks > 1:
                 self.slowest_tick = max(self.slowest_tick, ended - self.last_tick_cpu)
             self.last_tick_cpu = ended
-
-    def stuck(self, cpu_now: float) -> str | None:
-        """Why the replay is stuck between two ticks at process CPU time `cpu_now`, or None (see the docstring)."""
-        if self.ended or self.last_tick_cpu is None or self.ticks < 2:
-            return None
-        limit = max(self.floor_seconds, STUCK_FACTOR * self.slowest_tick)
-        if cpu_now - self.last_tick_cpu <= limit:
-            return None
-        return (
-            f"stalled: no progress for {limit:.0f} CPU s after {self.finished} of {self.requests} requests finished "
-            f"({self.now_ms / 1000:.0f} s simulated): the simulator is stuck between two ticks, over "
-            f"{STUCK_FACTOR:g}x its slowest tick so far ({self.slowest_tick:.2f} s; a time limit, not a verdict)"
-        )
+            if self.on_beat is not None and self.ticks > 1 and ended - self._last_beat >= BEAT_SECONDS:
+                self._last_beat = ended
+                self.on_beat({"cpu_seconds": ended, "slowest_tick": self.slowest_tick, "finished": self.finished,
+                              "requests": self.requests, "at_sim_ms": self.now_ms})  # fmt: skip
 
     def _on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         self.ticks += 1
@@ -145,14 +140,31 @@ class ProgressWatch:
         if done <= 0 and cpu < self.limit_seconds / 2:
             return  # nothing finished yet, and half the limit left: too early to forecast
         forecast = cpu / done if done > 0 else float("inf")
-        if forecast <= self.limit_seconds:
+        limit, which = self.limit_seconds, f"max_eval_seconds={self.limit_seconds:g}"
+        paced = self._pace_allows()
+        if paced is not None and paced < limit:
+            limit, which = paced, f"the {paced:.0f} s its prefix's pace allows ({stall.STALL_FACTOR:g}x its prediction)"
+        if forecast <= limit:
             return
         self.stopped = (
             f"stalled: {self.finished} of {self.requests} requests finished after {cpu:.0f} CPU s "
             f"({now_ms / 1000:.0f} s simulated); at that pace the replay needs about {forecast:.0f} CPU s, "
-            f"over max_eval_seconds={self.limit_seconds:g} (a forecast: a time limit, not a verdict)"
+            f"over {which} (a forecast: a time limit, not a verdict)"
         )
         raise ReplayStalled(self.stopped)
+
+    def _pace_allows(self) -> float | None:
+        """Past the pace checkpoint, the CPU the whole replay may take: the prefix's, and the rest's budget of
+        replay/stall.py (STALL_FACTOR times what the prefix's pace predicts, at least the floor). The worker
+        stops it there from outside; forecast from the ticks, a crawl is stopped as soon as its pace so far,
+        kept up, would overrun it (on the conversation trace no healthy replay's forecast ever passed 1.6x
+        its prediction, and the whole replay's never 1.55x)."""
+        checkpoint = self.stops.checkpoint if self.stops is not None else None
+        fraction = self.stops.fraction if self.stops is not None else None
+        if checkpoint is None or not fraction:
+            return None
+        prefix = float(checkpoint["cpu_seconds"])
+        return prefix + max(self.floor_seconds, stall.STALL_FACTOR * prefix / fraction)
 
     def _adapt(self, cpu_spent: float, completed: int) -> None:
         low, high = CPU_PER_TICK
@@ -184,23 +196,6 @@ def _queued_for_prefill(snapshot: dict[str, Any]) -> int:
     return sum(int(worker.get("num_queued_prefill", 0) or 0) for worker in workers)
 
 
-def watchdog(watch: ProgressWatch, on_stuck: Callable[[str], None], every_seconds: float = 0.25) -> threading.Thread:
-    """Start a daemon thread that calls `on_stuck(reason)` once the replay is stuck between two ticks (it must end
-    the process: the replay's native loop cannot be interrupted from another thread)."""
-
-    def look() -> None:
-        while not watch.ended:
-            reason = watch.stuck(time.process_time())
-            if reason is not None:
-                on_stuck(reason)
-                return
-            time.sleep(every_seconds)
-
-    thread = threading.Thread(target=look, name="replay-watchdog", daemon=True)
-    thread.start()
-    return thread
-
-
 def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch: ProgressWatch) -> Any:
     """The replay Dynamo's `run_*_trace_replay` runs, with `watch` as its scaling policy (wrapping the planner's
     when `kwargs` has a planner_config).
@@ -227,8 +222,6 @@ def watched_replay(function: str, args: list[Any], kwargs: dict[str, Any], watch
             if watch.stopped is not None:
                 raise ReplayStalled(watch.stopped) from exc
             raise
-        finally:
-            watch.ended = True  # the report is built without ticks: no watchdog past here
 
     if kwargs.get("planner_config") is None:
         return _materialize_offline_report(run(), planner=None)

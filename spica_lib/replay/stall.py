@@ -36,6 +36,11 @@ STALL_FLOOR_SECONDS = 10.0
 # 12k-request conversation trace the slowest of 24 prefixes took 2.4 CPU s (the floor, 10 s, then decides) and
 # a crawl's prefix ran to its 24 s share of max_eval_seconds=120.
 PREFIX_FACTOR = 3.0
+# Stuck between two ticks (replay/progress.py): no beat for this many times the slowest tick so far, and at least
+# STUCK_FLOOR_SECONDS. On the conversation trace no healthy replay's tick took over 0.19 CPU s (26x under the
+# floor), and two crawls gave none for 90 s.
+STUCK_FACTOR = 20.0
+STUCK_FLOOR_SECONDS = 5.0
 STALLED = "stalled"  # how a stall's reason starts (a timed-out trial's reason otherwise starts "replay exceeded")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -78,6 +83,19 @@ def prefix_stall(timeout: float | None, rules: dict[str, Any] | None) -> Stall |
         share,
         f"{STALLED}: its prefix ({rules['prefix']}) was not done within {share:.0f} CPU s, its share of "
         f"max_eval_seconds={timeout:g} (a time limit, not a verdict on the candidate)",
+    )
+
+
+def stuck_stall(beat: dict[str, Any]) -> Stall:
+    """The CPU time past which a replay whose last beat is `beat` is stuck between two ticks (see the module
+    docstring of replay/progress.py)."""
+    limit = max(STUCK_FLOOR_SECONDS, STUCK_FACTOR * float(beat["slowest_tick"]))
+    return Stall(
+        float(beat["cpu_seconds"]) + limit,
+        f"{STALLED}: no tick for {limit:.0f} CPU s after {beat['finished']} of {beat['requests']} requests "
+        f"finished ({float(beat['at_sim_ms']) / 1000:.0f} s simulated): the simulator is stuck between two ticks, "
+        f"over {STUCK_FACTOR:g}x its slowest tick so far ({float(beat['slowest_tick']):.2f} s; a time limit, not "
+        "a verdict on the candidate)",
     )
 
 

@@ -35,6 +35,7 @@ from spica_lib.replay.stall import (
     child_cpu_seconds,
     limit_reason,
     pace_stall,
+    stuck_stall,
     prefix_stall,
 )
 from spica_lib.replay.stand_in import wait_out_stand_in
@@ -67,6 +68,8 @@ class _Running:
     stopped_for: str = ""  # why it was stopped early
     rules: dict[str, Any] | None = None  # the call's early stops and pace checkpoint, when it has them
     heard_checkpoint: bool = False
+    stuck: Stall | None = None  # from its last beat: when it is stuck between two ticks (replay/stall.py)
+    heard: int = 0  # how far into `out` the messages were read
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
     open_pipes: int = 2
@@ -172,8 +175,8 @@ class ReplayWorker:
                 buffer.extend(chunk)
                 if stream == "err" and len(buffer) > 4 * STDERR_TAIL:
                     del buffer[: -2 * STDERR_TAIL]
-                elif stream == "out" and not running.heard_checkpoint:
-                    self._hear_checkpoint(running)
+                elif stream == "out":
+                    self._hear(running)
                 continue
             selector.unregister(selected.fd)
             os.close(selected.fd)
@@ -183,19 +186,26 @@ class ReplayWorker:
             if running.deadline is not None and now > running.deadline:
                 running.stopped_for = limit_reason(self.timeout)
                 yield self._end(selector, running, timed_out=True)
-            elif running.stall is not None and child_cpu_seconds(running.pid) > running.stall.cpu_seconds:
-                running.stopped_for = running.stall.reason
+            elif (stall := _passed(running, child_cpu_seconds(running.pid))) is not None:
+                running.stopped_for = stall.reason
                 yield self._end(selector, running, timed_out=True)
             elif running.open_pipes == 0:
                 yield self._end(selector, running, timed_out=False)
 
-    def _hear_checkpoint(self, running: _Running) -> None:
-        """Once the pace checkpoint arrives, the rest of the replay's CPU budget follows the prefix's pace."""
-        checkpoint = next((m["checkpoint"] for m in _messages(running.out) if "checkpoint" in m), None)
-        if checkpoint is None:
+    def _hear(self, running: _Running) -> None:
+        """Read the child's new complete messages: once the pace checkpoint arrives, the rest of the replay's CPU
+        budget follows the prefix's pace; each beat moves the point past which it is stuck."""
+        end = running.out.rfind(b"\n") + 1
+        if end <= running.heard:
             return
-        running.heard_checkpoint = True
-        running.stall = pace_stall(child_cpu_seconds(running.pid), running.rules, checkpoint)
+        messages = _messages(running.out[running.heard : end])
+        running.heard = end
+        for message in messages:
+            if "beat" in message:
+                running.stuck = stuck_stall(message["beat"])
+            elif "checkpoint" in message and not running.heard_checkpoint:
+                running.heard_checkpoint = True
+                running.stall = pace_stall(child_cpu_seconds(running.pid), running.rules, message["checkpoint"])
 
     def _end(self, selector: selectors.BaseSelector, running: _Running, timed_out: bool) -> ChildOutcome:
         if timed_out:
@@ -227,7 +237,15 @@ class ReplayWorker:
         return ChildOutcome(status="ok", reason=None, report=report, **base)
 
 
-def _messages(out: bytearray) -> list[dict[str, Any]]:
+def _passed(running: _Running, cpu: float) -> Stall | None:
+    """The stall whose CPU time the child is past (its pace or prefix limit, or stuck between two ticks), if any."""
+    for stall in (running.stall, running.stuck):
+        if stall is not None and cpu > stall.cpu_seconds:
+            return stall
+    return None
+
+
+def _messages(out: bytearray | bytes) -> list[dict[str, Any]]:
     """The complete JSON lines a child wrote (a line cut short by a kill is left out)."""
     messages = []
     for line in out.decode("utf-8", errors="replace").splitlines():
@@ -252,20 +270,14 @@ def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int,
             signal.signal(signum, signal.SIG_IGN)
         os.dup2(err, 2)
 
-        sending = threading.Lock()  # the watchdog thread may report a stall while the replay reports its checkpoint
-
         def send(message: dict[str, Any]) -> None:
             data = (json.dumps(message) + "\n").encode("utf-8")
-            with sending:
-                while data:
-                    data = data[os.write(out, data) :]
-
-        def stuck(reason: str) -> None:  # from the watchdog: the replay's native loop cannot be interrupted
-            send({"ok": False, "stalled": reason})
-            os._exit(0)
+            while data:
+                data = data[os.write(out, data) :]
 
         try:
-            outcome = execute_call(call, per_request, lambda c: send({"checkpoint": c}), stuck)
+            beat = (lambda b: send({"beat": b})) if call.get("pace", {}).get("limit_seconds") else None
+            outcome = execute_call(call, per_request, lambda c: send({"checkpoint": c}), beat)
             report = {"ok": True, "outcome": outcome}
             wait_out_stand_in(call, started)  # benchmarks of the control flow only (replay/stand_in.py)
         except ReplayStalled as stall:  # stopped by its own pace: timed out, not failed
