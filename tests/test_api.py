@@ -11,6 +11,8 @@ from spica_lib.api import SearchOutcome, run_smart_search
 from spica_lib.api.search import RUN_FOLDER_VARIABLES
 from spica_lib.config import ConfigError
 from spica_lib.base.artifacts import read_model
+from spica_lib.baselines.model import BaselinesResult
+from spica_lib.baselines.plan import BASELINE_SUFFIX
 from spica_lib.results.finish import FinishResult, sample_name
 from spica_lib.results.finish_share import FinishShare
 from spica_lib.results.merge import CandidateRow
@@ -60,6 +62,10 @@ def finish_shares_are_the_finish_s_own_samples(run_dir):
                 assert samples[name].status == journaled.status
                 if journaled.status == "feasible":
                     assert samples[name].score == journaled.score
+            elif name.endswith(BASELINE_SUFFIX):  # aiconfigurator's pick, replayed ahead: the baseline restored it
+                pick = next(b for b in read_model(run_dir / "baselines.json", BaselinesResult).baselines
+                            if b.name == "aiconfigurator")  # fmt: skip
+                assert pick.source == "replayed" and f"{pick.key}{BASELINE_SUFFIX}" == name and pick.result == journaled
 
 
 def test_a_bad_config_raises_before_anything_runs(tmp_path):

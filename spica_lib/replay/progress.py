@@ -15,8 +15,8 @@ Between two ticks the watch sees nothing, and a replay can crawl there: a disagg
 deep), its native loop holding the GIL all along, so no thread of its own process could look. So the watch
 beats to the worker (`on_beat`, at most every BEAT_SECONDS of CPU: when its last tick ended and the slowest
 interval between ticks so far), and the worker stops a replay whose last beat is more than STUCK_FACTOR
-times that slowest interval old, and at least the stall floor (replay/stall.py `stuck_stall`): on that
-trace healthy replays' slowest tick took 0.19 s.
+times that slowest interval old, and at least STUCK_FLOOR_SECONDS (replay/stall.py `stuck_stall`).
+bench/pace_ratio.py replays what it stops without it.
 
 It applies to every replay. With an autoscaling planner, whose own scaling policy needs the same slot,
 the watch wraps the planner's policy: the planner keeps its own ticks and decisions (the watch adds no
@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
 from spica_lib.replay import stall
+from spica_lib.replay.early_stop import EarlyStopWatch, ReplayStopped
 
 FIRST_TICK_MS = 100.0  # simulated time to the first look; then the tick adapts to the replay's speed
 MIN_TICK_MS, MAX_TICK_MS = 10.0, 60_000.0
@@ -157,8 +157,7 @@ class ProgressWatch:
         """Past the pace checkpoint, the CPU the whole replay may take: the prefix's, and the rest's budget of
         replay/stall.py (STALL_FACTOR times what the prefix's pace predicts, at least the floor). The worker
         stops it there from outside; forecast from the ticks, a crawl is stopped as soon as its pace so far,
-        kept up, would overrun it (on the conversation trace no healthy replay's forecast ever passed 1.6x
-        its prediction, and the whole replay's never 1.55x)."""
+        kept up, would overrun it (bench/pace_ratio.py replays what it stops without it)."""
         checkpoint = self.stops.checkpoint if self.stops is not None else None
         fraction = self.stops.fraction if self.stops is not None else None
         if checkpoint is None or not fraction:

@@ -37,8 +37,8 @@ STALL_FLOOR_SECONDS = 10.0
 # a crawl's prefix ran to its 24 s share of max_eval_seconds=120.
 PREFIX_FACTOR = 3.0
 # Stuck between two ticks (replay/progress.py): no beat for this many times the slowest tick so far, and at least
-# STUCK_FLOOR_SECONDS. On the conversation trace no healthy replay's tick took over 0.19 CPU s (26x under the
-# floor), and two crawls gave none for 90 s.
+# STUCK_FLOOR_SECONDS (two crawls of the conversation trace gave no tick for over 90 s after ticks every few ms;
+# bench/pace_ratio.py replays every replay it stops without it).
 STUCK_FACTOR = 20.0
 STUCK_FLOOR_SECONDS = 5.0
 STALLED = "stalled"  # how a stall's reason starts (a timed-out trial's reason otherwise starts "replay exceeded")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.baselines.model import AiconfiguratorPick
@@ -24,7 +25,8 @@ from spica_lib.trial.store import run_replay_job
 
 def replays_ahead(job: JobArgs) -> dict[str, TrialSpec]:
     """What the branch can replay ahead of the finish, the baselines and the stress test: aiconfigurator's pick
-    ("<key>+baseline", when the branch did not replay it: it needs only the config), then in its ranking's order
+    ("<key>+baseline", when it is known by now and the branch did not replay it: it needs only the config), then
+    in its ranking's order
     its top deployments' first-look samples ("<key>#<i>"), then the stress test's first replays
     ("<key>~<perturbation>", results/stress.py) of its top `stress_top`, its #1 under every perturbation (as if
     it were the sweep's #1)."""
@@ -33,9 +35,10 @@ def replays_ahead(job: JobArgs) -> dict[str, TrialSpec]:
     sweep = run.config.sweep
     first = sweep.finish_samples or 0
     planned: dict[str, TrialSpec] = {}
-    if job.inputs("pick"):
+    pick_file = job.params.get("pick")
+    if pick_file and Path(pick_file).exists():  # known by now (its search may still run on a first run)
         winners = read_model(job.input["predictor"], LoadPredictorResult).winners()
-        pick = pick_replay(run.config, read_model(job.inputs("pick")[0], AiconfiguratorPick), winners)
+        pick = pick_replay(run.config, read_model(pick_file, AiconfiguratorPick), winners)
         if pick is not None and pick.key() not in run.records:
             planned[baseline_name(pick.key())] = pick
     planned.update(sample_specs(top, sample_kind(run.config), {key: range(first) for key in top}))

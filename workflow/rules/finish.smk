@@ -10,8 +10,6 @@ rule finish_share:
     input:
         config=rules.validate.output.config,
         histories=lambda wildcards: [RUN.observations(wildcards.branch, RUN.last_round)],
-        # aiconfigurator's pick, replayed first when the baselines are on (it needs only the config)
-        pick=[RUN.aiconfigurator_pick_json] if RUN.baselines else [],
         predictor=rules.load_predictor.output.result,
     output:
         share=RUN.finish_share_json("{branch}"),
@@ -21,6 +19,9 @@ rule finish_share:
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
         others=lambda wildcards: [RUN.observations(m, RUN.last_round) for m in RUN.modes if m != wildcards.branch],
+        # aiconfigurator's pick (baselines on): replayed first if it is known by then. Not an input: its own
+        # search may still run (a first run), and the finish must not wait for it; only the baselines do.
+        pick=RUN.aiconfigurator_pick_json if RUN.baselines else None,
     threads: max(1, RUN.parallel_evals // len(RUN.modes))
     resources:
         mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
