@@ -94,6 +94,14 @@ def sweep_config() -> dict:
     return data
 
 
+def search_only(data: dict) -> dict:
+    """`data` without the work after the last round (finish, stress test, baselines): for the tests that look
+    only at the search's replay jobs, where each of those would be one more SLURM job to wait for."""
+    data["sweep"].pop("finish_top", None)
+    data["sweep"].update(finish_samples=0, stress_top=0, baselines=False)
+    return data
+
+
 def spica(folder: Path, config: Path, *extra: str, timeout: float = 900) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [*SPICA, str(config), *extra], cwd=folder, capture_output=True, text=True, check=False, timeout=timeout
@@ -289,7 +297,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     data["sweep"]["max_rounds"] = 1
     data["workload"]["num_request_ratio"] = 3000  # 24,000 requests: ~2 s replays, long enough to cancel mid-way
     data["sweep"]["screen_fraction"] = None  # no prefix screen: it could end a trial before the cancel lands
-    config = write_yaml(tmp_path, data)
+    config = write_yaml(tmp_path, search_only(data))
     process = subprocess.Popen(
         [*SPICA, str(config), "--profile", PROFILE, "--", *FAST, "--retries", "1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -322,7 +330,7 @@ def test_partition_and_gpu_gres_set_for_replays_reach_their_slurm_jobs(cluster, 
     data = sweep_config()
     data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
     data["sweep"]["max_rounds"] = 1
-    config = write_yaml(tmp_path, data)
+    config = write_yaml(tmp_path, search_only(data))
     cluster_settings = ["--set-resources", "replay:slurm_partition=gpu", "replay:gres=gpu:1", "replay:mem_mb=4000"]
     cluster_settings += [f"replay:pilots={pilots}"] if pilots else []  # the command line replaces the profile's
     on_slurm(tmp_path, config, *cluster_settings)
