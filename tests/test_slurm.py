@@ -297,7 +297,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     data["sweep"]["max_rounds"] = 1
     data["workload"]["num_request_ratio"] = 3000  # 24,000 requests: ~2 s replays, long enough to cancel mid-way
     data["sweep"]["screen_fraction"] = None  # no prefix screen: it could end a trial before the cancel lands
-    config = write_yaml(tmp_path, search_only(data))
+    config = write_yaml(tmp_path, data)
     process = subprocess.Popen(
         [*SPICA, str(config), "--profile", PROFILE, "--", *FAST, "--retries", "1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -315,7 +315,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     any_feasible = any(r["result"]["status"] == "feasible" for r in records)
     # The sweep finishes either way; with every trial killed it has nothing to rank and exits 1 saying so.
     assert cancelled is not None and process.returncode == (0 if any_feasible else 1), output[-5000:]
-    assert any_feasible or "found no feasible candidate" in output
+    assert any_feasible or "found no feasible candidate" in output, output[-6000:]
 
     killed = [r for r in records if r["result"]["status"] == "failed"]
     assert killed and all("killed outside the replay in 1 attempt" in r["result"]["reason"] for r in killed)
