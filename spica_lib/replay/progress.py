@@ -163,7 +163,7 @@ class ProgressWatch:
         if checkpoint is None or not fraction:
             return None
         prefix = float(checkpoint["cpu_seconds"])
-        return prefix + max(self.floor_seconds, stall.STALL_FACTOR * prefix / fraction)
+        return prefix + stall.rest_budget(prefix, fraction, self.floor_seconds)[0]
 
     def _adapt(self, cpu_spent: float, completed: int) -> None:
         low, high = CPU_PER_TICK

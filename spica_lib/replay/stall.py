@@ -99,13 +99,20 @@ def stuck_stall(beat: dict[str, Any]) -> Stall:
     )
 
 
+def rest_budget(prefix_cpu: float, fraction: float, floor: float | None = None) -> tuple[float, float]:
+    """The CPU the rest of a replay may take after a prefix of `fraction` of its requests took `prefix_cpu`, at
+    least `floor` (STALL_FLOOR_SECONDS when None): (the budget, what the prefix's pace predicts for the whole
+    replay)."""
+    expected = prefix_cpu / fraction
+    return max(STALL_FLOOR_SECONDS if floor is None else floor, STALL_FACTOR * expected), expected
+
+
 def pace_stall(cpu_now: float, rules: dict[str, Any] | None, checkpoint: dict[str, Any]) -> Stall | None:
     """The rest of the replay's CPU budget from its prefix's pace, counted from `cpu_now` (when the checkpoint
     was heard)."""
     if not rules or not rules.get("prefix_requests"):
         return None
-    expected = float(checkpoint.get("cpu_seconds", 0.0)) / rules["fraction"]
-    budget = max(STALL_FLOOR_SECONDS, STALL_FACTOR * expected)
+    budget, expected = rest_budget(float(checkpoint.get("cpu_seconds", 0.0)), rules["fraction"])
     return Stall(
         cpu_now + budget,
         f"{STALLED}: the full replay ran past {budget:.0f} CPU s, over {STALL_FACTOR:g}x the {expected:.1f} s its "

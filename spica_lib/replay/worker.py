@@ -35,8 +35,8 @@ from spica_lib.replay.stall import (
     child_cpu_seconds,
     limit_reason,
     pace_stall,
-    stuck_stall,
     prefix_stall,
+    stuck_stall,
 )
 from spica_lib.replay.stand_in import wait_out_stand_in
 from spica_lib.replay.warm_up import warm_up

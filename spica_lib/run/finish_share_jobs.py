@@ -26,8 +26,7 @@ from spica_lib.trial.store import run_replay_job
 def replays_ahead(job: JobArgs) -> dict[str, TrialSpec]:
     """What the branch can replay ahead of the finish, the baselines and the stress test: aiconfigurator's pick
     ("<key>+baseline", when it is known by now and the branch did not replay it: it needs only the config), then
-    in its ranking's order
-    its top deployments' first-look samples ("<key>#<i>"), then the stress test's first replays
+    in its ranking's order its top deployments' first-look samples ("<key>#<i>"), then the stress test's first replays
     ("<key>~<perturbation>", results/stress.py) of its top `stress_top`, its #1 under every perturbation (as if
     it were the sweep's #1)."""
     run = ranked_run(job)  # the branch's own history only: its top is its share of the sweep's
