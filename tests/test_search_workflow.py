@@ -323,25 +323,23 @@ def trials_without_timings(run_path):
 
 
 def test_the_warm_host_and_one_job_per_trial_give_the_trials_and_ranking_of_jobs_in_their_own_processes(tmp_path):
-    # What is compared is the trials and the ranking: no baselines or stress test after the search (their
-    # own jobs run on the same host and are covered elsewhere), two rounds.
-    data = default_config(seed=4, max_rounds=2, baselines=False, stress_top=0)
+    # What is compared is the trials and the ranking: no finish, baselines or stress test after the search
+    # (their own jobs run on the same host and are covered elsewhere), two rounds. The other run changes
+    # both the placement (every job in its own cold process) and the batching (one trial per replay job):
+    # neither may change a replay.
+    data = default_config(seed=4, max_rounds=2, baselines=False, stress_top=0, finish_samples=0)
+    del data["sweep"]["finish_top"]
     data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
     path = write_yaml(tmp_path, data)
-    hosted, single, own = tmp_path / "hosted", tmp_path / "single", tmp_path / "own"
-    for folder in (hosted, single, own):
+    hosted, own = tmp_path / "hosted", tmp_path / "own"
+    for folder in (hosted, own):
         folder.mkdir()
     assert run(hosted, path).returncode == 0
-    done = run(single, path, "--", "--set-resources", "replay:trials_per_job=1")
+    done = run(own, path, "--", "--set-resources", "replay:trials_per_job=1", env={"SPICA_WARM_HOST": "off"})
     assert done.returncode == 0, done.stderr[-3000:]
-    done = run(own, path, env={"SPICA_WARM_HOST": "off"})  # every job in its own process, cold
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert len(list(run_dir(single).glob("rounds/*/0/trials/*"))) > len(
-        list(run_dir(hosted).glob("rounds/*/0/trials/*"))
-    )
-    for other in (single, own):
-        assert trials_without_timings(run_dir(hosted)) == trials_without_timings(run_dir(other))
-        assert (run_dir(hosted) / "ranked.csv").read_bytes() == (run_dir(other) / "ranked.csv").read_bytes()
+    assert len(list(run_dir(own).glob("rounds/*/0/trials/*"))) > len(list(run_dir(hosted).glob("rounds/*/0/trials/*")))
+    assert trials_without_timings(run_dir(hosted)) == trials_without_timings(run_dir(own))
+    assert (run_dir(hosted) / "ranked.csv").read_bytes() == (run_dir(own) / "ranked.csv").read_bytes()
     for folder, where in ((hosted, "in the sweep's warm host"), (own, "in its own process")):
         logs = [p.read_text() for p in run_dir(folder).glob("logs/rounds/*/*/replay/*.log")]
         assert logs and all(where in log for log in logs)  # each path really ran where it says
