@@ -106,18 +106,39 @@ def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
     assert status.trials_finished == status.trials_failed == len(trials) and status.stalled
 
 
-@pytest.mark.parametrize("in_flight", [1, 2], ids=["barrier rounds", "2 rounds in flight"])
-def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path, in_flight):
-    # Round robin only: Dynamo's KV router breaks ties randomly, which would make the scores noisy.
-    data = default_config(seed=11, max_rounds=3 if in_flight > 1 else 2, rounds_in_flight=in_flight)
+def round_robin_config(**sweep):
+    """The default sweep, small, round robin only (Dynamo's KV router breaks ties randomly, which would make
+    the scores noisy), without the stress test and baselines (what these tests compare is the trials and
+    the ranking; the finish stays, as a resume must restore its samples too)."""
+    data = default_config(seed=11, stress_top=0, baselines=False, **sweep)
     data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    straight.mkdir(), killed.mkdir()
-    path = write_yaml(tmp_path, data)
+    return data
 
-    done = run(straight, path)
+
+@pytest.fixture(scope="module")
+def round_robin_run(tmp_path_factory):
+    """One uninterrupted sweep of round_robin_config(), shared by the tests that compare another run with it
+    (they only read it)."""
+    folder = tmp_path_factory.mktemp("round_robin")
+    path = write_yaml(folder, round_robin_config())
+    done = run(folder, path)
     assert done.returncode == 0, done.stderr[-3000:]
-    if in_flight > 1:  # round 1 was asked for before round 0 was told, and round 2 only after it
+    return folder, path
+
+
+@pytest.mark.parametrize("in_flight", [1, 2], ids=["barrier rounds", "2 rounds in flight"])
+def test_a_killed_sweep_resumes_without_recomputing_and_matches_an_uninterrupted_one(tmp_path, in_flight, request):
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    if in_flight == 1:
+        straight, path = request.getfixturevalue("round_robin_run")
+    else:
+        straight = tmp_path / "straight"
+        straight.mkdir()
+        path = write_yaml(tmp_path, round_robin_config(max_rounds=3, rounds_in_flight=in_flight))
+        done = run(straight, path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        # Round 1 was asked for before round 0 was told, and round 2 only after it.
         rounds = run_dir(straight) / "rounds" / "agg"
         suggested, told = ({r: (rounds / str(r) / name).stat().st_mtime for r in range(3)} for name in NAMES)
         # Round 2 waits for round 0's tell (the DAG says so). Round 1 does not, but whether it *starts* before
@@ -326,19 +347,15 @@ def trials_without_timings(run_path):
     return out
 
 
-def test_the_warm_host_and_one_job_per_trial_give_the_trials_and_ranking_of_jobs_in_their_own_processes(tmp_path):
-    # What is compared is the trials and the ranking: no finish, baselines or stress test after the search
-    # (their own jobs run on the same host and are covered elsewhere), two rounds. The other run changes
-    # both the placement (every job in its own cold process) and the batching (one trial per replay job):
-    # neither may change a replay.
-    data = default_config(seed=4, max_rounds=2, baselines=False, stress_top=0, finish_samples=0)
-    del data["sweep"]["finish_top"]
-    data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
-    path = write_yaml(tmp_path, data)
-    hosted, own = tmp_path / "hosted", tmp_path / "own"
-    for folder in (hosted, own):
-        folder.mkdir()
-    assert run(hosted, path).returncode == 0
+def test_the_warm_host_and_one_job_per_trial_give_the_trials_and_ranking_of_jobs_in_their_own_processes(
+    round_robin_run, tmp_path
+):
+    # The shared run's jobs ran in the sweep's warm host, several trials each. This run changes both the
+    # placement (every job in its own cold process) and the batching (one trial per replay job): neither
+    # may change a replay or the ranking.
+    hosted, path = round_robin_run
+    own = tmp_path / "own"
+    own.mkdir()
     done = run(own, path, "--", "--set-resources", "replay:trials_per_job=1", env={"SPICA_WARM_HOST": "off"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(list(run_dir(own).glob("rounds/*/0/trials/*"))) > len(list(run_dir(hosted).glob("rounds/*/0/trials/*")))
