@@ -328,3 +328,28 @@ def test_the_baselines_are_replayed_on_the_search_s_workload_and_sla_and_the_sum
     assert summary["finish"][0]["key"] == winner.key and summary["best_score"] == summary["finish"][0]["statistic"]
     assert "baselines: the winner scores " in summary["line"] and "x aiconfigurator's pick" in done.stdout
     assert "## Baselines" in (run / "report" / "report.md").read_text()
+
+
+def test_the_default_sweep_ranks_its_finished_top_first_and_a_rerun_does_nothing(default_run):
+    # Last in this module: the rerun runs in the shared run's folder (it must change nothing there).
+    run, done = default_run
+    assert "spica done:" in done.stdout + done.stderr
+    ranked = pd.read_csv(run / "ranked.csv")
+    assert len(ranked) >= 1 and list(ranked["rank"]) == list(range(1, len(ranked) + 1))
+    # The finished top first, in its fresh samples' order; then the rest in the search's (score, best first).
+    finished = ranked["verdict"].notna() if "verdict" in ranked else pd.Series(False, index=ranked.index)
+    assert not (finished & ~finished.cummin()).any()  # no finished row after an unfinished one
+    assert ranked.loc[~finished, "score"].is_monotonic_decreasing and (ranked["used_gpus"] <= 8).all()
+    # A row says what was replayed: a KV router with one target per role ran as round robin.
+    fell_back = ranked["notes"].fillna("").str.contains("replayed as round_robin")
+    assert (ranked.loc[fell_back, "config_router_mode"] == "round_robin").all() and (ranked["selections"] >= 1).all()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["unique_trials"] == len(list(run.glob("rounds/*/*/trials/*/*.json"))) <= 2 * 2 * 3  # rounds x branches x candidates
+    assert set(summary["branches"]) == {"agg", "disagg"}
+    # Every new feasible trial is one candidate; a cache hit is counted under its own status.
+    assert len(pd.read_parquet(run / "candidates.parquet")) == summary["tallies"]["feasible"]
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    again = subprocess.run([*SPICA, str(run.parents[1] / "spica.yaml")], cwd=run.parents[1], capture_output=True,
+                           text=True, check=False, timeout=900)  # fmt: skip
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before

@@ -52,30 +52,6 @@ def keys_by_round(run_path):
     return out
 
 
-def test_default_sweep_runs_end_to_end_and_a_rerun_does_nothing(tmp_path):
-    path = write_yaml(tmp_path, default_config())
-    done = run(tmp_path, path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "spica done:" in done.stdout + done.stderr
-    result = run_dir(tmp_path)
-    ranked = pd.read_csv(result / "ranked.csv")
-    assert len(ranked) >= 1 and list(ranked["rank"]) == list(range(1, len(ranked) + 1))
-    # The finished top first, in its fresh samples' order; then the rest in the search's (score, best first).
-    finished = ranked["verdict"].notna() if "verdict" in ranked else pd.Series(False, index=ranked.index)
-    assert not (finished & ~finished.cummin()).any()  # no finished row after an unfinished one
-    assert ranked.loc[~finished, "score"].is_monotonic_decreasing and (ranked["used_gpus"] <= 8).all()
-    # A row says what was replayed: a KV router with one target per role ran as round robin.
-    fell_back = ranked["notes"].fillna("").str.contains("replayed as round_robin")
-    assert (ranked.loc[fell_back, "config_router_mode"] == "round_robin").all() and (ranked["selections"] >= 1).all()
-    summary = json.loads((result / "summary.json").read_text())
-    assert summary["unique_trials"] == len(list(result.glob("rounds/*/*/trials/*/*.json"))) <= 8
-    assert set(summary["branches"]) == {"agg", "disagg"}
-    # Every new feasible trial is one candidate; a cache hit is counted under its own status.
-    assert len(pd.read_parquet(result / "candidates.parquet")) == summary["tallies"]["feasible"]
-    again = run(tmp_path, path)
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-
-
 def test_a_sweep_with_no_feasible_candidate_exits_1_and_says_why(tmp_path):
     # Every replay hits a time limit far below its cost: nothing is feasible, but every trial is recorded.
     data = default_config(max_eval_seconds=0.01)
