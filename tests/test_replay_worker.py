@@ -5,6 +5,7 @@ test our own control flow (forking, time limits, kills), not Dynamo. The batch t
 replay.
 """
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -212,6 +213,48 @@ def test_a_stop_signal_to_a_child_is_not_a_result(monkeypatch):
         threading.Thread(target=signal_the_child, daemon=True).start()
         done = list(worker.run({"a": {}}))
     assert [o.status for o in done] == ["timed_out"]  # it ignored SIGTERM and ran to our limit
+
+
+ARMED: list[bool] = []  # the at-fork hook below signals only while a test arms it (hooks cannot be removed)
+
+
+def _signal_self_if_armed():
+    if ARMED:
+        ARMED.clear()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+os.register_at_fork(before=_signal_self_if_armed)
+
+
+def test_a_stop_signal_that_lands_while_a_child_is_forked_stops_the_worker_and_records_nothing(monkeypatch):
+    # Seen on SLURM: a scancel landed during the fork of a replay; the handler's exception was swallowed in the
+    # interpreter's at-fork hooks, the job went on, and the child, killed by the same signal before it ignored
+    # it, was recorded (and journaled) as a failed replay.
+    monkeypatch.setattr(worker_module, "execute_call", fake_echo)
+    yielded = []
+    with pytest.raises(SystemExit) as stopped, ReplayWorker(parallel=1) as worker:
+        ARMED.append(True)
+        for outcome in worker.run({"a": {"x": 1}, "b": {"x": 2}}):
+            yielded.append(outcome)
+    assert stopped.value.code == 128 + signal.SIGTERM and yielded == [] and not ARMED
+    assert worker.running == {} and psutil.Process().children() == []  # the child was killed, not left
+
+
+def test_a_stop_signal_whose_exception_python_swallowed_still_stops_the_worker_at_its_next_outcome(monkeypatch):
+    monkeypatch.setattr(worker_module, "execute_call", fake_echo)
+    yielded = []
+
+    def swallowed(key):  # as in a __del__ or an at-fork hook: the handler ran, its exception went nowhere
+        with contextlib.suppress(SystemExit):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs at the next bytecode
+
+    with pytest.raises(SystemExit) as stopped, ReplayWorker(parallel=1) as worker:
+        for outcome in worker.run({"a": {"x": 1}, "b": {"x": 2}}, on_start=swallowed):
+            yielded.append(outcome)
+    assert stopped.value.code == 128 + signal.SIGTERM and yielded == []
+    assert psutil.Process().children() == []
 
 
 @pytest.mark.slow

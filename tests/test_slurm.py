@@ -297,7 +297,7 @@ def test_a_replay_job_slurm_kills_is_retried_then_its_started_trials_are_failed_
     data["sweep"]["max_rounds"] = 1
     data["workload"]["num_request_ratio"] = 3000  # 24,000 requests: ~2 s replays, long enough to cancel mid-way
     data["sweep"]["screen_fraction"] = None  # no prefix screen: it could end a trial before the cancel lands
-    config = write_yaml(tmp_path, data)
+    config = write_yaml(tmp_path, search_only(data))  # after the search: only more 24,000-request replays
     process = subprocess.Popen(
         [*SPICA, str(config), "--profile", PROFILE, "--", *FAST, "--retries", "1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,

@@ -43,6 +43,8 @@ from spica_lib.replay.warm_up import warm_up
 
 STDERR_TAIL = 2000
 POLL_SECONDS = 0.05
+# The signals that stop the worker (scancel and a time limit send SIGTERM to every process of the job).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclass
@@ -89,8 +91,9 @@ class ReplayWorker:
         self._previous_handlers: dict[int, Any] = {}
 
     def __enter__(self) -> ReplayWorker:
+        _STOPPED_BY.clear()
         if threading.current_thread() is threading.main_thread():  # only the main thread may set handlers
-            for signum in (signal.SIGTERM, signal.SIGHUP):
+            for signum in STOP_SIGNALS:
                 self._previous_handlers[signum] = signal.signal(signum, _raise_exit)
         return self
 
@@ -122,7 +125,9 @@ class ReplayWorker:
                     if on_start is not None:
                         on_start(key)
                     self._start(selector, key, call, (per_request or {}).get(key))
-                yield from self._collect(selector)
+                for outcome in self._collect(selector):
+                    _stop_if_signalled()  # an outcome seen after a stop signal is the stop's doing, not a result
+                    yield outcome
         finally:
             selector.close()
 
@@ -142,25 +147,34 @@ class ReplayWorker:
         sys.stderr.flush()
         if self.timeout and call.get("pace"):  # the replay paces itself against its limit (replay/progress.py)
             call = {**call, "pace": {**call["pace"], "limit_seconds": self.timeout, "floor_seconds": STALL_FLOOR_SECONDS}}
-        pid = os.fork()
-        if pid == 0:  # the child never returns from here
-            os.close(out_read)
-            os.close(err_read)
-            _child(parent, call, per_request, out_write, err_write)
-        os.close(out_write)
-        os.close(err_write)
-        started = time.perf_counter()
-        deadline = started + self.timeout if self.timeout else None
-        rules = call.get("stop")
-        running = _Running(
-            key=key,
-            pid=pid,
-            started=started,
-            deadline=deadline,
-            rules=rules,
-            stall=prefix_stall(self.timeout, rules),
-        )
-        self.running[pid] = running
+        # The stop signals wait while the child is forked and registered. Delivered during the fork, the
+        # handler's exception was swallowed by the interpreter's at-fork hooks ("Exception ignored") and the
+        # job went on; the child, not yet ignoring them, died of it and was recorded as a failed replay.
+        # Held back until the child is in `running`, a stop now kills it and records nothing.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:  # the child never returns from here
+                os.close(out_read)
+                os.close(err_read)
+                _child(parent, call, per_request, out_write, err_write, mask)
+            os.close(out_write)
+            os.close(err_write)
+            started = time.perf_counter()
+            deadline = started + self.timeout if self.timeout else None
+            rules = call.get("stop")
+            running = _Running(
+                key=key,
+                pid=pid,
+                started=started,
+                deadline=deadline,
+                rules=rules,
+                stall=prefix_stall(self.timeout, rules),
+            )
+            self.running[pid] = running
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        _stop_if_signalled()
         for descriptor, stream in ((out_read, "out"), (err_read, "err")):
             os.set_blocking(descriptor, False)
             selector.register(descriptor, selectors.EVENT_READ, (running, stream))
@@ -258,16 +272,21 @@ def _messages(out: bytearray | bytes) -> list[dict[str, Any]]:
     return messages
 
 
-def _child(parent: int, call: dict[str, Any], per_request: str | None, out: int, err: int) -> None:
-    """Body of a forked child: replay, report over the pipe, exit without running the parent's cleanup."""
+def _child(
+    parent: int, call: dict[str, Any], per_request: str | None, out: int, err: int, mask: set[signal.Signals]
+) -> None:
+    """Body of a forked child: replay, report over the pipe, exit without running the parent's cleanup.
+
+    `mask`: the signal mask to restore once the stop signals are ignored (the fork ran with them blocked)."""
     code, started = 1, time.monotonic()
     try:
-        die_with_parent(parent, signal.SIGKILL)
         # A stop signal meant for the whole job (scancel, Ctrl-C reach every process of it) must not
         # end a replay as if it had failed: the worker answers it and SIGKILLs its children, and
         # nothing is recorded for them. Our time limit and a parent's death are SIGKILLs.
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a stop that came during the fork is discarded here
+        die_with_parent(parent, signal.SIGKILL)
         os.dup2(err, 2)
 
         def send(message: dict[str, Any]) -> None:
@@ -299,5 +318,16 @@ def _death(status: int) -> str:
     return f"replay process died (exit code {os.waitstatus_to_exitcode(status)})"
 
 
+_STOPPED_BY: list[int] = []  # the stop signal the worker got, if any (see _raise_exit)
+
+
 def _raise_exit(signum: int, frame: Any) -> None:
+    # Noted as well as raised: where Python swallows a handler's exception (a __del__, a callback it
+    # ignores errors of), the worker still stops at its next outcome instead of recording it.
+    _STOPPED_BY.append(signum)
     raise SystemExit(128 + signum)
+
+
+def _stop_if_signalled() -> None:
+    if _STOPPED_BY:
+        raise SystemExit(128 + _STOPPED_BY[0])

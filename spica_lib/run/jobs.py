@@ -299,6 +299,9 @@ def replay(job: JobArgs) -> None:
         except Exception as error:  # our own failure, not a kill: the last attempt names it instead of "killed"
             note_job_error([files.started(key) for key in specs], error)
             raise
+        # An earlier attempt's folder can be here: one that went on writing after its job was given up on
+        # (Snakemake had already removed its outputs). Every trial of it is in the journal, and so here.
+        shutil.rmtree(job.output["trials"], ignore_errors=True)
         os.replace(staging, job.output["trials"])
         with contextlib.suppress(OSError):  # the round's replaying/ folder, once its last job is done
             staging.parent.rmdir()
