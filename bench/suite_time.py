@@ -49,6 +49,8 @@ def one_run(commit: str) -> tuple[float, float, int, int, dict[str, float]]:
     passed, failed = (int(m.group(1)) if (m := re.search(rf"(\d+) {word}", counts)) else 0
                       for word in ("passed", "failed"))  # fmt: skip
     phases = {f"{test} ({phase})": float(s) for s, phase, test in DURATION.findall(done.stdout)}
+    if failed:  # a timing of a red suite is no figure: say what failed, with pytest's own summary of it
+        print(done.stdout[done.stdout.find("= FAILURES ="):][-20000:], flush=True)
     return wall, seconds, passed, failed, phases
 
 
