@@ -12,10 +12,13 @@ Run: .venv/bin/python bench/suite_time.py [--runs N]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,14 +36,17 @@ def one_run(commit: str) -> tuple[float, float, int, int, dict[str, float]]:
         subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
         subprocess.run(["git", "checkout", "--quiet", commit], cwd=clone, check=True)
         started = time.perf_counter()
-        done = subprocess.run(
-            [str(clone / ".ci" / "run")],
-            cwd=clone,
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "PYTEST_ADDOPTS": "--durations=40"},
-        )
+        # Its own session, so that a stop of this script (Ctrl-C, SIGTERM) takes the whole suite with it.
+        ci = subprocess.Popen([str(clone / ".ci" / "run")], cwd=clone, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                              env={**os.environ, "PYTEST_ADDOPTS": "--durations=40"})  # fmt: skip
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+        try:
+            stdout, _ = ci.communicate()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(ci.pid, signal.SIGKILL)
+        done = subprocess.CompletedProcess(ci.args, ci.returncode, stdout, "")
         wall = time.perf_counter() - started
     found = TOTAL.findall(done.stdout)
     if not found:
