@@ -40,23 +40,21 @@ def one_run(commit: str) -> tuple[float, float, int, int, dict[str, float]]:
         ci = subprocess.Popen([str(clone / ".ci" / "run")], cwd=clone, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True,
                               env={**os.environ, "PYTEST_ADDOPTS": "--durations=40"})  # fmt: skip
-        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         try:
             stdout, _ = ci.communicate()
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(ci.pid, signal.SIGKILL)
-        done = subprocess.CompletedProcess(ci.args, ci.returncode, stdout, "")
         wall = time.perf_counter() - started
-    found = TOTAL.findall(done.stdout)
+    found = TOTAL.findall(stdout)
     if not found:
-        raise SystemExit(f"no pytest total in the output (exit {done.returncode}):\n{done.stdout[-3000:]}")
+        raise SystemExit(f"no pytest total in the output (exit {ci.returncode}):\n{stdout[-3000:]}")
     counts, seconds = found[-1][0], float(found[-1][1])
     passed, failed = (int(m.group(1)) if (m := re.search(rf"(\d+) {word}", counts)) else 0
                       for word in ("passed", "failed"))  # fmt: skip
-    phases = {f"{test} ({phase})": float(s) for s, phase, test in DURATION.findall(done.stdout)}
+    phases = {f"{test} ({phase})": float(s) for s, phase, test in DURATION.findall(stdout)}
     if failed:  # a timing of a red suite is no figure: say what failed, with pytest's own summary of it
-        print(done.stdout[done.stdout.find("= FAILURES ="):][-20000:], flush=True)
+        print(stdout[stdout.find("= FAILURES ="):][-20000:], flush=True)
     return wall, seconds, passed, failed, phases
 
 
@@ -64,6 +62,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     runs = parser.parse_args().runs
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # so one_run's `finally` runs
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                             check=True).stdout.strip()  # fmt: skip
     results = []

@@ -55,6 +55,14 @@ def rejected(data: dict[str, Any], path: str, *fragments: str) -> str:
     raise AssertionError(f"no problem at {path!r} containing {fragments}; got {caught.value.problems}")
 
 
+def search_only(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` without the work after the last round (finish, stress test, baselines): for the sweeps whose
+    tests look only at the search's replay jobs, where each of those would be more replays to wait for."""
+    data["sweep"].pop("finish_top", None)
+    data["sweep"].update(finish_samples=0, stress_top=0, baselines=False)
+    return data
+
+
 def write_yaml(folder: Path, data: Any, name: str = "spica.yaml") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

@@ -12,7 +12,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from conftest import REPO, WALL_CLOCK_METRICS, write_yaml
+from conftest import REPO, WALL_CLOCK_METRICS, search_only, write_yaml
 
 from spica_lib.run.status import run_status, status_text
 from spica_lib.config.narrow import narrowed
@@ -216,11 +216,7 @@ def slow_replays_config():
     # poll could catch a child that had already ended and been journaled)
     data["workload"]["num_request_ratio"] = 3000
     data["sweep"]["max_rounds"] = 1
-    # No work after the search: each of its replays would be one more 24,000-request trace to wait for,
-    # and what these tests look at is the search's replay jobs.
-    del data["sweep"]["finish_top"]
-    data["sweep"].update(finish_samples=0, stress_top=0, baselines=False)
-    return data
+    return search_only(data)  # after the search: only more 24,000-request replays
 
 
 def test_a_replay_job_killed_from_outside_records_its_started_trials_as_failed_and_the_sweep_finishes(tmp_path):

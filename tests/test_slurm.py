@@ -24,7 +24,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from conftest import REPO, write_yaml
+from conftest import REPO, search_only, write_yaml
 from spica_lib.config.narrow import narrowed
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -91,14 +91,6 @@ def sweep_config() -> dict:
     data["search_space"] = narrowed(data["search_space"], router_mode=["round_robin"])
     # The finish runs on SLURM too; two samples of the top two are enough to show it.
     data["sweep"].update(max_rounds=2, candidates_per_round=2, parallel_evals=4, seed=5, finish_top=2, finish_samples=2)
-    return data
-
-
-def search_only(data: dict) -> dict:
-    """`data` without the work after the last round (finish, stress test, baselines): for the tests that look
-    only at the search's replay jobs, where each of those would be one more SLURM job to wait for."""
-    data["sweep"].pop("finish_top", None)
-    data["sweep"].update(finish_samples=0, stress_top=0, baselines=False)
     return data
 
 
