@@ -411,3 +411,78 @@ def test_past_its_checkpoint_a_replay_is_stopped_once_its_pace_would_overrun_wha
     watch._judge(19.0, 1_000_000.0)  # 31.7 s at this pace: within it
     with pytest.raises(ReplayStalled, match="at that pace the replay needs about 33 CPU s, over the 32 s its prefix"):
         watch._judge(20.0, 1_000_000.0)  # 33.3 s: it would overrun, and is stopped now rather than at 32 s
+
+
+def finished(ttft, itl, tokens, arrived=0):
+    """A tick's traffic as Dynamo 1.5.1 reports it: one completion with its TTFT, its own mean ITL and its tokens."""
+    return {"num_req": arrived, "ttft_count": 1, "avg_ttft_ms": ttft, "itl_count": 1, "avg_itl_ms": itl,
+            "shape_count": 1, "avg_osl": tokens}  # fmt: skip
+
+
+PER_REQUEST_SLA = {"ttft": 1000.0, "itl": 50.0}
+
+
+def test_a_completion_in_time_for_its_first_token_but_slow_after_it_misses_the_sla():
+    # 20 requests, a 90 % floor: 2 may miss. Each completes with TTFT 100 ms but 80 ms between its tokens (a
+    # decode worker that preempts): Dynamo's goodput does not count them, so neither does the coverage floor.
+    watch = EarlyStopWatch({**rules(requests=20, bounds=SLA_BOUNDS, coverage=0.9), "sla_ms": PER_REQUEST_SLA})
+    watch.on_tick(1000.0, finished(100.0, 80.0, 10, arrived=20), 0)
+    watch.on_tick(2000.0, finished(100.0, 80.0, 10), 0)
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(3000.0, finished(100.0, 80.0, 10), 0)
+    assert stop.value.stop["rule"] == "coverage" and stop.value.stop["certain_misses"] == 3
+    # Without the per-request bounds (a call made before them) the same ticks prove nothing.
+    blind = EarlyStopWatch(rules(requests=20, bounds=SLA_BOUNDS, coverage=0.9))
+    feed(blind, [(1000.0 * (i + 1), finished(100.0, 80.0, 10, arrived=20 if i == 0 else 0), 0) for i in range(3)])
+    assert blind._sla_misses == 0
+
+
+def long_and_short(below, deadlines=None):
+    """100 requests on 1 GPU over a 100 s trace: 90 of 10 output tokens, 10 of 1,000 (10,900 tokens: at best 109)."""
+    lengths = [10] * 90 + [1000] * 10
+    prune = {"below": below, "rank": 5, "gpus": 1, "output_tokens": sum(lengths), "output_lengths": lengths,
+             "span_ms": 100_000.0}  # fmt: skip
+    due = deadlines or [9e9] * 100
+    order = sorted(range(100), key=lambda i: due[i])
+    return {**rules(requests=100, bounds=SLA_BOUNDS, prune=prune), "sla_ms": PER_REQUEST_SLA,
+            "deadlines_ms": [due[i] for i in order], "deadline_tokens": [lengths[i] for i in order]}  # fmt: skip
+
+
+def test_a_long_request_that_completed_late_takes_its_own_tokens_out_of_the_optimistic_score():
+    # One request of 1,000 tokens completes with TTFT 5 s: at most 9,900 tokens can be goodput (99 per GPU). The
+    # count alone knew only "1 miss", and took out the fewest tokens one request can hold (10: 108.9).
+    watch = EarlyStopWatch(long_and_short(below=100.0))
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(2000.0, finished(5000.0, 20.0, 1000, arrived=100), 0)
+    assert stop.value.stop["rule"] == "prune" and stop.value.stop["score_bound"] == pytest.approx(99.0)
+    kept = EarlyStopWatch(long_and_short(below=99.0))  # 99 is not below 99: it could still rank
+    kept.on_tick(2000.0, finished(5000.0, 20.0, 1000, arrived=100), 0)
+
+
+def test_a_window_of_two_completions_with_one_certain_miss_keeps_the_tokens_the_other_could_hold():
+    # Two completions of 1,010 tokens with mean TTFT 2.5 s by 4 s: one is certainly over 1 s (the other may be the
+    # 10-token one or the 1,000-token one), so up to 1,000 of their tokens may be goodput: 10,900 - 10 at best.
+    watch = EarlyStopWatch(long_and_short(below=1.0))
+    two = {"num_req": 100, "ttft_count": 2, "avg_ttft_ms": 2500.0, "itl_count": 2, "avg_itl_ms": 20.0,
+           "shape_count": 2, "avg_osl": 505.0}  # fmt: skip
+    watch.on_tick(4000.0, two, 0)
+    assert watch._completed_sla == 1 and watch._goodput_tokens(4000.0) == pytest.approx(10_890.0)
+
+
+def test_requests_past_their_deadline_and_not_completed_hold_no_goodput_tokens():
+    # The 10 long requests are due by 10 s; at 11 s none has completed. Counted, they are 10 misses of at least 10
+    # tokens each (10,800 left: 108); by their tokens, at most the 900 of the short ones are left (9 per GPU).
+    due = [9e9] * 90 + [10_000.0] * 10
+    watch = EarlyStopWatch(long_and_short(below=10.0, deadlines=due))
+    watch.on_tick(1000.0, done(arrived=100), 0)
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(11_000.0, done(), 0)
+    assert stop.value.stop["score_bound"] == pytest.approx(9.0)
+
+
+def test_ticks_without_their_completions_tokens_fall_back_to_the_count_alone():
+    # An older bridge's ticks carry no avg_osl: the tokens of what completed are unknown, so no tokens bound.
+    watch = EarlyStopWatch(long_and_short(below=100.0))
+    tick = {k: v for k, v in finished(5000.0, 20.0, 1000, arrived=100).items() if k not in ("avg_osl", "shape_count")}
+    watch.on_tick(2000.0, tick, 0)  # the count alone: 1 miss of at least 10 tokens, 108.9 >= 100
+    assert watch._goodput_tokens(2000.0) == float("inf") and watch._sla_misses == 1

@@ -18,12 +18,30 @@ From these, at each tick, a lower bound on how many requests miss a latency boun
   meets it only if it is done ttft_ms + (n - 1) itl_ms after its arrival (its deadline; n its output
   length). Of the requests whose deadline is past, at most the `completed` ones are done, so at least
   `past - completed` will miss, whatever queue they wait in (a prefill queue or a decode one).
+- **completed, by the SLA's own bounds** (`sla_ms`, with a prune or a coverage floor): Dynamo's goodput
+  counts a request when its TTFT is within the SLA's ttft_ms and its ITL, (e2e - TTFT) / (n - 1), within
+  its itl_ms (a one-token request has no ITL). Each tick reports its completions' mean TTFT and their
+  mean ITL, one per completion (`avg_itl_ms` over `itl_count`; a window with a one-token completion has
+  fewer, and its ITL is not judged). An ITL is also at most the simulated time now, so the completed rule
+  above applies to each, and a window's certain SLA misses are the larger of the two counts: with one
+  completion per tick, exactly the completions that miss. (tests/test_trial_replay.py holds both to
+  the replay's own per-request rows.) With several completions per tick it names fewer.
 The sets are disjoint (waiting and late requests have not completed), so completed plus waiting is a
 lower bound on the misses of that bound, the misses of any bound bound those of every bound, and the
 completed misses of any bound plus the larger of the waiting and the late ones bound the requests that
 miss the SLA (`SLA`: every bound at once, what goodput and a coverage floor count). Misses never go
-back, so the largest such bound seen so far still holds. No other statistic is
-judged: the ticks' ITL is a per-request mean, not the SLA's, so an ITL bound is never a reason to stop.
+back, so the largest such bound seen so far still holds. A *percentile* or mean of the ITL (a hard
+constraint) is not judged: the report's ITL statistics are over every gap between tokens, which the
+ticks' per-request means do not bound, so such a bound is never a reason to stop.
+
+**tokens** (a prune): the ticks also give their completions' output tokens (`avg_osl` over
+`shape_count`). The tokens that can still count as goodput are at most those of the completions not
+certainly missing (a window's, less the fewest tokens its certain misses can hold, and at most its
+other completions times the longest request), plus those of the requests not completed whose deadline
+is not yet past (no more than the tokens not yet completed). Where the bar is close to the most a
+deployment can score (the stress test's bar, #1's score on the same traffic), this decides early in a
+replay that the count alone decided late or never: the count can only take out the fewest tokens its
+misses could hold, and a trace's shortest requests hold almost none.
 
 The rules, each told as a structured stop (rule, metric, bound, simulated time, counts, the bound that
 decided and what it was compared with):
@@ -35,9 +53,9 @@ decided and what it was compared with):
   a bound, fewer than f of them can meet every bound. The trial is infeasible.
 - `prune` (a goodput target, soft): an optimistic bound on the final score: every request not yet known
   to miss meets the SLA, so goodput is at most the output tokens of all requests less those of the
-  fewest-token requests that certainly miss, over a duration of at least the simulated time now (the
-  replay is still running) and at least the trace's span. Per GPU, the score is those tokens over the
-  GPU-seconds the deployment holds (goodput over average GPUs: the duration cancels). Without a planner
+  fewest-token requests that certainly miss (or the tokens bound above, where it is lower), over a
+  duration of at least the simulated time now (the replay is still running) and at least the trace's
+  span. Per GPU, the score is those tokens over the GPU-seconds the deployment holds (goodput over average GPUs: the duration cancels). Without a planner
   that is all its GPUs over the duration. With one, the GPU-seconds seen so far (between two ticks, the
   fewer active workers of each role at either end: the planner adds workers at its ticks, and a draining
   one leaves between them; counted once a request has arrived, when the replay's duration has begun) and,
@@ -115,6 +133,21 @@ class EarlyStopWatch:
         self._deadlines = rules.get("deadlines_ms")
         self._deadline = rules.get("deadline_ms")
         self._sla_misses = 0  # the most requests seen certain to miss the SLA (every bound at once) so far
+        # Per completion, the SLA's own per-request bounds (Dynamo's goodput: TTFT, and ITL as (e2e - TTFT) / (n - 1),
+        # the per-request mean each tick reports): completed requests certainly over one, and an upper bound on the
+        # output tokens of those that may meet the SLA (see "tokens" in the module docstring).
+        self._sla_ms = {name: float(ms) for name, ms in (rules.get("sla_ms") or {}).items() if ms is not None}
+        self._completed_sla = 0
+        self._completed_tokens = 0.0
+        self._open_tokens = 0.0
+        self._tokens_known = True  # False once a tick lacks the output lengths of its completions
+        lengths = (self.prune or {}).get("output_lengths") or []
+        osl = (self.prune or {}).get("osl")
+        self._osl_range = (min(lengths), max(lengths)) if lengths else ((osl, osl) if osl is not None else None)
+        # Output tokens of the requests due at or after each deadline (suffix sums in deadline order).
+        tokens = rules.get("deadline_tokens")
+        self._due_tokens = [*reversed(list(accumulate(reversed(tokens)))), 0] if tokens else None
+        self._most = [0, *accumulate(sorted(lengths, reverse=True))] if lengths else None
         # A planner's GPU-seconds seen so far (prune["worker_gpus"]: GPUs per worker of each role) and the
         # simulated time they cover; the last tick's time and GPUs.
         self._worker_gpus = (self.prune or {}).get("worker_gpus")
@@ -141,17 +174,17 @@ class EarlyStopWatch:
         self.completed += count
         self._ttft_sum += total
         for metric, bound in self.bounds:
-            if metric in self._past_ttft and count and total > count * bound * (1 + EPSILON):
-                room = now_ms - bound
-                past = count if room <= 0 else math.ceil((total - count * bound) / room - EPSILON)
-                self._past_ttft[metric] += min(count, max(1, past))
+            if metric in self._past_ttft:
+                self._past_ttft[metric] += certainly_over(count, total, bound, now_ms)
+        self._judge_completions(now_ms, traffic, count, total)
         self._ticks.append(now_ms)
         self._arrivals.append(self.arrived)
         parts = {metric: self._misses(metric, bound, now_ms, queued_prefill) for metric, bound in self.bounds}
         misses = {metric: done + waiting for metric, (done, waiting) in parts.items()}
         if parts:
             waiting = max([w for _, w in parts.values()] + [self._late(now_ms)])
-            self._sla_misses = max(self._sla_misses, max(d for d, _ in parts.values()) + waiting)
+            done = max([d for d, _ in parts.values()] + [self._completed_sla])
+            self._sla_misses = max(self._sla_misses, done + waiting)
             if self._sla_misses > max(misses.values()):
                 misses[SLA] = self._sla_misses
         self._hard(now_ms, misses)
@@ -168,6 +201,47 @@ class EarlyStopWatch:
             self._held_gpu_seconds += min(held, gpus) * (now_ms - then) / 1000.0
             self._held_ms += now_ms - then
         self._last_held = (now_ms, gpus)
+
+    def _judge_completions(self, now_ms: float, traffic: dict[str, Any], count: int, ttft_total: float) -> None:
+        """Judge the window's completions by the SLA's per-request bounds (see "tokens" in the module docstring)."""
+        if not count or not self._sla_ms:
+            return
+        itl_total = float(traffic.get("avg_itl_ms", 0.0) or 0.0) * float(traffic.get("itl_count", count) or 0)
+        over = [certainly_over(count, ttft_total, self._sla_ms["ttft"], now_ms)] if "ttft" in self._sla_ms else []
+        if "itl" in self._sla_ms and int(traffic.get("itl_count", 0) or 0) == count:
+            over.append(certainly_over(count, itl_total, self._sla_ms["itl"], now_ms))
+        missed = max(over, default=0)
+        self._completed_sla += missed
+        shapes, osl = traffic.get("shape_count"), traffic.get("avg_osl")
+        if shapes is None or osl is None or self._osl_range is None:
+            self._tokens_known = False
+            return
+        tokens = float(osl) * float(shapes)
+        self._completed_tokens += tokens
+        if int(shapes) != count:  # completions the TTFT count does not name: any of them may be good
+            self._open_tokens += tokens
+            return
+        fewest, most = self._osl_range
+        self._open_tokens += max(0.0, min(tokens - missed * fewest, (count - missed) * most))
+
+    def _goodput_tokens(self, now_ms: float) -> float:
+        """An upper bound on the output tokens of the requests that meet the SLA (inf: none known)."""
+        if not self._sla_ms or not self._tokens_known or self.prune is None:
+            return math.inf
+        unfinished = max(0.0, float(self.prune["output_tokens"]) - self._completed_tokens)
+        return self._open_tokens + min(unfinished, self._due_after(now_ms))
+
+    def _due_after(self, now_ms: float) -> float:
+        """Output tokens of the requests whose deadline is not yet past (inf without deadlines)."""
+        if self._due_tokens is not None:
+            return float(self._due_tokens[bisect.bisect_left(self._deadlines, now_ms * (1 - EPSILON))])
+        if self._deadline is not None and self._most is not None:
+            due = self.requests - self._arrived_before(now_ms - float(self._deadline) - EPSILON)
+            return float(self._most[max(0, min(due, len(self._most) - 1))])
+        if self._deadline is not None and self.prune.get("osl") is not None:
+            due = self.requests - self._arrived_before(now_ms - float(self._deadline) - EPSILON)
+            return float(self.prune["osl"]) * max(0, due)
+        return math.inf
 
     def _gpu_seconds(self, duration_ms: float) -> float:
         """The fewest GPU-seconds the deployment can hold over a replay of `duration_ms` (see the docstring)."""
@@ -233,7 +307,7 @@ class EarlyStopWatch:
         duration_ms = max(float(prune.get("span_ms") or 0.0), now_ms if unfinished else 0.0)
         if duration_ms <= 0:
             return
-        good_tokens = float(prune["output_tokens"]) - self._fewest_tokens(missed)
+        good_tokens = min(float(prune["output_tokens"]) - self._fewest_tokens(missed), self._goodput_tokens(now_ms))
         bound = good_tokens / self._gpu_seconds(duration_ms)
         below = float(prune["below"])
         if bound < below * (1 - 1e-6):
@@ -271,6 +345,17 @@ class EarlyStopWatch:
                 "cpu_seconds": time.process_time() - self._cpu}  # fmt: skip
 
 
+
+
+def certainly_over(count: int, total: float, bound: float, now_ms: float) -> int:
+    """How many of a window's `count` completions, whose values of a per-request latency sum to `total`, are
+    certainly over `bound`: each is at most the simulated time now (a TTFT, or a mean ITL, is at most the request's
+    age), so at least ceil((total - count * bound) / (now - bound)) are; exactly the one when count is 1."""
+    if not count or total <= count * bound * (1 + EPSILON):
+        return 0
+    room = now_ms - bound
+    past = count if room <= 0 else math.ceil((total - count * bound) / room - EPSILON)
+    return min(count, max(1, past))
 
 
 def _what_missed(metric: str, bound: float | None) -> str:

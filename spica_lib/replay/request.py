@@ -218,6 +218,10 @@ def _stop_rules(
     }
     if prune is not None or plan.coverage is not None:
         rules.update(_deadlines(request, function, args))
+        sla = request.sla
+        if sla is not None and (sla.ttft_ms is not None or sla.itl_ms is not None):
+            # The per-request bounds of Dynamo's goodput, which each completion's TTFT and ITL are judged by.
+            rules["sla_ms"] = {"ttft": sla.ttft_ms, "itl": sla.itl_ms}
     if prune is not None:
         workload = request.workload
         if function == "synthetic":
@@ -252,8 +256,9 @@ def _deadlines(request: ReplayRequest, function: str, args: list[Any]) -> dict[s
     if workload.replay_concurrency:
         return {"deadline_ms": ttft + max(0, trace_output_lengths(workload.trace_path)[-1] - 1) * itl}
     speedup = float(workload.arrival_speedup_ratio)
-    deadlines = sorted(at / speedup + ttft + max(0, n - 1) * itl for at, n in trace_arrivals(workload.trace_path))
-    return {"deadlines_ms": deadlines}
+    due = sorted((at / speedup + ttft + max(0, n - 1) * itl, n) for at, n in trace_arrivals(workload.trace_path))
+    # Each deadline's output tokens beside it: the tokens that can still count as goodput after a time.
+    return {"deadlines_ms": [at for at, _ in due], "deadline_tokens": [n for _, n in due]}
 
 
 def run_replay(request: ReplayRequest, per_request_path: str | None = None) -> ReplayOutcome:
