@@ -131,7 +131,15 @@ def test_a_sweep_finishes_on_fresh_samples_disjoint_from_its_own_and_recommends_
 def test_a_kv_router_deployment_on_a_closed_loop_is_repeated_and_round_robin_stands_without_a_replay(tmp_path):
     data = yaml.safe_load((REPO / "config" / "examples" / "pinned_parallel.yaml").read_text())
     data["search_space"]["parallel_configs"] = [{"tp": 2, "replicas": 2}]
-    data["search_space"] = narrowed(data["search_space"], router_mode=["kv_router", "round_robin"])
+    # The router is the only setting with two values, so the round's two candidates are one of each. With the KV
+    # router's knobs free, the optimizer proposed two KV routers (the round robin was never tested), and once in
+    # three suites two whose knobs changed nothing on this traffic: the finish then rightly saw one deployment.
+    # A temperature of 1 makes the KV router's choices its own (at 0, with these loads, it replays to exactly the
+    # round robin's metrics, and again the finish sees one deployment).
+    data["search_space"] = narrowed(
+        data["search_space"], router_mode=["kv_router", "round_robin"], agg_max_num_batched_tokens=[8192],
+        agg_max_num_seqs=[256], overlap_score_credit=[0.5], prefill_load_scale=[4.0], router_temperature=[1.0],
+    )  # fmt: skip
     data["workload"] = {"isl": 1024, "osl": 128, "concurrency": 8, "num_request_ratio": 6}
     data["goal"] = {"target": "throughput_per_gpu"}
     data["sweep"].update(max_rounds=1, candidates_per_round=2, finish_top=2, finish_samples=3, baselines=False)
@@ -139,6 +147,7 @@ def test_a_kv_router_deployment_on_a_closed_loop_is_repeated_and_round_robin_sta
     finish = read_model(run / "finish.json", FinishResult)
     records = {json.loads(p.read_text())["key"]: json.loads(p.read_text()) for p in run.glob("rounds/*/*/trials/*/*.json")}
     trials = [(r["spec"]["replay"]["plan"]["router_mode"], r["result"]["status"], r["result"]["reason"]) for r in records.values()]
+    assert sorted(router for router, _, _ in trials) == ["kv_router", "round_robin"], trials
     assert finish.kind == "repeat" and len(finish.deployments) == 2, trials
     for d in finish.deployments:
         router = records[d.key]["spec"]["replay"]["plan"]["router_mode"]
