@@ -55,10 +55,10 @@ decided and what it was compared with):
   to miss meets the SLA, so goodput is at most the output tokens of all requests less those of the
   fewest-token requests that certainly miss (or the tokens bound above, where it is lower), over a
   duration of at least the simulated time now (the replay is still running) and at least the trace's
-  span. Per GPU, the score is those tokens over the GPU-seconds the deployment holds (goodput over average GPUs: the duration cancels). Without a planner
-  that is all its GPUs over the duration. With one, the GPU-seconds seen so far (between two ticks, the
-  fewer active workers of each role at either end: the planner adds workers at its ticks, and a draining
-  one leaves between them; counted once a request has arrived, when the replay's duration has begun) and,
+  span. Per GPU, the score is those tokens over the GPU-seconds the deployment holds (goodput over average
+  GPUs: the duration cancels). Without a planner that is all its GPUs over the duration. With one, the
+  GPU-seconds seen so far (between two ticks, the fewer active workers of each role at either end: the
+  planner adds workers at its ticks, and a draining one leaves between them; counted once a request has arrived, when the replay's duration has begun) and,
   for the rest of the duration, one worker of each role (the fewest it can scale to; trial/screen.py).
   When even that is below `below`, the sweep's k-th best score told before the round was suggested
   (search/rounds.py), the trial cannot rank in the top k: it is `pruned`, not infeasible.
@@ -206,9 +206,9 @@ class EarlyStopWatch:
         """Judge the window's completions by the SLA's per-request bounds (see "tokens" in the module docstring)."""
         if not count or not self._sla_ms:
             return
-        itl_total = float(traffic.get("avg_itl_ms", 0.0) or 0.0) * float(traffic.get("itl_count", count) or 0)
         over = [certainly_over(count, ttft_total, self._sla_ms["ttft"], now_ms)] if "ttft" in self._sla_ms else []
-        if "itl" in self._sla_ms and int(traffic.get("itl_count", 0) or 0) == count:
+        if "itl" in self._sla_ms and int(traffic.get("itl_count", 0) or 0) == count:  # each completion has an ITL
+            itl_total = float(traffic.get("avg_itl_ms", 0.0) or 0.0) * count
             over.append(certainly_over(count, itl_total, self._sla_ms["itl"], now_ms))
         missed = max(over, default=0)
         self._completed_sla += missed
@@ -235,13 +235,14 @@ class EarlyStopWatch:
         """Output tokens of the requests whose deadline is not yet past (inf without deadlines)."""
         if self._due_tokens is not None:
             return float(self._due_tokens[bisect.bisect_left(self._deadlines, now_ms * (1 - EPSILON))])
-        if self._deadline is not None and self._most is not None:
-            due = self.requests - self._arrived_before(now_ms - float(self._deadline) - EPSILON)
-            return float(self._most[max(0, min(due, len(self._most) - 1))])
-        if self._deadline is not None and self.prune.get("osl") is not None:
-            due = self.requests - self._arrived_before(now_ms - float(self._deadline) - EPSILON)
-            return float(self.prune["osl"]) * max(0, due)
-        return math.inf
+        if self._deadline is None:
+            return math.inf
+        # One deadline after arrival: the requests not yet arrived that long ago, holding at most the most tokens.
+        due = max(0, self.requests - self._arrived_before(now_ms - float(self._deadline) - EPSILON))
+        if self._most is not None:
+            return float(self._most[min(due, len(self._most) - 1)])
+        osl = self.prune.get("osl")
+        return float(osl) * due if osl is not None else math.inf
 
     def _gpu_seconds(self, duration_ms: float) -> float:
         """The fewest GPU-seconds the deployment can hold over a replay of `duration_ms` (see the docstring)."""
