@@ -486,3 +486,23 @@ def test_ticks_without_their_completions_tokens_fall_back_to_the_count_alone():
     tick = {k: v for k, v in finished(5000.0, 20.0, 1000, arrived=100).items() if k not in ("avg_osl", "shape_count")}
     watch.on_tick(2000.0, tick, 0)  # the count alone: 1 miss of at least 10 tokens, 108.9 >= 100
     assert watch._goodput_tokens(2000.0) == float("inf") and watch._sla_misses == 1
+
+
+def test_what_completes_after_its_deadline_holds_no_goodput_even_where_its_window_names_only_one_miss():
+    # The 10 long requests and 80 short ones are due by 50 s; 10 short ones never are. By 60 s two have completed,
+    # one certainly late (their mean TTFT 2.5 s): up to 1,000 of their tokens may be goodput, plus the 100 tokens
+    # still due (11 per GPU over the 100 s trace: not below 8). At 200 s two more complete, one named late again:
+    # their window could hold a goodput request of 1,000 tokens, but a request completing after 60 s is goodput
+    # only if it was due after 60 s, and those hold 100 tokens. So at most 1,100: 5.5 per GPU over 200 s. Without
+    # that, the window's 1,000 would count (10.5); and the count of misses alone (89: 88 late, 1 named) leaves
+    # every long request's tokens in.
+    due = [50_000.0] * 80 + [9e9] * 10 + [50_000.0] * 10
+    watch = EarlyStopWatch(long_and_short(below=8.0, deadlines=due))
+    two = {"num_req": 0, "ttft_count": 2, "avg_ttft_ms": 2500.0, "itl_count": 2, "avg_itl_ms": 20.0,
+           "shape_count": 2, "avg_osl": 505.0}  # fmt: skip
+    watch.on_tick(40_000.0, {**two, "num_req": 100}, 0)
+    watch.on_tick(60_000.0, done(), 0)
+    with pytest.raises(ReplayStopped) as stop:
+        watch.on_tick(200_000.0, two, 0)
+    assert watch._completed_sla == 2 and watch._open_tokens + watch._due_after(200_000.0) == pytest.approx(2100.0)
+    assert stop.value.stop["rule"] == "prune" and stop.value.stop["score_bound"] == pytest.approx(5.5)

@@ -38,7 +38,13 @@ ticks' per-request means do not bound, so such a bound is never a reason to stop
 `shape_count`). The tokens that can still count as goodput are at most those of the completions not
 certainly missing (a window's, less the fewest tokens its certain misses can hold, and at most its
 other completions times the longest request), plus those of the requests not completed whose deadline
-is not yet past (no more than the tokens not yet completed). Where the bar is close to the most a
+is not yet past (no more than the tokens not yet completed). A request that meets the SLA completes by its
+deadline, so the ones that complete after any time t were due at or after t: the tokens that can still count are
+also at most those of the completions not certainly missing up to some earlier tick t plus the tokens due at or
+after t: the least of that over every tick so far (the count of misses needs no such floor: it keeps the most it
+has seen). That is what stops a replay whose queue keeps completing requests long past every deadline: its
+windows share their completions and name only some of them late, but none completing after the last deadline
+can be goodput. Where the bar is close to the most a
 deployment can score (the stress test's bar, #1's score on the same traffic), this decides early in a
 replay that the count alone decided late or never: the count can only take out the fewest tokens its
 misses could hold, and a trace's shortest requests hold almost none.
@@ -141,6 +147,9 @@ class EarlyStopWatch:
         self._completed_tokens = 0.0
         self._open_tokens = 0.0
         self._tokens_known = True  # False once a tick lacks the output lengths of its completions
+        # The least, over the ticks so far, of the tokens completed up to the tick that may be goodput plus those due
+        # at or after it: the tokens that can still meet the SLA (see "tokens" in the module docstring).
+        self._tokens_floor = math.inf
         lengths = (self.prune or {}).get("output_lengths") or []
         osl = (self.prune or {}).get("osl")
         self._osl_range = (min(lengths), max(lengths)) if lengths else ((osl, osl) if osl is not None else None)
@@ -179,6 +188,7 @@ class EarlyStopWatch:
         self._judge_completions(now_ms, traffic, count, total)
         self._ticks.append(now_ms)
         self._arrivals.append(self.arrived)
+        self._floor_at(now_ms)
         parts = {metric: self._misses(metric, bound, now_ms, queued_prefill) for metric, bound in self.bounds}
         misses = {metric: done + waiting for metric, (done, waiting) in parts.items()}
         if parts:
@@ -229,7 +239,13 @@ class EarlyStopWatch:
         if not self._sla_ms or not self._tokens_known or self.prune is None:
             return math.inf
         unfinished = max(0.0, float(self.prune["output_tokens"]) - self._completed_tokens)
-        return self._open_tokens + min(unfinished, self._due_after(now_ms))
+        return min(self._open_tokens + unfinished, self._open_tokens + self._due_after(now_ms), self._tokens_floor)
+
+    def _floor_at(self, now_ms: float) -> None:
+        """Take this tick into the least (completed tokens that may be goodput) + (tokens due at or after now) so far:
+        whatever completes after now meets the SLA only if it was due at or after now."""
+        if self._sla_ms and self._tokens_known and self.prune is not None:
+            self._tokens_floor = min(self._tokens_floor, self._open_tokens + self._due_after(now_ms))
 
     def _due_after(self, now_ms: float) -> float:
         """Output tokens of the requests whose deadline is not yet past (inf without deadlines)."""
