@@ -24,8 +24,12 @@
    merge, report), with the replay CPU of each, and how much of the finish's and the stress test's the
    branches' finish shares ran during the search (results/finish_share.py); 3 runs with aiconfigurator's
    answer searched (as a first run) and 3 with it cached, as for the default sweep.
+5. `conversation-lean` (not in the default list: about 25 minutes): the same sweep, aiconfigurator's answer
+   cached, side by side with its defaults, with `sweep.finish_top: 3` (the finish ranks the top_k the report
+   shows, not one more) and with the stress test off too: what the work after the search costs by the
+   settings that size it, and whether the recommendation moves.
 
-Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds|conversation ...]
+Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds|conversation|conversation-lean ...]
 """
 
 from __future__ import annotations
@@ -241,6 +245,37 @@ def bench_conversation() -> None:
               f"| {run['ahead_cpu']:.1f} |")  # fmt: skip
 
 
+LEAN_VARIANTS = (
+    ("defaults", {}),
+    ("`sweep.finish_top: 3` (the finish ranks the top_k the report shows)", {"finish_top": 3}),
+    ("`finish_top: 3`, `stress_top: 0` (no stress test)", {"finish_top": 3, "stress_top": 0}),
+)
+
+
+def bench_conversation_lean() -> None:
+    """What the work after the search costs on the real-trace sweep, by the settings that size it: the same sweep
+    (aiconfigurator's answer cached) with its defaults, with the finish's top cut to the report's top_k, and with
+    the stress test off too; the three side by side, each the median of 3, and what each recommends."""
+    print("| sweep settings | trials | wall, median of 3 (s) | runs (s) | search: start to the last tell (s) | after it "
+          "(s) | search replay CPU (s) | finish / stress / baselines / capacity CPU (s) | recommended (key, search "
+          "score) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as shared:
+        sweep(conversation_config(), shared)  # fills the shared cache of aiconfigurator's answer; not counted
+        for label, settings in LEAN_VARIANTS:
+            data = conversation_config()
+            data["sweep"].update(settings)
+            runs = sorted((sweep(data, shared) for _ in range(RUNS)), key=lambda r: r["wall"])
+            run, walls = runs[len(runs) // 2], [r["wall"] for r in runs]
+            cpu = " / ".join(f"{v:.1f}" for v in run["post_search_cpu"].values())
+            best = next((f for f in run["summary"].get("finish") or [] if f.get("recommended")), None)
+            named = f"{best['key'][:12]}, {best['search_score']:.1f}" if best else "(no finish)"
+            print(f"| {label} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
+                  f"| {run['wall'] - run['after_search']:.1f} | {run['after_search']:.1f} "
+                  f"| {sum(t['cpu_seconds'] for t in run['trials']):.1f} | {cpu} "
+                  f"| {named} |", flush=True)  # fmt: skip
+
+
 def rounds_config(rounds: int) -> dict:
     data = default_config()
     data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
@@ -265,5 +300,6 @@ def bench_rounds() -> None:
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or ["default", "p1", "rounds"]:
-        {"default": bench_default, "p1": bench_p1, "rounds": bench_rounds, "conversation": bench_conversation}[name]()
+        {"default": bench_default, "p1": bench_p1, "rounds": bench_rounds, "conversation": bench_conversation,
+         "conversation-lean": bench_conversation_lean}[name]()
         print(flush=True)
