@@ -13,7 +13,9 @@ thread and its forks are the real ones. Fake jobs:
 - `sleep`: sleeps params["seconds"], then writes output["out"];
 - `slow_warm_up`: its warm-up sleeps params["warm_up_seconds"]; then `sleep`'s body;
 - `with_steps_ahead`: writes output["out"]; after its fork, the host runs a fake step ahead that appends
-  "first <host pid>" to params["steps"] and gives a second step, which appends "second <host pid>".
+  "first <host pid>" to params["steps"] and gives a second step, which appends "second <host pid>";
+- `env_in_prepare`: its prepare step writes the host's own environment and pid to params["prepared"]; then
+  `report_env`'s body.
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ def failing_spool_writes(write):
     return fake_write
 
 
+def report_prepare_env(job):
+    Path(job.params["prepared"]).write_text(json.dumps({"env": dict(os.environ), "pid": os.getpid()}))
+
+
 def fake_steps_ahead(job):
     def note(word):
         with open(job.params["steps"], "a") as out:
@@ -102,6 +108,7 @@ def main() -> None:
             "sleep": (sleep, None),
             "slow_warm_up": (sleep, slow_warm_up),
             "with_steps_ahead": (report_env, None),
+            "env_in_prepare": (report_env, report_prepare_env),
         }
     )
     registry.AHEAD.clear()

@@ -271,6 +271,19 @@ def test_a_job_takes_from_its_caller_only_the_variables_a_job_reads(fake_host, t
     assert "LD_PRELOAD" not in seen["env"] and "/caller/bin" not in seen["env"]["PATH"]
 
 
+def test_the_host_takes_its_callers_job_variables_for_its_own_prepare_step_and_no_others(fake_host, tmp_path, monkeypatch):
+    # The Snakefile starts the host before it sets the run's variables (where its traces' scans are kept), so the
+    # host, started without them, must find them for a prepare step that scans a trace.
+    host, _ = fake_host
+    monkeypatch.setenv("SPICA_TRACE_SCANS", str(tmp_path / "scans"))
+    monkeypatch.setenv("LD_PRELOAD", "/caller/evil.so")
+    prepared = tmp_path / "prepared.json"
+    assert delegate("env_in_prepare", fake_job("env_in_prepare", tmp_path, prepared=str(prepared))) == 0
+    seen = json.loads(prepared.read_text())
+    assert seen["pid"] == host.pid  # run in the host itself, before the fork
+    assert seen["env"]["SPICA_TRACE_SCANS"] == str(tmp_path / "scans") and "LD_PRELOAD" not in seen["env"]
+
+
 def test_the_host_loads_vizier_as_it_starts_so_even_its_first_job_forks_with_it(fake_host, tmp_path):
     # Asked as soon as the host listens: the job still forks after the start step (registry.AT_START).
     assert delegate("report_env", fake_job("report_env", tmp_path)) == 0

@@ -10,7 +10,9 @@ Only its owner may use it. The socket is an abstract one (no file is left on dis
 the host), so any local user can find and reach it: every connection's peer uid (`SO_PEERCRED`)
 must be the host's own, else it is closed at once and nothing of it is read. The name stays out of
 the command line. A job's child keeps the host's environment and takes from the caller only the
-variables a job reads (`JOB_VARIABLES`), so no caller's `PATH` or `LD_PRELOAD` reaches it.
+variables a job reads (`JOB_VARIABLES`), so no caller's `PATH` or `LD_PRELOAD` reaches it. The host takes
+the same variables into its own environment before a job's prepare step: it starts before the sweep sets
+the run's (where its traces' scans and resamples are kept).
 
 One caller never holds up another: requests are read as they arrive (a caller that sends nothing
 is dropped after `REQUEST_SECONDS`), and a job's warm-up runs on a thread while the host goes on
@@ -191,6 +193,7 @@ class _Host:
 
         while self.waiting and self.preparing is None:
             request = self.waiting.popleft()
+            _adopt(request.env)
             prepare = JOBS[request.name][1]
             if prepare is None:
                 self._fork(request)
@@ -354,6 +357,16 @@ def _parse(caller: _Caller) -> _Request:
         raise ValueError(f"malformed request: {exc}") from exc
     except Exception as exc:  # pydantic's ValidationError
         raise ValueError(str(exc)) from exc
+
+
+def _adopt(env: dict[str, str]) -> None:
+    """Take a request's job variables (`job_environment`) into the host's own environment, for its prepare step and
+    the steps ahead after it: the host may start before the sweep sets them (the Snakefile starts it first), and
+    it serves that one sweep, whose jobs all carry the same. Only the main thread calls it, never while the
+    warm-up thread runs."""
+    for variable, value in job_environment(env).items():
+        if os.environ.get(variable) != value:
+            os.environ[variable] = value
 
 
 def _prepare(prepare: Any, request: _Request) -> None:
