@@ -466,7 +466,7 @@ def test_a_window_of_two_completions_with_one_certain_miss_keeps_the_tokens_the_
     two = {"num_req": 100, "ttft_count": 2, "avg_ttft_ms": 2500.0, "itl_count": 2, "avg_itl_ms": 20.0,
            "shape_count": 2, "avg_osl": 505.0}  # fmt: skip
     watch.on_tick(4000.0, two, 0)
-    assert watch._completed_sla == 1 and watch._goodput_tokens(4000.0) == pytest.approx(10_890.0)
+    assert watch._completed_sla == 1 and watch._goodput_tokens() == pytest.approx(10_890.0)
 
 
 def test_requests_past_their_deadline_and_not_completed_hold_no_goodput_tokens():
@@ -485,7 +485,7 @@ def test_ticks_without_their_completions_tokens_fall_back_to_the_count_alone():
     watch = EarlyStopWatch(long_and_short(below=100.0))
     tick = {k: v for k, v in finished(5000.0, 20.0, 1000, arrived=100).items() if k not in ("avg_osl", "shape_count")}
     watch.on_tick(2000.0, tick, 0)  # the count alone: 1 miss of at least 10 tokens, 108.9 >= 100
-    assert watch._goodput_tokens(2000.0) == float("inf") and watch._sla_misses == 1
+    assert watch._goodput_tokens() == float("inf") and watch._sla_misses == 1
 
 
 def test_what_completes_after_its_deadline_holds_no_goodput_even_where_its_window_names_only_one_miss():

@@ -696,7 +696,7 @@ def test_the_completions_bounds_never_pass_what_the_replays_own_requests_show(tm
 
     def recorded(watch, now_ms, traffic, queued_prefill, workers=None):
         judge(watch, now_ms, traffic, queued_prefill, workers)
-        seen.append((now_ms, watch._completed_sla, watch._goodput_tokens(now_ms)))
+        seen.append((now_ms, watch._completed_sla, watch._goodput_tokens()))
 
     monkeypatch.setattr(EarlyStopWatch, "on_tick", recorded)
     outcome = execute_call(call, str(tmp_path / "requests.parquet"))

@@ -193,7 +193,11 @@ class _Host:
 
         while self.waiting and self.preparing is None:
             request = self.waiting.popleft()
-            _adopt(request.env)
+            # The request's job variables (already filtered, `_parse`) into the host's own environment, for the
+            # prepare step and the steps ahead after it: the Snakefile starts the host before it sets the run's,
+            # and the host serves that one sweep, whose jobs all carry the same. Here on the main thread, with
+            # no warm-up thread running.
+            os.environ.update(request.env)
             prepare = JOBS[request.name][1]
             if prepare is None:
                 self._fork(request)
@@ -357,16 +361,6 @@ def _parse(caller: _Caller) -> _Request:
         raise ValueError(f"malformed request: {exc}") from exc
     except Exception as exc:  # pydantic's ValidationError
         raise ValueError(str(exc)) from exc
-
-
-def _adopt(env: dict[str, str]) -> None:
-    """Take a request's job variables (`job_environment`) into the host's own environment, for its prepare step and
-    the steps ahead after it: the host may start before the sweep sets them (the Snakefile starts it first), and
-    it serves that one sweep, whose jobs all carry the same. Only the main thread calls it, never while the
-    warm-up thread runs."""
-    for variable, value in job_environment(env).items():
-        if os.environ.get(variable) != value:
-            os.environ[variable] = value
 
 
 def _prepare(prepare: Any, request: _Request) -> None:

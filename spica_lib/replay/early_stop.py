@@ -234,12 +234,14 @@ class EarlyStopWatch:
         fewest, most = self._osl_range
         self._open_tokens += max(0.0, min(tokens - missed * fewest, (count - missed) * most))
 
-    def _goodput_tokens(self, now_ms: float) -> float:
-        """An upper bound on the output tokens of the requests that meet the SLA (inf: none known)."""
+    def _goodput_tokens(self) -> float:
+        """An upper bound on the output tokens of the requests that meet the SLA, as of the last tick (inf: none
+        known): the completions that may be goodput plus the tokens not yet completed, and the floor (`_floor_at`,
+        whose last tick's term is those completions plus the tokens due after now)."""
         if not self._sla_ms or not self._tokens_known or self.prune is None:
             return math.inf
         unfinished = max(0.0, float(self.prune["output_tokens"]) - self._completed_tokens)
-        return min(self._open_tokens + unfinished, self._open_tokens + self._due_after(now_ms), self._tokens_floor)
+        return min(self._open_tokens + unfinished, self._tokens_floor)
 
     def _floor_at(self, now_ms: float) -> None:
         """Take this tick into the least (completed tokens that may be goodput) + (tokens due at or after now) so far:
@@ -324,7 +326,7 @@ class EarlyStopWatch:
         duration_ms = max(float(prune.get("span_ms") or 0.0), now_ms if unfinished else 0.0)
         if duration_ms <= 0:
             return
-        good_tokens = min(float(prune["output_tokens"]) - self._fewest_tokens(missed), self._goodput_tokens(now_ms))
+        good_tokens = min(float(prune["output_tokens"]) - self._fewest_tokens(missed), self._goodput_tokens())
         bound = good_tokens / self._gpu_seconds(duration_ms)
         below = float(prune["below"])
         if bound < below * (1 - 1e-6):
