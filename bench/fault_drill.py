@@ -44,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 from day_trace import day_trace  # noqa: E402
+
 from spica_lib.config.narrow import narrowed  # noqa: E402
 
 PROFILE = str(REPO / "profiles" / "slurm")

@@ -17,8 +17,8 @@ BACKENDS = ["vllm", "sglang", "trtllm"]
 CHILD = """
 import json, sys, time
 start = time.perf_counter()
-from spica_lib import branches as stage
-from spica_lib import kv_capacity
+from spica_lib.pools import branches as stage
+from spica_lib.facts import kv_capacity
 from spica_lib.config import SmartSearchConfig
 imported = time.perf_counter()
 model, budget, backends = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])

@@ -41,6 +41,8 @@ from pathlib import Path
 os.environ.setdefault("DYN_LOG", "error")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from timed_sweep import timed_sweep  # noqa: E402
+
 from spica_lib.config import SmartSearchConfig  # noqa: E402
 from spica_lib.config.narrow import narrowed  # noqa: E402
 from spica_lib.facts.kv_capacity import KvEstimator  # noqa: E402
@@ -52,7 +54,6 @@ from spica_lib.search.in_process import run_round  # noqa: E402
 from spica_lib.search.rounds import SearchContext  # noqa: E402
 from spica_lib.trial.evaluate import evaluate_trials  # noqa: E402
 from spica_lib.trial.spec import TrialResult, TrialSpec  # noqa: E402
-from timed_sweep import timed_sweep  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TRACE = REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
@@ -147,7 +148,7 @@ def search(config: SmartSearchConfig, replays: Replays):
 
 
 def finish_top(config: SmartSearchConfig, records, best):
-    """The distinct top deployments, as the finish job takes them (run/jobs.py: finish_top)."""
+    """The distinct top deployments, as the finish job takes them (run/jobs/ranked.py: finish_top)."""
     distinct = [row for row, earlier in zip(best, same_result_as(best), strict=True) if earlier is None]
     return {row.key: (records[row.key].spec, records[row.key].result) for row in distinct[: config.sweep.finish_top]}
 

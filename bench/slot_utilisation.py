@@ -37,6 +37,7 @@ from timed_sweep import timed_sweep
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from spica_lib.config.narrow import narrowed  # noqa: E402
+
 SLOTS, TRIALS, RUNS = 8, 64, 3
 STAND_IN = "2.3,6.5"  # p50, p90 in seconds
 EXECUTOR: list[str] | None = None  # --cores SLOTS; --slurm sets the profile

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import yaml
+
 from spica_lib.config.narrow import narrowed
 
 REPO = Path(__file__).resolve().parents[1]

@@ -45,6 +45,7 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+
 from spica_lib.config.narrow import narrowed
 
 REPO = Path(__file__).resolve().parents[1]

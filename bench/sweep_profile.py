@@ -77,7 +77,7 @@ def add_parts(folder: Path, job: Job) -> None:
         round_file = json.loads(path.read_text())
         estimate = (round_file.get("warm_start") or {}).get("estimate_seconds", 0.0) if not round_file["refill"] else 0
         # A suggest forked from the warm host finds the designer imported and round 0's estimate compiled there
-        # (run/jobs.py: prepare_suggest); the round file's optimizer seconds count that time too.
+        # (run/jobs/search.py: prepare_suggest); the round file's optimizer seconds count that time too.
         hosted = sum(_seconds(log, r"designer and static estimate prepared in ([0-9.]+) s"))
         job.parts["suggest: designer import and static estimate (warm start)"] = estimate + hosted
         job.parts["Vizier (designer built, told, asked)"] = round_file["optimizer_seconds"] - estimate - hosted

@@ -1,8 +1,8 @@
 """Rule `aiconfigurator_pick`: the validated config -> baselines/aiconfigurator_pick.json.
 
-The job's body is `spica_lib.run.jobs.aiconfigurator_pick`; the sweep's warm host runs it when there is one.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["aiconfigurator_pick"]).
 """
 
-from spica_lib.host.client import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("aiconfigurator_pick", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

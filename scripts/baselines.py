@@ -1,9 +1,8 @@
 """Rule `baselines`: the final ranking + aiconfigurator's pick -> baselines.json, each baseline replayed.
 
-The job's body is `spica_lib.run.jobs.baselines`; one of the sweep's pilots (SLURM) or its warm host
-runs it when it has them.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["baselines"]).
 """
 
-from spica_lib.pilot.waiter import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("baselines", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

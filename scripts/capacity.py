@@ -1,9 +1,8 @@
 """Rule `capacity`: finish.json + the branch histories -> capacity.json (the top deployments' load within the SLA).
 
-The job's body is `spica_lib.run.capacity_jobs.capacity`; one of the sweep's pilots (SLURM) or its warm
-host runs it when it has them.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["capacity"]).
 """
 
-from spica_lib.pilot.waiter import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("capacity", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

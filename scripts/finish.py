@@ -1,9 +1,8 @@
 """Rule `finish`: the top deployments replayed again where the replay is not exact -> finish.json.
 
-The job's body is `spica_lib.run.jobs.finish`; one of the sweep's pilots (SLURM) or its warm host
-runs it when it has them.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["finish"]).
 """
 
-from spica_lib.pilot.waiter import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("finish", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,10 +1,9 @@
 """Rule `finish_share`: a branch's first-look finish samples, replayed while another branch still searches
 -> finish_shares/<branch>.json.
 
-The job's body is `spica_lib.run.finish_share_jobs.finish_share`; one of the sweep's pilots (SLURM) or its
-warm host runs it when it has them.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["finish_share"]).
 """
 
-from spica_lib.pilot.waiter import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("finish_share", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

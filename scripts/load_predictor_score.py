@@ -7,7 +7,7 @@ from spica_lib.config.presets import load_predictor
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.predictor.dynamo import lean_imports
 from spica_lib.predictor.plan import plan_predictor_jobs
-from spica_lib.predictor.scoring import run_job
+from spica_lib.predictor.scoring import score_predictor_job
 
 smk = snakemake  # noqa: F821 (injected by Snakemake's script directive)
 
@@ -17,7 +17,7 @@ with stage_log(smk.log[0]) as log:
     interval, label = int(smk.wildcards.interval), smk.wildcards.label
     job = next(j for j in plan.jobs if (j.interval, j.label) == (interval, label))
     lean_imports(load_predictor(job.entry).load_predictor)  # this process scores one family only
-    score = run_job(
+    score = score_predictor_job(
         job,
         config.workload.search_part().trace_path,  # never the held-out part: it is the finish's check
         config.workload.arrival_speedup_ratio,

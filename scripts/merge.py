@@ -1,8 +1,8 @@
 """Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json.
 
-The job's body is `spica_lib.run.jobs.merge`; the sweep's warm host runs it when there is one.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["merge"]).
 """
 
-from spica_lib.host.client import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("merge", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,9 +1,9 @@
 """Checkpoint `refill`: a round's earlier passes and their trials -> rounds/<branch>/<k>/refill/<p>/suggestions.json
 and specs/<key>.json, replacements for the last pass's failed or timed-out replays.
 
-The job's body is `spica_lib.run.jobs.refill`; the sweep's warm host runs it when there is one.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["refill"]).
 """
 
-from spica_lib.host.client import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("refill", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,9 +1,8 @@
 """Rule `replay`: one replay job of a round -> rounds/<branch>/<k>/trials/<job>/<key>.json, one file per trial.
 
-The job's body is `spica_lib.run.jobs.replay`; one of the sweep's pilots (SLURM) or its warm host
-runs it when it has them.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["replay"]).
 """
 
-from spica_lib.pilot.waiter import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("replay", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

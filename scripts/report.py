@@ -1,8 +1,8 @@
-"""Rule `report`: the run's files -> report/report.md, report/*.png, manifest.json, deploy/<rank>/.
+"""Rule `report`: the run's files -> report/report.md, report/*.png and manifest.json.
 
-The job's body is `spica_lib.report.job.report`; the sweep's warm host runs it when there is one.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["report"]).
 """
 
-from spica_lib.host.client import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("report", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,8 +1,8 @@
 """Checkpoint `suggest`: branch + history -> rounds/<branch>/<k>/suggestions.json and the round's specs/<key>.json.
 
-The job's body is `spica_lib.run.jobs.suggest`; the sweep's warm host runs it when there is one.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["suggest"]).
 """
 
-from spica_lib.host.client import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("suggest", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

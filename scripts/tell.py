@@ -1,8 +1,8 @@
 """Rule `tell`: suggestions + trial files -> rounds/<branch>/<k>/observations.json (the branch history).
 
-The job's body is `spica_lib.run.jobs.tell`; the sweep's warm host runs it when there is one.
+Who runs the job, and its body, are in its entry of spica_lib/host/registry.py (JOBS["tell"]).
 """
 
-from spica_lib.host.client import run_job
+from spica_lib.pilot.rule_script import run_rule
 
-run_job("tell", snakemake)  # noqa: F821 (injected by Snakemake's script directive)
+run_rule(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
-from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config import ConfigError, InputKind, SmartSearchConfig, read_input
 from spica_lib.replay.request import WALL_CLOCK_METRICS  # noqa: F401 (the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def sweep_examples() -> list[Path]:
-    """config/default.yaml and every example that is one sweep's config (a fleet config lists `models`)."""
+    """config/default.yaml and every example that is one sweep's config (as the library tells a document's kind)."""
     examples = sorted((REPO / "config" / "examples").glob("*.yaml"))
-    singles = [p for p in examples if "models" not in (yaml.safe_load(p.read_text(encoding="utf-8")) or {})]
+    singles = [p for p in examples if read_input(p)[0] is InputKind.SWEEP]
     return [REPO / "config" / "default.yaml", *singles]
 TRACE = REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
 

@@ -100,19 +100,18 @@ def fake_steps_ahead(job):
 
 def main() -> None:
     registry.JOBS.clear()
+    Job = registry.Job
     registry.JOBS.update(
         {
-            "report_env": (report_env, None),
-            "panicking_warm_up": (report_env, _warm_up_with(fake_replay_that_panics)),
-            "hanging_warm_up": (report_env, _warm_up_with(fake_replay_that_hangs)),
-            "sleep": (sleep, None),
-            "slow_warm_up": (sleep, slow_warm_up),
-            "with_steps_ahead": (report_env, None),
-            "env_in_prepare": (report_env, report_prepare_env),
+            "report_env": Job(report_env),
+            "panicking_warm_up": Job(report_env, prepare=_warm_up_with(fake_replay_that_panics)),
+            "hanging_warm_up": Job(report_env, prepare=_warm_up_with(fake_replay_that_hangs)),
+            "sleep": Job(sleep),
+            "slow_warm_up": Job(sleep, prepare=slow_warm_up),
+            "with_steps_ahead": Job(report_env, ahead=fake_steps_ahead),
+            "env_in_prepare": Job(report_env, prepare=report_prepare_env),
         }
     )
-    registry.AHEAD.clear()
-    registry.AHEAD["with_steps_ahead"] = fake_steps_ahead
     registry.preload = lambda: None  # nothing to import for fake jobs
     if sys.argv[1] == "pilot":
         node.write_model_file = failing_spool_writes(node.write_model_file)

@@ -9,10 +9,10 @@ from conftest import REPO
 
 from spica_lib.api import SearchOutcome, run_smart_search
 from spica_lib.api.search import RUN_FOLDER_VARIABLES
-from spica_lib.config import ConfigError
 from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.baselines.plan import BASELINE_SUFFIX
+from spica_lib.config import ConfigError
 from spica_lib.results.finish import FinishResult, sample_name
 from spica_lib.results.finish_share import FinishShare
 from spica_lib.results.merge import CandidateRow

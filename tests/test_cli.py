@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO, config_data, write_yaml
 
 from spica_lib.cli.main import main
+from spica_lib.config import ConfigError
 
 pytestmark = pytest.mark.slow
 
@@ -156,3 +157,47 @@ def test_spica_run_dry_run_plans_the_sweep_and_runs_nothing(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "This was a dry-run" in done.stdout + done.stderr and "finish" in done.stdout + done.stderr
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "example", sorted((REPO / "config" / "examples").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_every_shipped_example_passes_spica_validate_whatever_its_kind(example, capsys):
+    assert main(["validate", str(example)]) == 0, capsys.readouterr().err
+    assert ": valid" in capsys.readouterr().out
+
+
+def test_validate_tells_a_fleet_config_by_its_models_and_checks_it_as_a_fleet(capsys):
+    assert main(["validate", str(REPO / "config" / "examples" / "fleet_models.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "valid fleet config — 3 model(s) on 4 x h200_sxm, 8 x h100_sxm" in out
+    assert "chat-32b" in out and "Qwen/Qwen3-32B" in out and "req/s offered" in out
+
+
+def test_spica_run_hands_a_fleet_config_to_the_fleet_and_a_sweep_config_to_the_sweep(monkeypatch):
+    import spica_lib.fleet.launch
+    import spica_lib.run.launcher
+
+    fleets, sweeps = [], []
+    monkeypatch.setattr(spica_lib.fleet.launch, "run_fleet", lambda config, **kw: fleets.append(config) or 0)
+    monkeypatch.setattr(spica_lib.run.launcher, "run_sweep", lambda config, **kw: sweeps.append(config) or 0)
+    fleet, single = str(REPO / "config" / "examples" / "fleet_models.yaml"), str(REPO / "config" / "default.yaml")
+    assert main(["run", fleet, "-n"]) == 0 and main(["run", single, "-n"]) == 0
+    assert (fleets, sweeps) == ([fleet], [single])
+
+
+def test_a_document_at_the_wrong_door_is_told_which_door_takes_it_in_one_line(tmp_path, capsys):
+    from spica_lib.config import SmartSearchConfig
+    from spica_lib.fleet.config import load_fleet_config
+
+    with pytest.raises(ConfigError, match=r"this is a fleet config .* `spica fleet FILE`") as fleet:
+        SmartSearchConfig.from_yaml(REPO / "config" / "examples" / "fleet_models.yaml")
+    with pytest.raises(ConfigError, match=r"this is one sweep's config .*`spica run FILE`") as single:
+        load_fleet_config(REPO / "config" / "default.yaml")
+    assert len(fleet.value.problems) == len(single.value.problems) == 1
+    dgdr = write_yaml(tmp_path, {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeploymentRequest", "spec": {}})
+    assert main(["validate", str(dgdr)]) == 2
+    assert "DynamoGraphDeploymentRequest" in capsys.readouterr().err
+    other = write_yaml(tmp_path, {"apiVersion": "v1", "kind": "ConfigMap"}, "cm.yaml")
+    assert main(["validate", str(other)]) == 2
+    assert "'ConfigMap' is a Kubernetes kind Spica does not read" in capsys.readouterr().err

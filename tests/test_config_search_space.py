@@ -4,7 +4,7 @@ import pytest
 from conftest import build, config_data, rejected
 
 from spica_lib.config.fields import OFFLOAD_WEIGHTS
-from spica_lib.config.search_space import CHOICES, ENGINE_KNOB_DEFAULTS, KNOB_DEFAULTS, ROUTER_WEIGHT_DEFAULTS
+from spica_lib.config.knob_values import CHOICES, ENGINE_KNOB_DEFAULTS, KNOB_DEFAULTS, ROUTER_WEIGHT_DEFAULTS
 
 SCALING_DICT = {
     "enable_throughput_scaling": True,

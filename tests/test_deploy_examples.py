@@ -15,11 +15,11 @@ import yaml
 from conftest import sweep_examples
 
 from spica_lib.config import SmartSearchConfig
+from spica_lib.deploy.k8s_check import document_problems
+from spica_lib.deploy.release import installed_release
+from spica_lib.deploy.top import BENCH_FILE, DGD_FILE, write_deployment
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import enumerate_branches
-from spica_lib.report.deploy import BENCH_FILE, DGD_FILE, write_deployment
-from spica_lib.report.k8s_check import document_problems
-from spica_lib.report.release import installed_release
 from spica_lib.search.space import BranchSpace
 from spica_lib.trial.evaluate import prepare_trial
 from spica_lib.trial.kv_load import InfeasibleKVCapacity

@@ -13,15 +13,15 @@ import pytest
 import yaml
 from conftest import build, config_data
 
+from spica_lib.deploy.bench_job import AIPERF, frontend_url
+from spica_lib.deploy.dgd import GPU, components_by_role, main_container
+from spica_lib.deploy.k8s_check import document_problems
+from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE, check_namespace, deployment_name, name_problems
+from spica_lib.deploy.release import installed_release
+from spica_lib.deploy.replayed import replayed
+from spica_lib.deploy.settings import deployed_engine, differences, frontend_config, planner_config
+from spica_lib.deploy.top import BENCH_FILE, DGD_FILE, DeploymentFiles, write_deployment
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
-from spica_lib.report.bench_job import AIPERF, frontend_url
-from spica_lib.report.deploy import BENCH_FILE, DGD_FILE, DeploymentFiles, write_deployment
-from spica_lib.report.dgd import GPU, components_by_role, main_container
-from spica_lib.report.k8s_check import document_problems
-from spica_lib.report.k8s_names import DEFAULT_NAMESPACE, check_namespace, deployment_name, name_problems
-from spica_lib.report.release import installed_release
-from spica_lib.report.replayed import replayed
-from spica_lib.report.settings import deployed_engine, differences, frontend_config, planner_config
 from spica_lib.trial.evaluate import prepare_trial
 from spica_lib.trial.spec import TrialRecord, TrialResult
 

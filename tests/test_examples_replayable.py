@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import sweep_examples
 
-from spica_lib.config import SmartSearchConfig
-from spica_lib.config.root import read_yaml_mapping
+from spica_lib.config import SmartSearchConfig, read_yaml_mapping
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import enumerate_branches
 from spica_lib.search.in_process import run_round

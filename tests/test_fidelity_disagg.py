@@ -6,7 +6,8 @@ import os
 import pytest
 
 from spica_lib.fidelity.cap import RowCap, capped
-from spica_lib.fidelity.check import check_row, checkpoint_precision, unsupported_reason
+from spica_lib.fidelity.check import check_row, unsupported_reason
+from spica_lib.fidelity.checkpoint import checkpoint_precision
 from spica_lib.fidelity.protocol import DISAGG_PROTOCOL, disagg_settings
 from spica_lib.fidelity.silicon import RoleShape, SiliconRow, UnreadRow, disagg_row, disaggregated_rows, silicon_csv
 

@@ -10,9 +10,9 @@ import yaml
 from conftest import REPO, build, config_data, rejected, write_yaml
 
 from spica_lib.base.artifacts import read_model
-from spica_lib.results.finish import FinishResult
-from spica_lib.results.merge import SweepSummary
 from spica_lib.config.narrow import narrowed
+from spica_lib.results.finish import FinishResult
+from spica_lib.results.summary import SweepSummary
 
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
 
@@ -65,7 +65,7 @@ def test_arrival_seed_is_refused_where_there_is_no_arrival_draw():
 def test_a_finish_share_replays_in_order_and_stops_once_every_other_branch_is_done():
     # Our own control flow only: a fake replayer that records what it was asked, and a fake clock of the
     # other branches (searching for the first two checks).
-    from spica_lib.run.finish_share_jobs import share_replays
+    from spica_lib.run.jobs.finish_share import share_replays
 
     planned = {f"k{d}#{i}": None for d in range(3) for i in range(2)}
     asked, checks = [], iter([True, True, False])

@@ -13,12 +13,12 @@ from conftest import REPO, build, config_data, rejected, write_yaml
 
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.validate import check_config, config_sha256
+from spica_lib.deploy.dgd import gpu_node_selector
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig, role_configs
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.pools.table import read_pool, write_pool
 from spica_lib.replay.request import replay_call
-from spica_lib.report.dgd import gpu_node_selector
 from spica_lib.results.capacity import CONFIRM_SAMPLES, RESOLUTION, at_load, bisect_capacity
 from spica_lib.search.space import BranchSpace
 from spica_lib.trial.evaluate import evaluate_trials, prepare_trial
@@ -86,7 +86,7 @@ def trial(cfg, layout, mode="disagg", **selection):
 def test_an_inventory_of_one_gpu_type_is_the_shorthand_with_its_run_id():
     one = build(config_data(search_space={"hardware_sku": None, "hardware": {"h200_sxm": 8}}))
     shorthand = build(config_data(search_space={"gpu_budget": 8}))
-    assert one.search_space.hardware is None and not one.search_space.is_fleet
+    assert one.search_space.hardware is None and not one.search_space.has_gpu_inventory
     assert (one.search_space.hardware_sku, one.search_space.gpu_budget) == ("h200_sxm", 8)
     assert config_sha256(one) == config_sha256(shorthand)
 
@@ -106,7 +106,7 @@ def test_one_sku_configs_keep_their_run_ids_and_trial_keys(name):
 
 def test_an_inventory_stands_for_its_first_type_and_its_total_and_contradicting_them_is_refused():
     space = build(fleet()).search_space
-    assert space.is_fleet and (space.hardware_sku, space.gpu_budget) == ("h200_sxm", 20)
+    assert space.has_gpu_inventory and (space.hardware_sku, space.gpu_budget) == ("h200_sxm", 20)
     assert space.inventory() == INVENTORY and space.hardware_text() == "4 x h200_sxm + 16 x h100_sxm"
     rejected(fleet(gpu_budget=8), "search_space", "one or the other", "gpu_budget")
     rejected(fleet(hardware={"h200_sxm": 0, "h100_sxm": 4}), "search_space.hardware", "at least 1")

@@ -20,7 +20,7 @@ from spica_lib.config.validate import build_validated_config
 from spica_lib.host import launch
 from spica_lib.host.client import ADDRESS_VARIABLE, delegate, host_address, job_environment
 from spica_lib.host.registry import JOBS
-from spica_lib.run.job import JobArgs
+from spica_lib.run.job_args import JobArgs
 from spica_lib.trial.spec import TrialSpec
 
 
@@ -111,14 +111,14 @@ def test_the_host_scans_the_runs_trace_before_it_forks_a_suggest(tmp_path):
         update={"rule": "suggest", "input": {"config": str(tmp_path / "config.json")}, "wildcards": {"round": "1"}}
     )
     trace._scan.cache_clear()
-    JOBS["suggest"][1](job)  # what the host runs before it forks the job
+    JOBS["suggest"].prepare_step()(job)  # what the host runs before it forks the job
     assert trace._scan.cache_info().currsize == 1
     trace.scan_trace(TRACE)  # as a forked suggest would: found, not read again
     assert trace._scan.cache_info().misses == 1
 
 
 def stage_job(rule, files, **named):
-    """The job of a stage before round 0 (spica_lib/run/setup_jobs.py) or of a suggest, in run folder `files`."""
+    """The job of a stage before round 0 (spica_lib/run/jobs/setup.py) or of a suggest, in run folder `files`."""
     inputs = {
         "config": files.config_json,
         "policies": files.policies_json,
@@ -131,12 +131,11 @@ def stage_job(rule, files, **named):
 
 
 def test_the_host_compiles_round_0s_static_estimate_before_it_forks_a_suggest_and_warms_its_branch_ahead(tmp_path):
-    from spica_lib.replay.warm_up import _WARMED, warm_up_groups
-    from spica_lib.run.layout import RunFiles
-    from spica_lib.run.setup_jobs import STAGES
-    from spica_lib.search import warm_start
-    from spica_lib.host.registry import AHEAD
     from spica_lib.replay.request import replay_call
+    from spica_lib.replay.warm_up import _WARMED, warm_up_groups
+    from spica_lib.run.jobs.setup import STAGES
+    from spica_lib.run.layout import RunFiles
+    from spica_lib.search import warm_start
 
     files = RunFiles(dir=str(tmp_path / "run"))
     space = {**trace_config()["search_space"], "deployment_mode": ["agg"], "backend": ["vllm", "sglang"]}
@@ -154,14 +153,14 @@ def test_the_host_compiles_round_0s_static_estimate_before_it_forks_a_suggest_an
                         "trials_per_job": None}, output={"suggestions": files.suggestions("agg", 0),
                         "specs": files.round_specs("agg", 0)})  # fmt: skip
     warm_start._STEP_MODELS.clear()
-    JOBS["suggest"][1](suggest)  # what the host runs before it forks the job
+    JOBS["suggest"].prepare_step()(suggest)  # what the host runs before it forks the job
     (model,) = warm_start._STEP_MODELS.values()
     compiled = dict(model._engines)
     assert compiled
-    JOBS["suggest"][0](suggest)  # the job itself, as its fork runs it: it finds every engine compiled
+    JOBS["suggest"].run(suggest)  # the job itself, as its fork runs it: it finds every engine compiled
     assert dict(model._engines) == compiled
     # Ahead, while the suggest runs: a warm-up per backend of the branch, covering what round 0's seeds replay.
-    steps = AHEAD["suggest"](suggest)
+    steps = JOBS["suggest"].steps_ahead(suggest)
     assert len(steps) == 2
     for step in steps:
         step()

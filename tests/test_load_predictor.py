@@ -9,15 +9,8 @@ from conftest import TRACE, build, config_data
 from spica_lib.config.presets import LOAD_PREDICTOR_PRESETS
 from spica_lib.predictor.dynamo import dynamo_predictor
 from spica_lib.predictor.plan import PresetScore, merge_scores, plan_predictor_jobs
-from spica_lib.predictor.scoring import (
-    Window,
-    build_windows,
-    minimum_windows,
-    run_job,
-    score_candidate,
-    warmup_windows,
-    window_loss,
-)
+from spica_lib.predictor.scoring import Window, build_windows, score_candidate, score_predictor_job, window_loss
+from spica_lib.predictor.warmup import minimum_windows, warmup_windows
 
 TRACE_WORKLOAD = {"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None, "trace_path": str(TRACE)}
 GOODPUT = {"target": "goodput", "sla": {"ttft_ms": 1000, "itl_ms": 50}}
@@ -204,7 +197,7 @@ def test_identical_windows_give_a_perfect_constant_forecast(tmp_path):
         candidates=["constant_last", "kalman_reactive_raw"],
     )
     job = plan.jobs[0].model_copy(update={"interval": 10})
-    result = run_job(job, str(path), 1.0, ["constant_last", "kalman_reactive_raw"])
+    result = score_predictor_job(job, str(path), 1.0, ["constant_last", "kalman_reactive_raw"])
     assert result.windows == 12 and result.windows_scored == 9 and result.loss == 0.0
 
 

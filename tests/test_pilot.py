@@ -23,7 +23,7 @@ from spica_lib.pilot.launch import SPOOLS
 from spica_lib.pilot.settings import PilotSettings, PilotSettingsError, check_executor, pilot_settings
 from spica_lib.pilot.spool import PilotBeat, PilotClass, PilotRequest, Spool, write_private
 from spica_lib.pilot.waiter import needs_of, run_on_pilot
-from spica_lib.run.job import JobArgs
+from spica_lib.run.job_args import JobArgs
 
 FAKE_HOST = Path(__file__).parent / "fake_host.py"
 NEEDS = PilotClass(cpus=2, mem_mb=8000, partition="cpu")
@@ -187,7 +187,7 @@ RULE_SCRIPT = textwrap.dedent(
     import sys
     from spica_lib.pilot import spool
     from spica_lib.pilot.waiter import run_on_pilot
-    from spica_lib.run.job import JobArgs
+    from spica_lib.run.job_args import JobArgs
     spool.LOST_SECONDS = float(sys.argv[3])
     job = JobArgs.model_validate_json(sys.argv[2])
     sys.exit(run_on_pilot(job.rule, job, sys.argv[1]))

@@ -272,8 +272,9 @@ def test_a_replay_stuck_between_two_ticks_is_stopped_when_it_stops_beating(monke
     # tick for over 90 CPU s after ticks every 5 ms, its native loop holding the GIL) is stopped by the worker from
     # outside, not left to its limit. Stand-in for the stuck simulator: the replay's fifth tick does not return for
     # 30 CPU s (our control flow; the replay is real).
-    import spica_lib.replay.progress as progress
     from test_trial_replay import agg, config, spec_for
+
+    import spica_lib.replay.progress as progress
 
     monkeypatch.setattr(worker_module, "STALL_FLOOR_SECONDS", 0.5)
     monkeypatch.setattr(stall_module, "STUCK_FLOOR_SECONDS", 0.5)

@@ -13,18 +13,18 @@ from conftest import REPO, TRACE, write_yaml
 from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.cli.main import main
-from spica_lib.config.validate import ValidatedConfig
-from spica_lib.report.deploy import DeploymentFiles
-from spica_lib.report.dgd import components_by_role, main_container
-from spica_lib.report.k8s_check import document_problems
-from spica_lib.report.replayed import replayed
-from spica_lib.report.settings import differences
-from spica_lib.report.manifest import RunManifest
-from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status
-from spica_lib.report.view import RunView
-from spica_lib.results.ranking import pareto_front
-from spica_lib.trial.store import read_trial
 from spica_lib.config.narrow import narrowed
+from spica_lib.config.validate import ValidatedConfig
+from spica_lib.deploy.dgd import components_by_role, main_container
+from spica_lib.deploy.k8s_check import document_problems
+from spica_lib.deploy.replayed import replayed
+from spica_lib.deploy.settings import differences
+from spica_lib.deploy.top import DeploymentFiles
+from spica_lib.report.manifest import RunManifest
+from spica_lib.results.ranking import pareto_front
+from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status
+from spica_lib.run.view import RunView
+from spica_lib.trial.store import read_trial
 
 pytestmark = pytest.mark.slow
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
@@ -132,38 +132,43 @@ def manifest_dynamo(run):
     return read_model(run / "manifest.json", RunManifest).versions["ai-dynamo"]
 
 
-# Run in a fresh interpreter: the host's steps ahead of the report, then the report job itself, as its fork runs it.
+# Run in a fresh interpreter: the host's steps ahead of the last two jobs, then the report and deploy jobs
+# themselves, as their forks run them.
 REPORT_AFTER_STEPS_AHEAD = """
 import json, sys
-from spica_lib.host.registry import AHEAD, JOBS
-from spica_lib.run.job import JobArgs
+from spica_lib.host.registry import JOBS
+from spica_lib.run.job_args import JobArgs
 
-job = JobArgs.model_validate_json(sys.argv[1])
-for step in AHEAD["merge"](job):  # what the host loads while the merge (or finish, stress, baselines) runs
+report, deploy = (JobArgs.model_validate_json(text) for text in sys.argv[1:])
+for step in JOBS["merge"].steps_ahead(report):  # what the host loads while the merge (or finish, ...) runs
     step()
 before = set(sys.modules)
-JOBS["report"][0](job)
+JOBS["report"].run(report)
+JOBS["deploy"].run(deploy)
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
 
 def test_the_host_loads_the_reports_libraries_while_the_jobs_before_it_run(default_run, tmp_path):
-    # The report is the last job of every sweep: what it imports (plots, statistics, Dynamo's profiler for the
-    # release, aiconfigurator's generator) is loaded in the warm host ahead of it, off the critical path.
+    # The report and the deployment files are the last jobs of every sweep: what they import (plots, statistics,
+    # Dynamo's profiler for the release, aiconfigurator's generator) is loaded in the warm host ahead of them,
+    # off the critical path.
     run, _ = default_run
     out = tmp_path / "report"
-    job = {"rule": "report", "input": {"config": str(run / "config.json"), "summary": str(run / "summary.json"),
-           "table": str(run / "ranked.csv")}, "output": {"report": str(out / "report.md"), "plots": [],
-           "manifest": str(tmp_path / "manifest.json"), "deploy": str(tmp_path / "deploy")},
-           "params": {"run": run.name, "run_dir": str(run)}, "wildcards": {}, "log": [str(tmp_path / "report.log")],
-           "threads": 1, "resources": {}}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", REPORT_AFTER_STEPS_AHEAD, json.dumps(job)], cwd=REPO,
-                          capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+    inputs = {"config": str(run / "config.json"), "summary": str(run / "summary.json"), "table": str(run / "ranked.csv")}
+    common = {"input": inputs, "params": {"run": run.name, "run_dir": str(run)}, "wildcards": {}, "threads": 1,
+              "resources": {}}  # fmt: skip
+    report = {**common, "rule": "report", "log": [str(tmp_path / "report.log")],
+              "output": {"report": str(out / "report.md"), "plots": [], "manifest": str(tmp_path / "manifest.json")}}
+    deploy = {**common, "rule": "deploy", "log": [str(tmp_path / "deploy.log")],
+              "output": {"deploy": str(tmp_path / "deploy")}}  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", REPORT_AFTER_STEPS_AHEAD, json.dumps(report), json.dumps(deploy)],
+                          cwd=REPO, capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     imported = json.loads(done.stdout.strip().splitlines()[-1])
     heavy = ("matplotlib", "scipy", "dynamo", "aiconfigurator", "transformers", "jinja2")
     late = [name for name in imported if name.split(".")[0] in heavy]
-    assert not late, f"the report job itself imported {late}"
+    assert not late, f"the report and deploy jobs themselves imported {late}"
     # The job still wrote everything (the same files as the sweep's own report job).
     assert (out / "report.md").is_file() and (tmp_path / "manifest.json").is_file()
     ranks = sorted(p.name for p in (run / "deploy").iterdir() if not p.name.startswith("."))  # not Snakemake's stamp

@@ -10,7 +10,8 @@ from conftest import build, config_data
 from spica_lib.facts.kv_capacity import KvSettings
 from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
 from spica_lib.pools.branches import BranchSpec, PoolRecord
-from spica_lib.results.merge import collect_candidates, ordered, summarise
+from spica_lib.results.merge import collect_candidates, ordered
+from spica_lib.results.summary import summarise
 from spica_lib.search.in_process import run_round, run_search
 from spica_lib.search.rounds import REPLACEMENT_FACTOR, SearchContext, suggest_round
 from spica_lib.search.space import BranchSpace

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import REPO, WALL_CLOCK_METRICS, search_only, write_yaml
 
-from spica_lib.run.status import run_status, status_text
 from spica_lib.config.narrow import narrowed
+from spica_lib.run.status import run_status, status_text
 
 pytestmark = pytest.mark.slow
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]

@@ -25,6 +25,7 @@ import psutil
 import pytest
 import yaml
 from conftest import REPO, search_only, write_yaml
+
 from spica_lib.config.narrow import narrowed
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]

@@ -135,6 +135,7 @@ def planner_on_a_bursty_trace(tmp_path, layout):
 
 def test_a_planner_replay_is_watched_without_changing_its_answer_and_pruned_on_a_sound_bound(tmp_path):
     from conftest import WALL_CLOCK_METRICS
+
     from spica_lib.trial.evaluate import evaluate_trials
     from spica_lib.trial.screen import PruneBar
 

@@ -31,6 +31,13 @@ except ConfigError as error:
 wildcard_constraints:
     model="|".join(FLEET.models),
 
+# Each job's cores, memory and where it runs, from its one declaration (spica_lib/host/registry.py): a
+# confirming replay needs what the model's largest workload needs (spica_lib/run/job_memory.py).
+from spica_lib.host.registry import JOBS
+from spica_lib.run.job_memory import largest_input_tokens, replay_mb
+
+REPLAY_MB = max(replay_mb(largest_input_tokens(plan.config)) for plan in PLANS)
+
 
 onsuccess:
     # A fleet with no plan has failed its user, whatever the jobs did: exit 1, say why (as a sweep does).
@@ -92,11 +99,14 @@ rule fleet_plan:
         plan=FLEET.fleet_json,
     log:
         FLEET.log("plan"),
+    params:
+        fleet_dir=FLEET.dir,
     threads: workflow.cores
-    run:
-        from spica_lib.fleet.jobs import plan
-
-        plan(FLEET, threads)
+    resources:
+        mem_mb=lambda wildcards, threads: JOBS["fleet_plan"].mem_mb(REPLAY_MB, threads),
+    localrule: JOBS["fleet_plan"].is_local(pilots_on=False)  # the fleet's own workflow starts no pilots
+    script:
+        "../scripts/fleet_plan.py"
 
 
 rule fleet_report:

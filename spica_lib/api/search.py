@@ -23,10 +23,11 @@ from pydantic import BaseModel, ConfigDict
 from spica_lib.config.trace import SCANS_ENV
 from spica_lib.config.trace_resample import RESAMPLES_ENV
 from spica_lib.config.validate import build_validated_config
-from spica_lib.report.view import RunView
-from spica_lib.results.merge import CandidateRow, SweepSummary
+from spica_lib.results.merge import CandidateRow
+from spica_lib.results.summary import SweepSummary
 from spica_lib.run.launcher import clear_stale_lock, snakemake_command
 from spica_lib.run.layout import RESULTS_ROOT
+from spica_lib.run.view import RunView
 
 RUN_FOLDER_VARIABLES = (SCANS_ENV, RESAMPLES_ENV)  # set by the Snakefile to this run's folders
 

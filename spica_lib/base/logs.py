@@ -7,7 +7,6 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-
 FILE_ONLY = "file_only"  # log.info(..., extra={FILE_ONLY: True}): to the stage's log file, not stderr
 
 

@@ -122,7 +122,7 @@ def _aiconfigurator(
     selection.update({f"{role}_max_num_seqs": seqs for role, seqs in pick.max_num_seqs.items()})
     space = config.search_space
     layout = pick.parallel_config
-    if space.is_fleet:  # the pick was made on the inventory's largest GPU type (SearchSpace.largest_sku_space)
+    if space.has_gpu_inventory:  # the pick was made on the inventory's largest GPU type (SearchSpace.largest_sku_space)
         layout = on_sku(layout, space.largest_sku_space().hardware_sku)
     try:
         spec = build(selection, layout)

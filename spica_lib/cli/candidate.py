@@ -17,8 +17,8 @@ from typing import Any
 import yaml
 
 from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config.knob_values import KNOB_DEFAULTS, check_atomic_knob, check_composite_knob
 from spica_lib.config.presets import COMPOSITE_KNOBS
-from spica_lib.config.search_space import KNOB_DEFAULTS, check_atomic_knob, check_composite_knob
 from spica_lib.facts.parallel import ParallelConfig, parse_pinned_config
 from spica_lib.pools.knobs import branch_knob_choices
 

@@ -9,21 +9,27 @@ from pathlib import Path
 from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.base.versions import package_versions
 from spica_lib.facts.calibration import CalibrationFile, HeldOutError, write_calibration
+from spica_lib.fidelity.cap import DISAGG_CAP, RowCap, capped
 from spica_lib.fidelity.check import (
     RowCheck,
     check_rows,
-    protocol_name,
-    unsupported_reason,
     group_errors,
     held_out_table,
     markdown_table,
+    protocol_name,
+    unsupported_reason,
 )
 from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
-from spica_lib.fidelity.protocol import MEASURED, PROTOCOLS, SEARCH_DEFAULT, ReplayProtocol
+from spica_lib.fidelity.protocol import (
+    DISAGG_DESCRIPTION,
+    DISAGG_PROTOCOL,
+    MEASURED,
+    PROTOCOLS,
+    SEARCH_DEFAULT,
+    ReplayProtocol,
+)
 from spica_lib.fidelity.protocol_study import protocol_choice_table, protocol_table
 from spica_lib.fidelity.ranking import MIN_ROWS, ranking_groups, ranking_table
-from spica_lib.fidelity.cap import DISAGG_CAP, RowCap, capped
-from spica_lib.fidelity.protocol import DISAGG_DESCRIPTION, DISAGG_PROTOCOL
 from spica_lib.fidelity.silicon import SiliconRow, UnreadRow, aggregated_rows, disaggregated_rows, silicon_source
 
 DEFAULT_SYSTEMS = {"agg": "h100_sxm,h200_sxm", "disagg": None}  # None: every system

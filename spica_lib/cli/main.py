@@ -1,6 +1,7 @@
 """`spica`: command-line entry points around the library (the workflow itself runs in Snakemake).
 
-spica validate FILE   check a config; print what would be searched (exit 2 on a bad config)
+spica run FILE        run or resume a sweep (or, for a fleet config, the fleet) with Snakemake
+spica validate FILE   check a config (a sweep's or a fleet's); print what would be searched (exit 2 on a bad config)
 spica fleet FILE      several models on one GPU inventory: each model's sweep, then the split between them
 spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
 spica schema          JSON Schema of the config file, for editors
@@ -14,12 +15,12 @@ import json
 import sys
 
 from spica_lib.cli.reports import pools_report, summary, trial_report
-from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config import ConfigError, InputKind, SmartSearchConfig, read_input
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.validate import build_validated_config
+from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE, check_namespace
 from spica_lib.fidelity.protocol import PROTOCOLS
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
-from spica_lib.report.k8s_names import DEFAULT_NAMESPACE, check_namespace
 
 EXIT_OK, EXIT_CONFIG = 0, 2
 
@@ -144,13 +145,16 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_args(argv[:cut]), argv[cut + 1 :]
     if extra and args.command != "run":
         parser.error("arguments after `--` are only for `spica run`")
-    if args.command == "run":
+    kind = _input_kind(args.config) if args.command in ("run", "validate") else None
+    if args.command == "run" and kind is not InputKind.FLEET:
         from spica_lib.run.launcher import run_sweep
 
         cores = args.cores if args.cores is not None else (None if args.profile else 2)
         extra = ["--dry-run", *extra] if args.dry_run else extra
         return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
-    if args.command == "fleet":
+    if args.command in ("run", "fleet"):  # a fleet config under `spica run` is run as `spica fleet` runs it
+        if extra:
+            parser.error("arguments after `--` are for one sweep's Snakemake; a fleet runs one sweep per model")
         from spica_lib.fleet.config import load_fleet_config
         from spica_lib.fleet.launch import run_fleet
 
@@ -202,7 +206,36 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--namespace: {bad}")
         manifests = getattr(args, "manifests", False)
         return run_command(args.command, args.run, getattr(args, "which", None), namespace, manifests)
+    if kind is InputKind.FLEET:
+        return _validate_fleet(args.config)
     return _validate(args.config)
+
+
+def _input_kind(path: str) -> InputKind | None:
+    """The document's kind; None when it cannot be read (the door that reads it says why, as before)."""
+    try:
+        return read_input(path)[0]
+    except ConfigError:
+        return None
+
+
+def _validate_fleet(path: str) -> int:
+    from spica_lib.fleet.config import load_fleet_config
+
+    try:
+        fleet, plans = load_fleet_config(path)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return EXIT_CONFIG
+    inventory = ", ".join(f"{n} x {sku}" for sku, n in fleet.inventory.items())
+    lines = [f"{path}: valid fleet config — {len(plans)} model(s) on {inventory}, goal {fleet.goal}"]
+    for plan in plans:
+        lines.append(
+            f"  {plan.name:<24} {plan.config.search_space.model_name}: {plan.offered_rps:g} req/s offered, "
+            f"headroom {plan.headroom:g}, smallest deployment {plan.smallest_label}"
+        )
+    print("\n".join(lines))
+    return EXIT_OK
 
 
 def _pools(path: str) -> int:

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 from spica_lib.cli.reports import trial_report
-from spica_lib.report.k8s_names import DEFAULT_NAMESPACE
-from spica_lib.report.view import RunView
+from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE
 from spica_lib.run.layout import RESULTS_ROOT
 from spica_lib.run.status import run_status, status_text
+from spica_lib.run.view import RunView
 from spica_lib.trial.describe import describe
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -32,8 +32,8 @@ def run_command(
 
 def _report(view: RunView, namespace: str) -> int:
     """report/ and deploy/<rank>/ again, the deployment files for `namespace` (the run id stays the same)."""
+    from spica_lib.deploy.top import write_top_deployments
     from spica_lib.report.build import write_report
-    from spica_lib.report.deploy import write_top_deployments
 
     for path in write_report(view, view.files.report_dir):
         print(path)
@@ -80,7 +80,7 @@ def _manifests(view: RunView, key: str, namespace: str) -> int:
     """Print one deployment's Kubernetes files for `namespace` (written to a scratch folder, then removed)."""
     import tempfile
 
-    from spica_lib.report.deploy import BENCH_FILE, DGD_FILE, write_deployment
+    from spica_lib.deploy.top import BENCH_FILE, DGD_FILE, write_deployment
 
     ranks = {row.key: rank for rank, row in enumerate(view.ranked, start=1)}
     if key not in ranks:

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_valid
 
 from spica_lib.facts.calibration import read_calibration
 
-
 MIN_BAND_ROWS = 5  # held-out rows needed before their error, not the default, sets the stress band
 
 

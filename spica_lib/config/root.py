@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from spica_lib.config.calibration import Calibration, resolve_calibration
@@ -17,6 +16,7 @@ from spica_lib.config.goal import (
     OptimizationTarget,
     requests_for_percentile,
 )
+from spica_lib.config.input_kind import InputKind, read_input, wrong_kind_error
 from spica_lib.config.search_space import SearchSpace
 from spica_lib.config.strict import ConfigError, StrictModel, problems_from
 from spica_lib.config.sweep import (
@@ -127,10 +127,10 @@ class SmartSearchConfig(StrictModel):
             unpriced = [sku for sku in space.inventory() if sku not in prices]
             if unpriced:
                 where = f"search_space.hardware_sku {unpriced[0]!r}"
-                if space.is_fleet:
+                if space.has_gpu_inventory:
                     where = f"{unpriced} of search_space.hardware"
                 raise ValueError(f"goal.gpu_hour_usd prices {sorted(prices)} but not {where}; add a price")
-        if space.is_fleet and self.calibration is not None:
+        if space.has_gpu_inventory and self.calibration is not None:
             raise ValueError(
                 f"calibration scales the steps of one GPU type, and search_space.hardware lists "
                 f"{list(space.hardware)}: remove calibration, or search one GPU type (hardware_sku + gpu_budget)"
@@ -368,7 +368,9 @@ class SmartSearchConfig(StrictModel):
     def from_yaml(cls, path: str | Path) -> SmartSearchConfig:
         """Read and validate a config file; a relative `trace_path` is resolved from the file's folder."""
         path = Path(path)
-        data = read_yaml_mapping(path)
+        kind, data = read_input(path)
+        if kind is not InputKind.SWEEP:
+            raise wrong_kind_error(kind, InputKind.SWEEP, str(path))
         return cls.from_mapping(data, base_dir=path.resolve().parent, source=str(path))
 
     @classmethod
@@ -382,28 +384,6 @@ class SmartSearchConfig(StrictModel):
             # A workload list is written under `workload`: name its items there, as the user wrote them.
             problems = [(_user_path(path), message) for path, message in problems_from(exc, cls)]
             raise ConfigError(problems, source=source) from None
-
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError([("", f"config file {str(path)!r} does not exist")], source=str(path))
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
-    except yaml.YAMLError as exc:
-        raise ConfigError([("", f"malformed YAML: {exc}")], source=str(path)) from None
-    if not isinstance(data, dict):
-        kind = "an empty file" if data is None else f"a {type(data).__name__}"
-        raise ConfigError(
-            [
-                (
-                    "",
-                    f"malformed YAML: the top level must be a mapping with search_space, workload, goal, sweep; got {kind}",
-                )
-            ],
-            source=str(path),
-        )
-    return data
 
 
 def _is_pareto(goal: Any) -> bool:

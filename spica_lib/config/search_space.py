@@ -2,24 +2,19 @@
 
 Four kinds of field: atomic list knobs (one entry pins, several are searched), pinned scalars,
 composite knobs (preset ids or self-contained dicts, see `spica_lib.config.presets`) and
-`parallel_configs` (empty means "enumerate every legal shape"). A list knob is either a choice from
-a fixed vocabulary (mode, backend, router mode) or any value the engine or the router accepts, as
-Dynamo's own `MockEngineArgs` and `KvRouterConfig` judge it; the reference's sets are the defaults.
+`parallel_configs` (empty means "enumerate every legal shape"). What a knob's values may be, and its
+default list, is config/knob_values.py's; the rules between fields are here.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
-from spica_lib.base.dynamo_env import prepare_dynamo_import
 from spica_lib.config.fields import (
     ADMISSION_FIELDS,
-    BACKENDS,
-    DEPLOYMENT_MODES,
     ENGINE_KNOBS,
     ENGINE_PINS,
     OFFLOAD_FIELDS,
@@ -28,174 +23,25 @@ from spica_lib.config.fields import (
     ROLES,
     ROUTER_WEIGHTS,
 )
+from spica_lib.config.knob_values import (
+    KNOB_DEFAULTS,
+    check_atomic_knob,
+    check_composite_knob,
+    composite_knob_field,
+    engine_refusal,
+    list_knob_field,
+)
 from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry, scaling_policy
-from spica_lib.config.strict import StrictModel, first_error
+from spica_lib.config.strict import StrictModel
 
 Number = StrictInt | StrictFloat
-
-# List knobs with a fixed vocabulary; the default is the whole list.
-CHOICES: dict[str, tuple[str, ...]] = {
-    "deployment_mode": DEPLOYMENT_MODES,
-    "backend": BACKENDS,
-    "router_mode": ("kv_router", "round_robin"),
-}
-# Engine knobs per role (any whole number the engine takes) and KV-router weights (any number the
-# router takes). The defaults are the reference's sets.
-ENGINE_KNOB_DEFAULTS: dict[str, tuple[int, ...]] = {
-    "prefill_max_num_batched_tokens": (8192, 16384, 32768),
-    "prefill_max_num_seqs": (1, 2, 4, 8, 16, 32, 64, 128, 256),
-    "decode_max_num_batched_tokens": (8192,),
-    "decode_max_num_seqs": (256, 512, 1024),
-    "agg_max_num_batched_tokens": (8192, 16384, 32768),
-    "agg_max_num_seqs": (256, 512, 1024),
-}
-ROUTER_WEIGHT_DEFAULTS: dict[str, tuple[float, ...]] = {
-    "overlap_score_credit": (0.0, 0.5, 1.0),
-    "prefill_load_scale": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
-    "host_cache_hit_weight": (0.5, 0.75, 1.0),
-    "disk_cache_hit_weight": (0.0, 0.25, 0.5),
-    "router_temperature": (0.0, 0.2, 0.5, 1.0),
-}
-KNOB_DEFAULTS: dict[str, tuple[Any, ...]] = {**CHOICES, **ENGINE_KNOB_DEFAULTS, **ROUTER_WEIGHT_DEFAULTS}
-
-
-def _choices(name: str) -> Any:
-    return Field(
-        default_factory=lambda: list(KNOB_DEFAULTS[name]),
-        description=f"one value pins, several are searched; {_rule(name)}",
-        json_schema_extra={"items": _item_schema(name), "minItems": 1},
-    )
-
-
-def _item_schema(name: str) -> dict[str, Any]:
-    if name in CHOICES:
-        return {"enum": list(CHOICES[name])}
-    if name in ENGINE_KNOB_DEFAULTS:
-        return {"type": "integer", "minimum": 1}
-    return {"type": "number", "minimum": 0}
-
-
-def _presets(name: str) -> Any:
-    return Field(default_factory=lambda: list(COMPOSITE_KNOBS[name].presets))
-
-
-def check_atomic_knob(name: str, values: list[Any]) -> list[Any]:
-    """The knob's values, checked and in canonical form (a YAML 8192.0 becomes 8192)."""
-    if not values:
-        raise ValueError(f"list at least one value; {_rule(name)}")
-    for value in values:
-        if isinstance(value, dict):
-            raise ValueError(f"takes plain values, not a dict entry ({value}); {_rule(name)}")
-    if name in CHOICES:
-        return [_choice(name, value) for value in values]
-    if name in ENGINE_KNOB_DEFAULTS:
-        return [_engine_value(name, value) for value in values]
-    return [_router_weight(name, value) for value in values]
-
-
-def _rule(name: str) -> str:
-    if name in CHOICES:
-        return f"allowed: {list(CHOICES[name])}"
-    if name in ENGINE_KNOB_DEFAULTS:
-        return "any whole number >= 1 the engine accepts, e.g. [2048, 8192]"
-    return "any number >= 0 Dynamo's KV router accepts"
-
-
-def _choice(name: str, value: Any) -> Any:
-    allowed = list(CHOICES[name])
-    if value not in allowed:
-        raise ValueError(f"{value!r} is not a valid choice; allowed: {allowed}")
-    return value
-
-
-def _engine_value(name: str, value: Any) -> int:
-    field = name.split("_", 1)[1]  # prefill_max_num_seqs -> max_num_seqs, as the engine names it
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    # bool is an int in Python: refuse it explicitly so `true` never passes for 1.
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{value!r} is not allowed: the engine's {field} is a whole number >= 1")
-    refused = engine_refusal({field: value})
-    if refused:
-        raise ValueError(f"{value} is refused by Dynamo's engine: {refused}")
-    return value
-
-
-def _router_weight(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{value!r} is not allowed: {name} is a finite number (Dynamo's KV router)")
-    refused = router_refusal({name: float(value)})
-    if refused:
-        raise ValueError(f"{value} is refused by Dynamo's KV router: {refused}")
-    return float(value)
-
-
-def engine_refusal(arguments: dict[str, Any]) -> str | None:
-    """Why Dynamo's mocker engine refuses these `MockEngineArgs`, or None."""
-    prepare_dynamo_import()
-    from dynamo.mocker import MockEngineArgs
-
-    try:
-        MockEngineArgs(**arguments)
-    except Exception as exc:  # the engine's own validation (a Rust error surfaced as Exception)
-        return (
-            str(exc)
-            .removeprefix("Failed to normalize MockEngineArgs: ")
-            .removeprefix("Failed to validate MockEngineArgs: ")
-        )
-    return None
-
-
-def router_refusal(arguments: dict[str, float]) -> str | None:
-    """Why Dynamo's `KvRouterConfig` refuses these weights, or None."""
-    prepare_dynamo_import()
-    from dynamo.llm import KvRouterConfig
-
-    try:
-        KvRouterConfig(**arguments)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def check_composite_knob(name: str, entries: list[CompositeEntry]) -> list[CompositeEntry]:
-    knob = COMPOSITE_KNOBS[name]
-    presets = list(knob.presets)
-    if not entries:
-        raise ValueError(f"list at least one entry; presets: {presets}, or a dict with keys {list(knob.allowed_keys)}")
-    for index, entry in enumerate(entries):
-        if isinstance(entry, str):
-            if entry not in knob.presets:
-                raise ValueError(f"entry {index}: unknown preset {entry!r}; presets: {presets}")
-            continue
-        _check_composite_dict(knob, index, entry)
-    return entries
-
-
-def _check_composite_dict(knob: Any, index: int, entry: dict[str, Any]) -> None:
-    where = f"entry {index}"
-    if not entry:
-        raise ValueError(f"{where}: a dict entry must not be empty; give the keys {list(knob.required_keys)}")
-    unknown = sorted(set(entry) - set(knob.allowed_keys))
-    if unknown:
-        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {list(knob.allowed_keys)}")
-    missing = [key for key in knob.required_keys if key not in entry]
-    if missing:
-        raise ValueError(
-            f"{where}: missing required keys {missing}; a dict entry replaces a preset as a whole, "
-            f"so it must give {list(knob.required_keys)}"
-        )
-    try:
-        knob.entry_model.model_validate(entry)
-    except ValidationError as exc:
-        raise ValueError(f"{where}: {first_error(exc)}") from None
 
 
 class SearchSpace(StrictModel):
     """Every knob of a deployment, searched or pinned. Unknown keys are rejected."""
 
     # deployment
-    deployment_mode: list[Any] = _choices("deployment_mode")
+    deployment_mode: list[Any] = list_knob_field("deployment_mode")
     backend: list[Any] = Field(default_factory=lambda: ["vllm"])
     parallel_configs: list[dict[str, Any]] = Field(default_factory=list)
     model_name: str = Field(min_length=1)
@@ -214,18 +60,18 @@ class SearchSpace(StrictModel):
     aic_fmha_dtype: Literal["bfloat16", "fp8"] | None = None
 
     # engines, per role
-    prefill_max_num_batched_tokens: list[Any] = _choices("prefill_max_num_batched_tokens")
-    prefill_max_num_seqs: list[Any] = _choices("prefill_max_num_seqs")
+    prefill_max_num_batched_tokens: list[Any] = list_knob_field("prefill_max_num_batched_tokens")
+    prefill_max_num_seqs: list[Any] = list_knob_field("prefill_max_num_seqs")
     prefill_block_size: StrictInt = Field(default=64, ge=1)
     prefill_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
     prefill_enable_prefix_caching: StrictBool = True
-    decode_max_num_batched_tokens: list[Any] = _choices("decode_max_num_batched_tokens")
-    decode_max_num_seqs: list[Any] = _choices("decode_max_num_seqs")
+    decode_max_num_batched_tokens: list[Any] = list_knob_field("decode_max_num_batched_tokens")
+    decode_max_num_seqs: list[Any] = list_knob_field("decode_max_num_seqs")
     decode_block_size: StrictInt = Field(default=64, ge=1)
     decode_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
     decode_enable_prefix_caching: StrictBool = False
-    agg_max_num_batched_tokens: list[Any] = _choices("agg_max_num_batched_tokens")
-    agg_max_num_seqs: list[Any] = _choices("agg_max_num_seqs")
+    agg_max_num_batched_tokens: list[Any] = list_knob_field("agg_max_num_batched_tokens")
+    agg_max_num_seqs: list[Any] = list_knob_field("agg_max_num_seqs")
     agg_block_size: StrictInt = Field(default=64, ge=1)
     agg_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
     agg_enable_prefix_caching: StrictBool = True
@@ -238,22 +84,22 @@ class SearchSpace(StrictModel):
     offload_batch_size: StrictInt | None = Field(default=None, ge=1)
 
     # router
-    router_mode: list[Any] = _choices("router_mode")
-    overlap_score_credit: list[Any] = _choices("overlap_score_credit")
-    prefill_load_scale: list[Any] = _choices("prefill_load_scale")
-    host_cache_hit_weight: list[Any] = _choices("host_cache_hit_weight")
-    disk_cache_hit_weight: list[Any] = _choices("disk_cache_hit_weight")
-    router_temperature: list[Any] = _choices("router_temperature")
+    router_mode: list[Any] = list_knob_field("router_mode")
+    overlap_score_credit: list[Any] = list_knob_field("overlap_score_credit")
+    prefill_load_scale: list[Any] = list_knob_field("prefill_load_scale")
+    host_cache_hit_weight: list[Any] = list_knob_field("host_cache_hit_weight")
+    disk_cache_hit_weight: list[Any] = list_knob_field("disk_cache_hit_weight")
+    router_temperature: list[Any] = list_knob_field("router_temperature")
     active_decode_blocks_threshold: StrictInt | None = None
     active_prefill_tokens_threshold: StrictInt | None = None
     active_prefill_tokens_threshold_frac: Number | None = None
     no_admission_control: StrictBool = False
 
     # planner composites and the load-predictor grid
-    planner_scaling_policy: list[str | dict[str, Any]] = _presets("planner_scaling_policy")
-    planner_fpm_sampling: list[str | dict[str, Any]] = _presets("planner_fpm_sampling")
-    planner_load_sensitivity: list[str | dict[str, Any]] = _presets("planner_load_sensitivity")
-    load_predictor_candidates: list[str | dict[str, Any]] = _presets("load_predictor_candidates")
+    planner_scaling_policy: list[str | dict[str, Any]] = composite_knob_field("planner_scaling_policy")
+    planner_fpm_sampling: list[str | dict[str, Any]] = composite_knob_field("planner_fpm_sampling")
+    planner_load_sensitivity: list[str | dict[str, Any]] = composite_knob_field("planner_load_sensitivity")
+    load_predictor_candidates: list[str | dict[str, Any]] = composite_knob_field("load_predictor_candidates")
 
     @model_validator(mode="before")
     @classmethod
@@ -304,8 +150,9 @@ class SearchSpace(StrictModel):
         return f"{self.hardware_sku}, at most {self.gpu_budget} GPUs"
 
     @property
-    def is_fleet(self) -> bool:
-        """Several GPU types: every layout names its roles' SKUs."""
+    def has_gpu_inventory(self) -> bool:
+        """Whether the GPUs searched are an inventory of several GPU types (`hardware`), not one `hardware_sku`
+        with a `gpu_budget`: then every layout names its roles' SKUs."""
         return self.hardware is not None
 
     @field_validator(*KNOB_DEFAULTS, mode="after")
@@ -358,7 +205,7 @@ class SearchSpace(StrictModel):
         self._check_role_knobs_used()
         self._check_kv_router_weights_used()
         self._check_parallel_pins_mode()
-        if self.is_fleet and self.parallel_configs:
+        if self.has_gpu_inventory and self.parallel_configs:
             raise ValueError(
                 f"parallel_configs pins layouts without a GPU type, and hardware {self.hardware} lists several: "
                 "pin them on a one-SKU space (hardware_sku + gpu_budget), or remove them"

@@ -71,7 +71,7 @@ def check_parsed_config(
     if check_hardware:
         space = config.search_space
         facts, problems = check_catalog(space.hardware_sku, space.model_name, space.backend)
-        if space.is_fleet:  # the inventory's own check names its SKUs (the first stands in for hardware_sku)
+        if space.has_gpu_inventory:  # the inventory's own check names its SKUs (the first stands in for hardware_sku)
             problems = [p for p in problems if p[0] == "search_space.model_name"]
             problems += check_inventory(space.inventory(), space.backend)
     try:

@@ -13,6 +13,7 @@ import functools
 import logging
 from typing import Any
 
+from spica_lib.fidelity.checkpoint import fmha_dtype
 from spica_lib.fidelity.silicon import SiliconRow, tokens_per_second_per_gpu
 
 
@@ -49,8 +50,6 @@ def aiconfigurator_disagg_estimate(row: SiliconRow, version: str, engine: dict[s
     session = DisaggInferenceSession(database, get_backend(row.backend), database, get_backend(row.backend))
 
     from aiconfigurator_core.sdk import common
-
-    from spica_lib.fidelity.check import fmha_dtype
 
     fmha = fmha_dtype(row)
     quant = {"fmha_quant_mode": common.FMHAQuantMode[fmha]} if fmha else {}

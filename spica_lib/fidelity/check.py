@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict
 from spica_lib.config import SmartSearchConfig
 from spica_lib.facts.calibration import StepScale
 from spica_lib.facts.catalog import model_source, resolve_backend_version
+from spica_lib.fidelity.aiconfigurator_estimate import aiconfigurator_disagg_estimate, aiconfigurator_estimate
+from spica_lib.fidelity.checkpoint import checkpoint_precision, fmha_dtype
 from spica_lib.fidelity.protocol import DISAGG_PROTOCOL, MEASURED, ReplayProtocol, disagg_settings
 from spica_lib.fidelity.silicon import CALIBRATION_SOURCE, SiliconRow, tokens_per_second_per_gpu
 from spica_lib.pools.estimate import StepModel, Traffic, estimate_layout
@@ -80,46 +82,6 @@ def unsupported_reason(row: SiliconRow) -> str | None:
         replayed = f"{checkpoint} (its checkpoint's quantisation)" if checkpoint else "its own dtype"
         return f"measured in {row.precision or 'bf16'}, but the replay runs {row.model} in {replayed}"
     return None
-
-
-def fmha_dtype(row: SiliconRow) -> str | None:
-    """The attention precision to read the perf DB at, where the checkpoint's is not what the engine runs:
-    SGLang runs MLA attention (DeepSeek-style models) in bf16 over an fp8 KV cache, and its perf DB holds
-    context-MLA timings only in bf16."""
-    from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
-
-    raw = get_model_config_from_model_path(row.model).get("raw_config") or {}
-    return "bfloat16" if row.backend == "sglang" and raw.get("kv_lora_rank") else None
-
-
-def checkpoint_precision(model: str) -> str:
-    """The precision the replay runs `model` in, spelled as the rows spell theirs: "" (its own dtype, bf16),
-    "fp8", "fp4" or "int4"; any other quantisation by its method's name, which no row's precision matches."""
-    from aiconfigurator_core.sdk.utils import get_model_config_from_model_path
-
-    raw = get_model_config_from_model_path(model).get("raw_config") or {}
-    quantisation = raw.get("quantization_config")
-    if not quantisation:
-        return ""
-    method = str(quantisation.get("quant_method", "")).lower()
-    if method == "fp8":
-        return "fp8"
-    if method == "mxfp4":
-        return "fp4"
-    if method == "modelopt":
-        algorithm = str(quantisation.get("quant_algo", "")).upper()
-        return {"FP8": "fp8", "NVFP4": "fp4"}.get(algorithm, f"modelopt {algorithm}")
-    if method == "compressed-tensors":
-        weights = [group.get("weights") or {} for group in (quantisation.get("config_groups") or {}).values()]
-        kinds = {(w.get("type"), w.get("num_bits")) for w in weights}
-        if len(kinds) == 1:
-            kind, bits = kinds.pop()
-            if kind == "int":
-                return f"int{bits}"
-            if kind == "float" and bits == 8:
-                return "fp8"
-        return f"compressed-tensors {sorted(kinds, key=str)}"
-    return method or "an unnamed quantisation"
 
 
 def row_config(
@@ -260,8 +222,6 @@ def _compared(
 
 def _aiconfigurator(row: SiliconRow, version: str, protocol: ReplayProtocol) -> tuple[Point | None, str | None]:
     """aiconfigurator's own estimate (uncalibrated: it takes no step scale), or why it gave none."""
-    from spica_lib.fidelity.aiconfigurator_estimate import aiconfigurator_disagg_estimate, aiconfigurator_estimate
-
     try:
         if row.mode == "disagg":
             ttft, tpot, tokens = aiconfigurator_disagg_estimate(row, version, disagg_settings(row))

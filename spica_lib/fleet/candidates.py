@@ -19,7 +19,7 @@ from pathlib import Path
 
 from spica_lib.fleet.config import gpus_by_type
 from spica_lib.fleet.split import SplitCandidate
-from spica_lib.report.view import RunView
+from spica_lib.run.view import RunView
 
 
 def model_candidates(run_dir: str | Path, prices: dict[str, float]) -> tuple[list[SplitCandidate], dict[str, str]]:

@@ -18,9 +18,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config import DEFAULT_CAPACITY_TOP, ConfigError, InputKind, SmartSearchConfig, read_input
+from spica_lib.config.input_kind import wrong_kind_error
 from spica_lib.config.policies import apply_policy_filters
-from spica_lib.config.root import DEFAULT_CAPACITY_TOP, read_yaml_mapping
 from spica_lib.config.strict import StrictModel, problems_from
 from spica_lib.config.validate import check_parsed_config
 from spica_lib.facts.parallel import GPU_LADDER, ParallelConfig, role_configs
@@ -144,7 +144,9 @@ def load_fleet_config(path: str | Path) -> tuple[FleetConfig, list[FleetModelPla
     """Read and check a fleet config; raises ConfigError with every problem found, before any replay."""
     path = Path(path)
     source = str(path)
-    data = read_yaml_mapping(path)
+    kind, data = read_input(path)
+    if kind is not InputKind.FLEET:
+        raise wrong_kind_error(kind, InputKind.FLEET, source)
     try:
         fleet = FleetConfig.model_validate(data)
     except ValidationError as exc:
@@ -219,7 +221,7 @@ def _shortfall(config: SmartSearchConfig) -> list[tuple[str, str]] | None:
     """What the inventory lacks for each listed mode's smallest runnable layout (None: more GPUs would not help)."""
     space = config.search_space
     inventory = space.inventory()
-    if space.is_fleet:
+    if space.has_gpu_inventory:
         larger = {"hardware": {sku: max(GPU_LADDER) for sku in inventory}}
     else:
         larger = {"gpu_budget": max(GPU_LADDER)}

@@ -1,5 +1,9 @@
 """The fleet workflow's job bodies (workflow/fleet.smk): set up, sweep one model, plan, report.
 
+The plan's confirming replays go through the trial store as every replay of a run does: each is
+journaled in the fleet's folder as it ends (a killed plan job resumes without replaying it), and the
+plan job is declared in spica_lib/host/registry.py (its cores, memory, and who runs it).
+
 Each model's sweep is the single-model workflow, unchanged, run by its own Snakemake in the fleet's
 folder with root `models/`: so it resumes where it stopped, takes the same profile (SLURM) and leaves
 the same per-trial files. The fleet's job only waits for it and marks it done.
@@ -18,6 +22,7 @@ from spica_lib.fleet.layout import MODELS, FleetFiles, FleetRecord, ModelSweepDo
 from spica_lib.fleet.plan import ConfirmOutcome, FleetPlan, plan_fleet
 from spica_lib.fleet.split import SplitChoice, SplitDemand
 from spica_lib.results.capacity import CONFIRM_SAMPLES, at_load
+from spica_lib.run.job_args import JobArgs
 from spica_lib.run.launcher import clear_stale_lock, run_forwarding_signals, snakemake_command
 
 # Fresh samples of the confirming replays: past the finish's and the capacity bisection's (0, 1, 2, ...).
@@ -77,8 +82,8 @@ def demands_of(record: FleetRecord, files: FleetFiles) -> tuple[list[SplitDemand
 
 def replay_confirmer(files: FleetFiles, parallel: int, log):  # noqa: ANN001, ANN201
     """The confirming replays: one replica of the chosen deployment at its share, on fresh samples."""
-    from spica_lib.report.view import RunView
-    from spica_lib.trial.evaluate import evaluate_trials
+    from spica_lib.run.view import RunView
+    from spica_lib.trial.store import run_replay_job
 
     def confirm(model: str, choice: SplitChoice, rate: float) -> ConfirmOutcome:
         kept = Path(files.confirmation(model, choice.candidate.key, choice.replicas))
@@ -99,7 +104,10 @@ def replay_confirmer(files: FleetFiles, parallel: int, log):  # noqa: ANN001, AN
             f"{choice.candidate.key}^{factor:g}~{i}": loaded.on_fresh_sample(CONFIRM_SAMPLE_OFFSET + i)
             for i in range(CONFIRM_SAMPLES)
         }
-        results = dict(evaluate_trials(specs, max_eval_seconds=config.sweep.max_eval_seconds, parallel=parallel))
+        records = run_replay_job(
+            specs, files.journal, files.started, 1, 1, max_eval_seconds=config.sweep.max_eval_seconds, parallel=parallel
+        )
+        results = {record.key: record.result for record, _ in records}
         met = sum(r.status == "feasible" for r in results.values())
         reasons = [f"{r.status}: {r.reason}" for r in results.values() if r.status != "feasible"]
         log.info("%s %s x%d at %.3g req/s per replica: %d of %d within the SLA", model, choice.candidate.label,
@@ -109,10 +117,11 @@ def replay_confirmer(files: FleetFiles, parallel: int, log):  # noqa: ANN001, AN
     return confirm
 
 
-def plan(files: FleetFiles, parallel: int) -> FleetPlan:
+def plan(job: JobArgs) -> FleetPlan:
     """Rule `fleet_plan`: the split, confirmed by replays -> fleet.json."""
+    files, parallel = FleetFiles(dir=job.params["fleet_dir"]), job.threads
     record = read_model(files.record_json, FleetRecord)
-    with stage_log(files.log("plan")) as log:
+    with stage_log(job.log[0]) as log:
         demands, sources = demands_of(record, files)
         for demand in demands:
             log.info("%s: %.3g req/s, %d candidate(s)", demand.name, demand.offered_rps, len(demand.candidates))

@@ -6,6 +6,7 @@
                                            working folder results/<fleet>/ and root models/
     results/<fleet>/models/<model>.done.json   the sweep finished (ModelSweepDone)
     results/<fleet>/confirm/<model>/<key>x<replicas>.json   a chosen deployment's confirming replays
+    results/<fleet>/journal/                each confirming replay as it ends (RunFiles.journal)
     results/<fleet>/fleet.json             the split (fleet/plan.py's FleetPlan)
     results/<fleet>/report.md, deploy/<model>/<rank>/
 
@@ -52,12 +53,10 @@ class ModelSweepDone(BaseModel):
     config_sha256: str
 
 
-class FleetFiles(BaseModel):
-    """The results tree of one fleet run: every path spelled here and nowhere else."""
+class FleetFiles(RunFiles):
+    """The results tree of one fleet run: the fleet's own paths are spelled here and nowhere else; the ones it
+    shares with a run (its logs, its deploy/ folder, the journal of its confirming replays) are RunFiles'."""
 
-    model_config = ConfigDict(frozen=True)
-
-    dir: str
     models: list[str] = []
 
     @property
@@ -86,15 +85,9 @@ class FleetFiles(BaseModel):
     def report_md(self) -> str:
         return f"{self.dir}/report.md"
 
-    @property
-    def deploy_dir(self) -> str:
-        return f"{self.dir}/deploy"
-
-    def deployment(self, model: str) -> str:
+    def model_deployment(self, model: str) -> str:
+        """A model's deployment files: `deploy/<model>/<rank>/`."""
         return f"{self.deploy_dir}/{model}"
-
-    def log(self, stage: str) -> str:
-        return f"{self.dir}/logs/{stage}.log"
 
 
 def build_fleet_record(config_file: str | Path, run: str | None = None) -> tuple[FleetRecord, list[FleetModelPlan]]:

@@ -1,8 +1,8 @@
 """What a fleet run hands back besides fleet.json: report.md and each model's deployment files.
 
-The deployment files are the single-model ones (report/deploy.py), one set per replica of the chosen
+The deployment files are the single-model ones (deploy/top.py), one set per replica of the chosen
 deployment, in `deploy/<model>/<replica>/`, named `spica-<fleet>-<model>-<replica>`
-(report/k8s_names.py): every model's replicas stand side by side in one namespace.
+(deploy/k8s_names.py): every model's replicas stand side by side in one namespace.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from spica_lib.base.artifacts import atomic_write_text
+from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE
 from spica_lib.fleet.layout import FleetFiles
 from spica_lib.fleet.plan import FleetPlan
-from spica_lib.report.k8s_names import DEFAULT_NAMESPACE
 
 
 def _gpus(gpus: dict[str, int]) -> str:
@@ -76,8 +76,8 @@ def fleet_markdown(plan: FleetPlan) -> str:
 
 def write_fleet_report(files: FleetFiles, plan: FleetPlan, namespace: str = DEFAULT_NAMESPACE) -> list[str]:
     """report.md and deploy/<model>/<replica>/; the paths written."""
-    from spica_lib.report.deploy import write_deployment
-    from spica_lib.report.view import RunView
+    from spica_lib.deploy.top import write_deployment
+    from spica_lib.run.view import RunView
 
     atomic_write_text(files.report_md, fleet_markdown(plan) + "\n")
     Path(files.deploy_dir).mkdir(parents=True, exist_ok=True)  # declared even when there is no plan
@@ -85,7 +85,7 @@ def write_fleet_report(files: FleetFiles, plan: FleetPlan, namespace: str = DEFA
     for d in plan.deployments:
         view = RunView(files.model_run(d.model).dir)
         for replica in range(1, d.replicas + 1):
-            folder = f"{files.deployment(d.model)}/{replica}"
+            folder = f"{files.model_deployment(d.model)}/{replica}"
             write_deployment(folder, replica, view.records[d.key], view.config, run=f"{plan.run}-{d.model}",
                              namespace=namespace)  # fmt: skip
             written.append(folder)

@@ -27,15 +27,8 @@ JOB_VARIABLES = ("TMPDIR",)
 _PEER_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
-def run_job(name: str, smk: Any) -> None:
-    """Run the rule script's job `name` (suggest, replay, tell) in the warm host, or here when there is none."""
-    from spica_lib.run.job import JobArgs
-
-    run_job_args(name, JobArgs.from_snakemake(smk))
-
-
 def run_job_args(name: str, job: Any) -> None:
-    """`run_job` for a job already read from its `snakemake` object (a JobArgs)."""
+    """Run job `name` (a JobArgs, read from its rule's `snakemake` object) in the warm host, or here when there is none."""
     code = delegate(name, job.model_dump(mode="json"))
     if code is None:
         from spica_lib.host.registry import run_job_here

@@ -50,7 +50,8 @@ from typing import Any
 
 from spica_lib.base.lifetime import die_with_parent, signal_group
 from spica_lib.host.client import ADDRESS_VARIABLE, HEADER, STARTED, job_environment, peer_uid
-from spica_lib.run.job import JobArgs
+from spica_lib.host.forked_job import prepare_job, run_forked_job
+from spica_lib.run.job_args import JobArgs
 
 POLL_SECONDS = 0.02
 REQUEST_SECONDS = 30.0
@@ -198,7 +199,7 @@ class _Host:
             # and the host serves that one sweep, whose jobs all carry the same. Here on the main thread, with
             # no warm-up thread running.
             os.environ.update(request.env)
-            prepare = JOBS[request.name][1]
+            prepare = JOBS[request.name].prepare_step()
             if prepare is None:
                 self._fork(request)
             else:
@@ -230,10 +231,10 @@ class _Host:
         job = _Job(pid=pid, connection=request.connection)
         self.jobs[pid] = job
         self.selector.register(job.connection, selectors.EVENT_READ, job)
-        from spica_lib.host.registry import AHEAD
+        from spica_lib.host.registry import JOBS
 
-        if request.name in AHEAD:
-            self.ahead.append(functools.partial(AHEAD[request.name], request.job))
+        if JOBS[request.name].ahead is not None:
+            self.ahead.append(functools.partial(JOBS[request.name].steps_ahead, request.job))
 
     def _retire(self) -> None:
         """Stop taking jobs (a warm-up hung in this process): every later job runs in its own process."""
@@ -364,17 +365,8 @@ def _parse(caller: _Caller) -> _Request:
 
 
 def _prepare(prepare: Any, request: _Request) -> None:
-    """On the warm-up thread: load what the job needs, so it (and every later job of its kind) forks warm.
-
-    A failure here is the job's, not the host's: it is printed and the job forks anyway, where it
-    meets the same problem and reports it in its own log.
-    """
-    started = time.perf_counter()
-    try:
-        prepare(request.job)
-    except BaseException:  # noqa: BLE001 - a Rust panic is a BaseException
-        traceback.print_exc()
-    request.prepare_seconds = time.perf_counter() - started
+    """On the warm-up thread: load what the job needs, so it (and every later job of its kind) forks warm."""
+    request.prepare_seconds = prepare_job(prepare, request.job)
 
 
 def _step_ahead(step: Callable[[], Any], then: list[Callable[[], Any]]) -> None:
@@ -390,53 +382,6 @@ def _step_ahead(step: Callable[[], Any], then: list[Callable[[], Any]]) -> None:
 def _job_child(request: _Request) -> None:
     """Body of a forked job: become the rule script's stand-in, run the job, exit with its code."""
     run_forked_job(request.name, request.job, request.cwd, request.env, request.descriptors, request.prepare_seconds)
-
-
-def run_forked_job(
-    name: str,
-    job: JobArgs,
-    cwd: str,
-    env: dict[str, str],
-    descriptors: list[int],
-    prepare_seconds: float,
-    pilot: str = "",
-) -> None:
-    """In a child forked from a warm process (this host, or a pilot): run job `name` and exit with its code.
-
-    `descriptors` are the job's stdout and stderr; the job variables of `env` (`job_environment`, the one
-    filter for both) replace the warm process's.
-    """
-    code = 1
-    try:
-        with contextlib.suppress(OSError):
-            os.setpgid(0, 0)  # its own group: stopping the job reaches its replays too
-        die_with_parent(os.getppid(), signal.SIGKILL)
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, signal.SIG_DFL)
-        os.dup2(descriptors[0], 1)
-        os.dup2(descriptors[1], 2)
-        for descriptor in descriptors:
-            os.close(descriptor)
-        os.chdir(cwd)
-        for variable in job_environment(dict(os.environ)):
-            del os.environ[variable]
-        os.environ.update(job_environment(env))  # whoever forked it (this host, a pilot): the caller's job variables only
-        from spica_lib.host.registry import run_job_here
-        from spica_lib.run.job import HOST
-
-        HOST.hosted, HOST.prepare_seconds, HOST.pilot = True, prepare_seconds, pilot
-        try:
-            run_job_here(name, job)
-            code = 0
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
 
 
 def _close(connection: socket.socket, descriptors: list[int]) -> None:

@@ -27,9 +27,8 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
-
 from collections.abc import Callable
+from pathlib import Path
 
 from spica_lib.base.lifetime import die_with_parent
 from spica_lib.pilot.settings import PilotSettings

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from spica_lib.base.lifetime import end_child
-from spica_lib.pilot.settings import PilotSettings
-from spica_lib.pilot.spool import SPOOL_VARIABLE, Spool
+from spica_lib.pilot.settings import SPOOL_VARIABLE, PilotSettings
+from spica_lib.pilot.spool import Spool
 
 SPOOLS = ".pilot"  # under the run folder: one spool per sweep process
 _keeper: subprocess.Popen | None = None

@@ -31,12 +31,12 @@ import socket
 import sys
 import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 from spica_lib.base.lifetime import signal_group
 from spica_lib.host.client import job_environment
+from spica_lib.host.forked_job import prepare_job, run_forked_job
 from spica_lib.pilot.spool import (
     BEAT_SECONDS,
     POLL_SECONDS,
@@ -215,7 +215,7 @@ class Pilot:
 
     def _begin(self, request_id: str, request: PilotRequest) -> None:
         from spica_lib.host.registry import JOBS
-        from spica_lib.run.job import JobArgs
+        from spica_lib.run.job_args import JobArgs
 
         self.too_little_time, self.refused = "", None
         with self.lock:
@@ -223,11 +223,11 @@ class Pilot:
         self.claim_missing, self.next_claim_check = 0, time.monotonic() + BEAT_SECONDS
         try:
             job = JobArgs.model_validate(request.args)
-            prepare = JOBS[request.job][1]
+            prepare = JOBS[request.job].prepare_step()
         except (KeyError, ValueError) as error:
             self._report(self.running, 1, f"pilot job {self.name} cannot run this request: {error}")
             return
-        thread = threading.Thread(target=_prepare, args=(prepare, job), name="spica-pilot-prepare", daemon=True)
+        thread = threading.Thread(target=prepare_job, args=(prepare, job), name="spica-pilot-prepare", daemon=True)
         self.warming = _WarmUp(request_id=request_id, request=request, job=job, thread=thread)
         thread.start()  # on a thread: the loop goes on checking its end conditions, the cancel and the claim
 
@@ -267,8 +267,6 @@ class Pilot:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            from spica_lib.host.server import run_forked_job
-
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             run_forked_job(request.job, warming.job, request.cwd, env, descriptors, prepare_seconds, pilot=self.name)
         for descriptor in descriptors:
@@ -383,15 +381,6 @@ class Pilot:
             self.beat_failures += 1
             if self.beat_failures >= BEAT_FAILURES and not self.trouble:
                 self.trouble = f"{self.beat_failures} beat writes in a row failed ({error})"
-
-
-def _prepare(prepare: Any, job: Any) -> None:
-    if prepare is None:
-        return
-    try:
-        prepare(job)  # here, not in the child: every later job of its kind forks with it done
-    except BaseException:  # noqa: BLE001 - the job's problem (it meets it again and logs it), not the pilot's
-        traceback.print_exc()
 
 
 def _present(path: Any, missing_only: bool = False) -> bool:

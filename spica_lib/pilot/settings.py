@@ -11,10 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-# The jobs a pilot runs when pilots are on: every rule that replays. aiconfigurator_pick, once per sweep
-# and no replay, stays a SLURM job of its own (a pilot of its size would hold a CPU idle for its grace time).
-PILOT_JOBS = ("replay", "finish_share", "finish", "stress", "capacity", "baselines")
 EXECUTOR = "slurm"
+SPOOL_VARIABLE = "SPICA_PILOT_SPOOL"  # set by the keeper's launcher; the rule scripts hand their jobs to it
 
 
 class PilotSettingsError(ValueError):

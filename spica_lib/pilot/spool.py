@@ -37,7 +37,6 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.artifacts import atomic_write_text
 
-SPOOL_VARIABLE = "SPICA_PILOT_SPOOL"  # set by the keeper's launcher; the rule scripts hand their jobs to it
 BEAT_SECONDS = 1.0
 FOLDERS = ("requests", "claimed", "output", "results", "cancel", "pilots")
 LOST_SECONDS = 30.0  # a beat unchanged this long (reader's clock): its writer is gone (node lost, SIGKILL)

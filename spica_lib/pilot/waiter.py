@@ -1,7 +1,6 @@
 """The rule script's side of a pilot: hand the job to the spool, wait for a pilot to run it, exit with its code.
 
-The scripts of the replaying rules (replay, finish, stress, baselines) call `run_job` here: with no
-pilots it runs the job as every other rule script does (spica_lib.host.client).
+A rule script (spica_lib/pilot/rule_script.py) calls `run_on_pilot` here for a job a pilot runs.
 
 The job's stdout and stderr are printed here when it ends (its log file it writes itself, on the
 shared file system). The job fails here, so Snakemake retries it as it would a SLURM job, when the
@@ -26,10 +25,8 @@ import time
 from typing import Any
 
 from spica_lib.host.client import job_environment
-from spica_lib.pilot.settings import PILOT_JOBS
 from spica_lib.pilot.spool import (
     POLL_SECONDS,
-    SPOOL_VARIABLE,
     Liveness,
     PilotClass,
     PilotRequest,
@@ -41,7 +38,7 @@ from spica_lib.pilot.spool import (
     write_model_file,
     write_private,
 )
-from spica_lib.run.job import JobArgs
+from spica_lib.run.job_args import JobArgs
 
 CANCEL_SECONDS = 15.0
 WRONG_BEATS = 5  # beats of the claiming pilot that name another job (or none): it is not running this one
@@ -52,26 +49,6 @@ DEFAULT_RUNTIME_MINUTES = 60
 
 class _Cancelled(BaseException):
     pass
-
-
-def run_job(name: str, smk: Any) -> None:
-    """A replaying rule's script: hand job `name` to the sweep's pilots when it has them, else run it as any job."""
-    from spica_lib.host.client import run_job_args
-
-    job = JobArgs.from_snakemake(smk)
-    spool = pilot_spool(name)
-    if spool is None:
-        run_job_args(name, job)
-        return
-    code = run_on_pilot(name, job, spool)
-    if code != 0:
-        sys.exit(code)
-
-
-def pilot_spool(name: str) -> str | None:
-    """The sweep's pilot spool when job `name` is one its pilots run and this is not a SLURM job, else None."""
-    spool = os.environ.get(SPOOL_VARIABLE)
-    return spool if spool and name in PILOT_JOBS and "SLURM_JOB_ID" not in os.environ else None
 
 
 def needs_of(job: JobArgs) -> PilotClass:

@@ -122,7 +122,9 @@ def _refuse_settings_that_run_nowhere(config: SmartSearchConfig, branches: list[
     ]
     if problems:
         where, field = (
-            (f"hardware {space.hardware}", "hardware") if space.is_fleet else (space.hardware_sku, "gpu_budget")
+            (f"hardware {space.hardware}", "hardware")
+            if space.has_gpu_inventory
+            else (space.hardware_sku, "gpu_budget")
         )
         head = (
             f"{space.model_name} on {where} cannot run every listed mode and backend; raise "
@@ -135,7 +137,7 @@ def _refuse_settings_that_run_nowhere(config: SmartSearchConfig, branches: list[
 def _skus_that_run_nowhere(config: SmartSearchConfig, branches: list[Branch]) -> list[tuple[str, str]]:
     """An inventory's GPU type that no layout of any branch uses would change nothing searched."""
     space = config.search_space
-    if not space.is_fleet:
+    if not space.has_gpu_inventory:
         return []
     used = {replica.sku for b in branches for record in b.pool for replica in role_configs(record.config).values()}
     dropped = {d.shape.rpartition("@")[2]: d for b in branches for d in b.spec.dropped_shapes}
@@ -232,7 +234,7 @@ def _unusable_backend(mode: str, backend: str, versions: dict[str, str | None]) 
 
 
 def _budget(space: Any) -> str:
-    return f"hardware={space.hardware}" if space.is_fleet else f"gpu_budget={space.gpu_budget}"
+    return f"hardware={space.hardware}" if space.has_gpu_inventory else f"gpu_budget={space.gpu_budget}"
 
 
 def _empty_pool_reason(budget: str, pool: BackendPool, max_seq_len: int) -> str:

@@ -16,7 +16,6 @@ from spica_lib.config import SearchSpace
 from spica_lib.config.fields import ROLES
 from spica_lib.facts.hardware import ModelFacts, shape_problem
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
-from spica_lib.facts.replay_limits import ReplayLimited, split_replayable
 from spica_lib.facts.parallel import (
     DisaggConfig,
     ParallelConfig,
@@ -27,6 +26,7 @@ from spica_lib.facts.parallel import (
     enumerate_parallel_configs,
     role_configs,
 )
+from spica_lib.facts.replay_limits import ReplayLimited, split_replayable
 
 
 class DroppedShape(BaseModel):
@@ -72,7 +72,7 @@ def role_settings(space: SearchSpace, role: str) -> KvSettings:
 
 
 def enumerate_mode(space: SearchSpace, mode: str, backend: str, is_moe: bool) -> list[ParallelConfig]:
-    if mode in ("agg", "disagg") and space.is_fleet:
+    if mode in ("agg", "disagg") and space.has_gpu_inventory:
         inventory, low = space.inventory(), space.min_gpu_budget
         return enumerate_inventory_configs(inventory, mode, is_moe, backend, min_gpu_budget=low)
     if mode == "agg":

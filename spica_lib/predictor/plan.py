@@ -19,6 +19,7 @@ from spica_lib.config.presets import (
     predictor_label,
     throughput_intervals,
 )
+from spica_lib.predictor.warmup import warmup_windows
 
 SCHEMA_VERSION = 1
 FALLBACK = "constant_last"
@@ -99,9 +100,8 @@ MIN_SCORED_WINDOWS = 3
 
 def window_warnings(config: SmartSearchConfig, kept_policies: list[CompositeEntry]) -> list[str]:
     """Warnings for each throughput interval that leaves the search part of the trace too few windows to score
-    the load predictors on (they need warm-up windows first; scoring.warmup_windows), with the numbers."""
+    the load predictors on (they need warm-up windows first; warmup.warmup_windows), with the numbers."""
     from spica_lib.config.trace import scan_trace
-    from spica_lib.predictor.scoring import warmup_windows
 
     plan = plan_predictor_jobs(config, kept_policies)
     if plan.reason != "swept":

@@ -13,13 +13,10 @@ import time
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.dynamo_env import prepare_dynamo_import
-from spica_lib.config.presets import (
-    CompositeEntry,
-    LoadPredictorSpec,
-    load_predictor,
-)
+from spica_lib.config.presets import CompositeEntry, load_predictor
 from spica_lib.predictor.dynamo import Predictor, PredictorFactory, dynamo_predictor
 from spica_lib.predictor.plan import PredictorJob, PresetScore
+from spica_lib.predictor.warmup import warmup_windows
 
 
 class Window(BaseModel):
@@ -62,22 +59,6 @@ def build_windows(trace_path: str, interval_s: int, arrival_speedup_ratio: float
     ]
 
 
-# Windows each family needs before it forecasts: Dynamo's predictors' `minimum_data_points`
-# (tests/test_load_predictor.py checks this table against the installed classes).
-_FAMILY_MINIMUM = {"constant": 1, "arima": 5, "prophet": 5}
-
-
-def minimum_windows(spec: LoadPredictorSpec) -> int:
-    return spec.kalman_min_points if spec.load_predictor == "kalman" else _FAMILY_MINIMUM[spec.load_predictor]
-
-
-def warmup_windows(entries: list[CompositeEntry]) -> int:
-    """Windows every candidate needs before it forecasts: the largest minimum among them.
-
-    Scoring every candidate from the same window keeps their losses comparable."""
-    return max(minimum_windows(load_predictor(entry)) for entry in entries)
-
-
 def score_candidate(
     windows: list[Window],
     entry: CompositeEntry,
@@ -107,13 +88,14 @@ def _forecast(predictor: Predictor) -> float:
     return value if math.isfinite(value) else float(predictor.get_last_value())
 
 
-def run_job(
+def score_predictor_job(
     job: PredictorJob,
     trace_path: str,
     arrival_speedup_ratio: float,
     all_entries: list[CompositeEntry],
     factory: PredictorFactory = dynamo_predictor,
 ) -> PresetScore:
+    """One (interval, candidate) of the plan scored on the trace, from the warm-up all of `all_entries` need."""
     started = time.perf_counter()
     windows = build_windows(trace_path, job.interval, arrival_speedup_ratio)
     warmup = warmup_windows(all_entries)

@@ -1,1 +1,1 @@
-"""What a sweep hands back: the report and its plots, deployment files, the manifest, and status while it runs."""
+"""What a sweep hands back to read: the report and its plots, and the manifest (versions and input hashes)."""

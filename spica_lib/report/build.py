@@ -7,7 +7,7 @@ from pathlib import Path
 from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.report import plots
 from spica_lib.report.markdown import render, score_label
-from spica_lib.report.view import RunView
+from spica_lib.run.view import RunView
 
 LATENCY_TOP = 5
 

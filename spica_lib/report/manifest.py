@@ -77,7 +77,7 @@ def build_manifest(validated: ValidatedConfig, config_json: str | Path) -> RunMa
 
 def _fleet_prices(config: SmartSearchConfig) -> dict[str, float] | None:
     space, goal = config.search_space, config.goal
-    if not space.is_fleet or goal.gpu_hour_usd is None:
+    if not space.has_gpu_inventory or goal.gpu_hour_usd is None:
         return None
     return {sku: goal.gpu_hour_price(sku) for sku in space.inventory()}
 

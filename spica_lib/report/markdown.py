@@ -6,12 +6,13 @@ import math
 from pathlib import Path
 
 from spica_lib.base.artifacts import read_model
+from spica_lib.baselines.compare import comparison_cell
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
-from spica_lib.baselines.compare import comparison_cell
-from spica_lib.report.view import RunView
-from spica_lib.results.merge import CandidateRow, held_out_text, same_result_as, stops_text
+from spica_lib.results.merge import CandidateRow, same_result_as
 from spica_lib.results.stress import StressedScore
+from spica_lib.results.summary import held_out_text, stops_text
+from spica_lib.run.view import RunView
 from spica_lib.trial.describe import describe
 from spica_lib.trial.score import sla_miss
 from spica_lib.trial.spec import TrialResult

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from spica_lib.base.artifacts import atomic_path
-from spica_lib.report.view import BestSoFar, Point
+from spica_lib.run.view import BestSoFar, Point
 
 BRANCH_COLOURS = {"agg": "tab:blue", "disagg": "tab:orange"}
 

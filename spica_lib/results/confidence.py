@@ -34,15 +34,14 @@ percentile or the worst sample.
 
 from __future__ import annotations
 
-import math
 import functools
+import math
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from spica_lib.config.goal import DEFAULT_EQUIVALENCE_SHARE, EquivalenceMargin
 from spica_lib.results.finish import FinishedDeployment, FinishResult
 
 CONFIDENCE = 0.95  # for the family of claims of one finish
@@ -141,11 +140,16 @@ def judge(finish: FinishResult) -> FinishVerdict:
             **base, ranks=ranks, decided=True,
             sentence=f"No top deployment was feasible on any of its {_samples_words(finish)}.",
         )  # fmt: skip
+    if finish.margin is None:  # the margin's default is the config's alone: it fills goal.equivalence_margin
+        raise ValueError(
+            "a finish with fresh scores but no equivalence margin: results/finish.py's finished() takes it from "
+            "a validated config's goal.equivalence_margin; build the finish result with it"
+        )
     stat = {d.key: statistic(d.scores, robustness) for d in scored}
     best_share = max(d.held_share for d in scored)
     contenders = [d for d in scored if d.held_share == best_share]
     leader = max(contenders, key=lambda d: (stat[d.key], -d.used_gpus))
-    margin = (finish.margin or EquivalenceMargin(relative=DEFAULT_EQUIVALENCE_SHARE)).of(stat[leader.key])
+    margin = finish.margin.of(stat[leader.key])
     bounds = _behind_the_best(contenders, robustness, looks=max(1, len(finish.looks)))
     ranks: dict[str, FinishedRank] = {}
     for d in contenders:
@@ -173,7 +177,7 @@ def judge(finish: FinishResult) -> FinishVerdict:
     order = [ranks[d.key] for d in [chosen, *rest]]
     order += [_rank(d, robustness, "missed") for d in missed] + [_rank(d, robustness, "unscored") for d in unscored]
     deployments = {d.key: d for d in finish.deployments}
-    text = (finish.margin or EquivalenceMargin(relative=DEFAULT_EQUIVALENCE_SHARE)).text()
+    text = finish.margin.text()
     return FinishVerdict(
         **base,
         margin=margin,

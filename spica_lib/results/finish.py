@@ -129,7 +129,7 @@ class FinishResult(BaseModel):
     kind: SampleKind | None = None  # None: no finish (a Pareto goal, exact replays only, or switched off)
     looks: list[int] = Field(default_factory=list)  # the samples per deployment at each planned look
     robustness: Literal["mean", "p10", "worst"] = "mean"
-    margin: EquivalenceMargin | None = None
+    margin: EquivalenceMargin | None = None  # goal.equivalence_margin: None only with no finish
     deployments: list[FinishedDeployment] = Field(default_factory=list)
     stopped: str | None = None  # why no more samples were drawn
 

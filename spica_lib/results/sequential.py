@@ -92,7 +92,9 @@ def run_finish(config: SmartSearchConfig, top: dict[str, tuple[TrialSpec, TrialR
     replays a batch of finish replays ("<key>#<i>" -> spec) and returns their results by the same names."""
     sweep = config.sweep
     kind = sample_kind(config)
-    planned = looks(sweep.finish_samples or 0, sweep.finish_max_samples or sweep.finish_samples or 0)
+    # A finish's sample counts are the config's (config/root.py fills both); with none (kind None) they are unset,
+    # and every deployment gets no sample.
+    planned = looks(sweep.finish_samples, sweep.finish_max_samples) if kind is not None else [0]
     specs = {key: spec for key, (spec, _) in top.items()}
     counts = {key: 0 for key in top}
     replays: dict[str, tuple[TrialSpec, TrialResult]] = {}

@@ -1,1 +1,2 @@
-"""A run's folder and every path in it, and `spica run` (Snakemake with a safe unlock)."""
+"""A run: its folder and every path in it, the body of each of its jobs (run/jobs/), a finished run read back
+(RunView), and `spica run` (Snakemake with a safe unlock)."""

@@ -62,7 +62,7 @@ def snakemake_command(
     config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str], root: str | None = None
 ) -> list[str]:
     """The Snakemake command of one sweep; `root` puts its run folder there instead of results/ (a fleet's models)."""
-    # --force-use-threads: the stages before round 0 run in Snakemake's own process (spica_lib/run/setup_jobs.py)
+    # --force-use-threads: the stages before round 0 run in Snakemake's own process (spica_lib/run/jobs/setup.py)
     command = [
         sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete", "--force-use-threads"
     ]  # fmt: skip

@@ -272,8 +272,8 @@ def prepare_run(
         workloads=len(config.workloads or [config.workload]),
         finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_max_samples or 0),
         baselines=bool(config.sweep.baselines),
-        stress_trials=(config.sweep.stress_top or 0) * 4,
-        capacity_trials=(config.sweep.capacity_top or 0) * CAPACITY_REPLAYS,
+        stress_trials=config.sweep.stress_top * 4,
+        capacity_trials=config.sweep.capacity_top * CAPACITY_REPLAYS,
     )
     existing = Path(layout.config_json)
     if existing.is_file():

@@ -42,8 +42,9 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
-from spica_lib.config import OptimizationGoal
+from spica_lib.config import OptimizationGoal, SmartSearchConfig
 from spica_lib.pools.branches import BranchSpec, PoolRecord
+from spica_lib.replay.stall import PREFIX_FACTOR
 from spica_lib.search.designers import (
     WORST,
     active_trial,
@@ -62,12 +63,10 @@ from spica_lib.search.history import (
     Suggested,
     observe,
 )
-from spica_lib.config import SmartSearchConfig
 from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
 from spica_lib.search.triage import SearchContext, Taken, move, refine, refused_layouts, triage
 from spica_lib.search.warm_start import share_of_round, warm_start
-from spica_lib.replay.stall import PREFIX_FACTOR
 from spica_lib.trial.screen import PruneBar, prune_rank
 from spica_lib.trial.spec import TrialResult, TrialSpec
 

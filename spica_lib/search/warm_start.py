@@ -144,7 +144,7 @@ def seed_parameters(space: BranchSpace, config: ParallelConfig, backend: str) ->
 
 # The step models of this process, by what they time: compiling aiconfigurator's engines and loading its perf DB
 # is most of the estimate's cost. The sweep's warm host fills this before it forks a round-0 suggest
-# (run/jobs.py: prepare_suggest), so every branch's suggest forks with the engines compiled, once.
+# (run/jobs/search.py: prepare_suggest), so every branch's suggest forks with the engines compiled, once.
 _STEP_MODELS: dict[str, StepModel] = {}
 
 

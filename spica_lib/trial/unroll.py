@@ -40,7 +40,7 @@ def unroll_sample(
     if space.aic_fmha_dtype is not None:  # only when set: every other sample (and its trial key) stays as it was
         sample["aic_fmha_dtype"] = space.aic_fmha_dtype
     sample.update(_parallel_fields(mode, parallel_config))
-    if space.is_fleet:
+    if space.has_gpu_inventory:
         # The planner has one GPU ceiling for all roles: the GPUs of the types this deployment runs on.
         types = {replica.sku for replica in role_configs(parallel_config).values()}
         sample["gpu_budget"] = sum(space.inventory()[sku] for sku in types)

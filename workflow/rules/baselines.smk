@@ -17,11 +17,12 @@ rule aiconfigurator_pick:
     params:
         run=RUN.run,
         run_dir=RUN.dir,
-    threads: 0
+    threads: job_threads("aiconfigurator_pick")
     resources:
-        mem_mb=4000,
+        mem_mb=job_mem_mb("aiconfigurator_pick"),
         runtime=15,
         cpus_per_task=1,  # as a SLURM job of its own, one CPU (SLURM refuses none)
+    localrule: job_is_local("aiconfigurator_pick")
     script:
         "../../scripts/aiconfigurator_pick.py"
 
@@ -45,11 +46,11 @@ rule baselines:
         run_dir=RUN.dir,
         max_eval_seconds=RUN.max_eval_seconds,
     # As the finish: the sweep's parallel replays, at most 3 (there are at most three baselines).
-    threads: max(1, min(3, RUN.parallel_evals))
+    threads: job_threads("baselines")
     resources:
-        mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
+        mem_mb=job_mem_mb("baselines"),
         # Minutes: at most three baselines to replay, each on every workload.
         runtime=lambda wildcards, threads: replay_job_minutes(3, RUN.workloads, threads, RUN.max_eval_seconds),
-    localrule: PILOT.on  # with pilots, a rule script here hands the job to one
+    localrule: job_is_local("baselines")  # with pilots, a rule script here hands the job to one
     script:
         "../../scripts/baselines.py"

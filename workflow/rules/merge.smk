@@ -17,6 +17,6 @@ rule merge:
     params:
         run=RUN.run,
         run_dir=RUN.dir,
-    localrule: True
+    localrule: job_is_local("merge")
     script:
         "../../scripts/merge.py"

@@ -10,6 +10,6 @@ rule policies:
     params:
         run=RUN.run,
     localrule: True
-    run:  # in Snakemake's own process, which already holds what the stage computes (spica_lib/run/setup_jobs.py)
+    run:  # in Snakemake's own process, which already holds what the stage computes (spica_lib/run/jobs/setup.py)
         run_in_snakemake(rule, input=input, output=output, params=params, wildcards=wildcards, log=log,
                          threads=threads, resources=resources)

@@ -1,12 +1,11 @@
-# What the user takes away, in one job after the merge: report.md with its plots (also in
-# `snakemake --report`), the manifest, and deployment files for the top `sweep.top_k` candidates.
-# All are read from the run's files.
+# What the user reads, in one job after the merge: report.md with its plots (also in `snakemake --report`)
+# and the manifest (versions and input hashes). Both are read from the run's files.
 from spica_lib.report.build import plot_names
 
 
 rule report:
     message:
-        "Writing the report, manifest and deployment files of run {params.run}"
+        "Writing the report and manifest of run {params.run}"
     input:
         config=rules.validate.output.config,
         summary=RUN.summary_json,
@@ -18,12 +17,11 @@ rule report:
             for name in plot_names(RUN.is_pareto, bool(RUN.capacity_trials))
         ],
         manifest=RUN.manifest_json,
-        deploy=directory(RUN.deploy_dir),
     log:
         RUN.log("report"),
     params:
         run=RUN.run,
         run_dir=RUN.dir,
-    localrule: True
+    localrule: job_is_local("report")
     script:
         "../../scripts/report.py"

@@ -169,7 +169,7 @@ checkpoint suggest:
     params:
         run_dir=RUN.dir,
         trials_per_job=trials_per_job(),
-    localrule: True
+    localrule: job_is_local("suggest")
     script:
         "../../scripts/suggest.py"
 
@@ -194,7 +194,7 @@ checkpoint refill:
     params:
         run_dir=RUN.dir,
         trials_per_job=trials_per_job(),
-    localrule: True
+    localrule: job_is_local("refill")
     script:
         "../../scripts/refill.py"
 
@@ -233,10 +233,10 @@ checkpoint replay:
         last_attempt=last_replay_attempt,
     threads: replay_threads
     resources:
-        mem_mb=lambda wildcards, threads: RUN.replay_mb * threads,
+        mem_mb=job_mem_mb("replay"),
         runtime=replay_runtime,
         trial_attempt=lambda wildcards, attempt: attempt,  # 1, then +1 per retry (params cannot see it)
-    localrule: PILOT.on  # with pilots, a rule script here hands the job to one
+    localrule: job_is_local("replay")  # with pilots, a rule script here hands the job to one
     script:
         "../../scripts/replay.py"
 
@@ -254,6 +254,6 @@ rule tell:
         RUN.log("rounds/{branch}/{round}/tell"),
     params:
         run_dir=RUN.dir,
-    localrule: True
+    localrule: job_is_local("tell")
     script:
         "../../scripts/tell.py"

@@ -18,7 +18,7 @@ Every replayed setting goes in as a generator input, so the generator's own back
   and `K8sConfig.name`.
 
 The generator writes v1alpha1 documents into a scratch folder; they are returned as data
-(report/dgd.py makes the v1beta1 document the operator stores from them).
+(deploy/dgd.py makes the v1beta1 document the operator stores from them).
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from typing import Any
 
 import yaml
 
-from spica_lib.report.dgd import GPUS_PER_NODE
-from spica_lib.report.release import installed_release
-from spica_lib.report.replayed import Replayed, RoleEngine
+from spica_lib.deploy.dgd import GPUS_PER_NODE
+from spica_lib.deploy.release import installed_release
+from spica_lib.deploy.replayed import Replayed, RoleEngine
 
 DGD_FILE = "k8s_deploy.yaml"
 ROUTER_FLAG = {"kv_router": "kv", "round_robin": "round-robin"}

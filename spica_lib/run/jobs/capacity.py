@@ -8,8 +8,8 @@ from spica_lib.config import SmartSearchConfig
 from spica_lib.results.capacity import LoadPoint, at_load, bisect_capacity
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.merge import apply_finish
-from spica_lib.run.job import HOST, JobArgs
-from spica_lib.run.jobs import ranked_run
+from spica_lib.run.job_args import HOST, JobArgs
+from spica_lib.run.jobs.ranked import ranked_run
 from spica_lib.trial.evaluate import evaluate_trials, warm_up_trials
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 
@@ -18,7 +18,7 @@ def _capacity_top(job: JobArgs) -> tuple[SmartSearchConfig, dict[str, TrialRecor
     """The config and the top `sweep.capacity_top` trials in the finish's order (key -> record)."""
     run = ranked_run(job)
     ranked = apply_finish(run.best, read_model(job.input["finish"], FinishResult))
-    return run.config, {row.key: run.records[row.key] for row in ranked[: run.config.sweep.capacity_top or 0]}
+    return run.config, {row.key: run.records[row.key] for row in ranked[: run.config.sweep.capacity_top]}
 
 
 def warm_up_for_capacity(job: JobArgs) -> None:

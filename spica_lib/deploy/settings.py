@@ -28,9 +28,9 @@ from typing import Any
 import yaml
 
 from spica_lib.base.dynamo_env import prepare_dynamo_import
-from spica_lib.report.dgd import GPU, components_by_role, main_container
-from spica_lib.report.generator import ROUTER_FLAG
-from spica_lib.report.replayed import Replayed, RoleEngine
+from spica_lib.deploy.dgd import GPU, components_by_role, main_container
+from spica_lib.deploy.generator import ROUTER_FLAG
+from spica_lib.deploy.replayed import Replayed, RoleEngine
 
 ENGINE_SETTINGS = (
     "tp", "attention_dp", "moe_tp", "moe_ep", "max_num_seqs", "max_num_batched_tokens", "block_size",

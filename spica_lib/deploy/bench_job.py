@@ -3,7 +3,7 @@
 The Job (`batch/v1`, built as data) runs AIPerf, the client aiconfigurator's generator writes jobs
 for, pinned to one release (`AIPERF`, on PyPI; its flags below are that release's), in the
 generator's client image. It targets `http://<dgd>-frontend.<namespace>.svc.cluster.local:8000`:
-the operator names a component's Service `<dgd>-<component>` (report/k8s_names.py) and the frontend
+the operator names a component's Service `<dgd>-<component>` (deploy/k8s_names.py) and the frontend
 listens on 8000 (`--http-port 8000`). Each workload the trial was replayed on is sent as replayed:
 
 - synthetic open loop: `--request-rate` with Poisson arrivals, the replayed request count;

@@ -7,8 +7,8 @@ from spica_lib.base.logs import stage_log
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.merge import apply_finish
 from spica_lib.results.stress import first_replays, second_replays, stress_bars, stress_specs, stressed
-from spica_lib.run.job import HOST, JobArgs
-from spica_lib.run.jobs import ranked_run
+from spica_lib.run.job_args import HOST, JobArgs
+from spica_lib.run.jobs.ranked import ranked_run
 from spica_lib.run.layout import RunFiles
 from spica_lib.trial.evaluate import warm_up_trials
 from spica_lib.trial.screen import PruneBar

@@ -2,7 +2,7 @@
 
 Every document is checked the way the API server and the Dynamo operator's admission would see it:
 known fields only (`kubectl apply` validates strictly), each of its type, required fields present,
-names within the operator's limits (report/k8s_names.py). The schemas come from the installed
+names within the operator's limits (deploy/k8s_names.py). The schemas come from the installed
 packages, not from a copy of ours:
 
 - Kubernetes objects (the benchmark Job, a ConfigMap, each component's `podTemplate`, `metadata`)
@@ -25,7 +25,7 @@ import re
 from typing import Any
 
 from spica_lib.base.dynamo_env import prepare_dynamo_import
-from spica_lib.report.k8s_names import label_problem, name_problems
+from spica_lib.deploy.k8s_names import label_problem, name_problems
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
 COMPONENT_TYPES = ("frontend", "worker", "prefill", "decode", "planner", "epp")  # the CRD's enum

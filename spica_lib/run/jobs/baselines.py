@@ -11,8 +11,8 @@ from spica_lib.config.validate import ValidatedConfig
 from spica_lib.predictor.plan import LoadPredictorResult
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.merge import apply_finish
-from spica_lib.run.job import HOST, JobArgs
-from spica_lib.run.jobs import RankedRun, ranked_run
+from spica_lib.run.job_args import HOST, JobArgs
+from spica_lib.run.jobs.ranked import RankedRun, ranked_run
 from spica_lib.run.layout import RunFiles
 from spica_lib.trial.evaluate import warm_up_trials
 from spica_lib.trial.store import run_replay_job

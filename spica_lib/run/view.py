@@ -14,10 +14,11 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.config.validate import ValidatedConfig
-from spica_lib.results.finish import FinishResult
-from spica_lib.results.merge import CandidateRow, SweepSummary, apply_finish, collect_candidates, ordered
 from spica_lib.results.capacity import CapacityResult
+from spica_lib.results.finish import FinishResult
+from spica_lib.results.merge import CandidateRow, apply_finish, collect_candidates, ordered
 from spica_lib.results.stress import StressResult
+from spica_lib.results.summary import SweepSummary
 from spica_lib.run.layout import RunFiles
 from spica_lib.search.history import BranchHistory
 from spica_lib.trial.score import sla_miss

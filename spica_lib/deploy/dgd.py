@@ -26,8 +26,8 @@ its services is mapped onto a v1beta1 component, field by field, as data:
                                           Dynamo's own 1.5.1 blueprints leave /dev/shm to the operator
 
 A service field outside this table is an error, not a silent loss. Component names are short
-(report/k8s_names.py), images are the installed release's, workers start in its folder
-(report/release.py), and each worker is pinned to the GPU type its role was replayed on.
+(deploy/k8s_names.py), images are the installed release's, workers start in its folder
+(deploy/release.py), and each worker is pinned to the GPU type its role was replayed on.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from spica_lib.report.k8s_names import COMPONENT
-from spica_lib.report.release import installed_release
-from spica_lib.report.replayed import Replayed
+from spica_lib.deploy.k8s_names import COMPONENT
+from spica_lib.deploy.release import installed_release
+from spica_lib.deploy.replayed import Replayed
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
 GPU = "nvidia.com/gpu"

@@ -8,15 +8,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.base.logs import stage_log
 from spica_lib.baselines.model import AiconfiguratorPick
 from spica_lib.baselines.plan import baseline_name, pick_replay
 from spica_lib.predictor.plan import LoadPredictorResult
-from spica_lib.base.logs import stage_log
 from spica_lib.results.finish import sample_kind, sample_specs
 from spica_lib.results.finish_share import FinishShare
 from spica_lib.results.stress import first_replays
-from spica_lib.run.job import HOST, JobArgs
-from spica_lib.run.jobs import finish_top, ranked_run
+from spica_lib.run.job_args import HOST, JobArgs
+from spica_lib.run.jobs.ranked import finish_top, ranked_run
 from spica_lib.run.layout import RunFiles
 from spica_lib.trial.evaluate import warm_up_trials
 from spica_lib.trial.spec import TrialResult, TrialSpec
@@ -30,9 +30,9 @@ def replays_ahead(job: JobArgs) -> dict[str, TrialSpec]:
     ("<key>~<perturbation>", results/stress.py) of its top `stress_top`, its #1 under every perturbation (as if
     it were the sweep's #1)."""
     run = ranked_run(job)  # the branch's own history only: its top is its share of the sweep's
-    top = finish_top(run)
+    top = finish_top(run)  # empty with no finish (finish_samples unset): range(first) runs only for a finish
     sweep = run.config.sweep
-    first = sweep.finish_samples or 0
+    first = sweep.finish_samples
     planned: dict[str, TrialSpec] = {}
     pick_file = job.params.get("pick")
     if pick_file and Path(pick_file).exists():  # known by now (its search may still run on a first run)
@@ -41,7 +41,7 @@ def replays_ahead(job: JobArgs) -> dict[str, TrialSpec]:
         if pick is not None and pick.key() not in run.records:
             planned[baseline_name(pick.key())] = pick
     planned.update(sample_specs(top, sample_kind(run.config), {key: range(first) for key in top}))
-    stressed = dict(list(top.items())[: sweep.stress_top or 0])
+    stressed = dict(list(top.items())[: sweep.stress_top])
     if len(stressed) > 0 and sweep.stress_band:
         planned.update(first_replays(stressed, float(sweep.stress_band)))
     return planned

@@ -2,18 +2,18 @@
 
 For each of the top `sweep.top_k` deployments, `deploy/<rank>/` holds
 
-- `k8s_deploy.yaml`: the DynamoGraphDeployment, `nvidia.com/v1beta1` (report/dgd.py says why), made
-  from aiconfigurator's generator with every replayed setting as its input (report/generator.py), at
-  the installed Dynamo release's images and paths (report/release.py), named `spica-<run>-<rank>` in
-  the namespace the files are written for (report/k8s_names.py: `spica report --namespace`);
+- `k8s_deploy.yaml`: the DynamoGraphDeployment, `nvidia.com/v1beta1` (deploy/dgd.py says why), made
+  from aiconfigurator's generator with every replayed setting as its input (deploy/generator.py), at
+  the installed Dynamo release's images and paths (deploy/release.py), named `spica-<run>-<rank>` in
+  the namespace the files are written for (deploy/k8s_names.py: `spica report --namespace`);
 - `k8s_bench.yaml`: a benchmark Job per replayed workload, sending that traffic to this deployment's
-  own frontend with a pinned AIPerf (report/bench_job.py);
+  own frontend with a pinned AIPerf (deploy/bench_job.py);
 - `trial.json` (the exact trial behind the score) and `replayed.json` (the plan the replay ran);
 - `deploy.json` (`DeploymentFiles`) and `README.md`: the names, images and engines, how to apply the
   files, and every replayed setting the files change or cannot express, read back from the YAML as
-  written (report/settings.py), never assumed.
+  written (deploy/settings.py), never assumed.
 
-Every document is checked as a cluster would check it before anything is written (report/k8s_check.py);
+Every document is checked as a cluster would check it before anything is written (deploy/k8s_check.py);
 a document it would refuse is not written, and `error` says why.
 """
 
@@ -27,16 +27,16 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.config import SmartSearchConfig
+from spica_lib.deploy import settings
+from spica_lib.deploy.bench_job import AIPERF, benchmark_job, frontend_url, job_name, trace_configmap
+from spica_lib.deploy.dgd import v1beta1_documents
+from spica_lib.deploy.generator import generated_documents
+from spica_lib.deploy.k8s_check import document_problems
+from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE, deployment_name
+from spica_lib.deploy.release import ENGINE_NAME, installed_release
+from spica_lib.deploy.replayed import Replayed, replayed
 from spica_lib.replay.plan import role_sku
-from spica_lib.report import settings
-from spica_lib.report.bench_job import AIPERF, benchmark_job, frontend_url, job_name, trace_configmap
-from spica_lib.report.dgd import v1beta1_documents
-from spica_lib.report.generator import generated_documents
-from spica_lib.report.k8s_check import document_problems
-from spica_lib.report.k8s_names import DEFAULT_NAMESPACE, deployment_name
-from spica_lib.report.release import ENGINE_NAME, installed_release
-from spica_lib.report.replayed import Replayed, replayed
-from spica_lib.report.view import RunView
+from spica_lib.run.view import RunView
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
 

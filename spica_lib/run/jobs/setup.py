@@ -25,7 +25,7 @@ from spica_lib.pools.branches import enumerate_branches
 from spica_lib.pools.table import write_pool
 from spica_lib.predictor.plan import PresetScore, merge_scores, plan_predictor_jobs
 from spica_lib.predictor.table import write_predictor_table
-from spica_lib.run.job import JobArgs
+from spica_lib.run.job_args import JobArgs
 
 # One at a time: Snakemake may run two of them at once on its threads, and each stage's log is one logger.
 _ONE_AT_A_TIME = threading.Lock()

@@ -1,47 +1,24 @@
-"""The bodies of the search's jobs: suggest, replay and tell each round, and merge at the end.
-
-Each takes the job as `JobArgs` and writes the outputs its rule declares. The rule scripts hand
-them their job; the sweep's warm host (`spica_lib.host`) runs them in a child forked from a
-process that already holds Vizier, Dynamo and the perf DBs, so a round pays no start-up.
+"""Rules `suggest`, `refill` and `tell`: each round's candidates asked of Vizier, replacements for failed
+replays, and the round told back; with the warm-ups the host runs before it forks them.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import logging
-import os
-import shutil
-import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
-from spica_lib.base.artifacts import atomic_write_parquet, atomic_write_text, read_model, write_model
-from spica_lib.base.logs import FILE_ONLY, stage_log
-from spica_lib.baselines.model import BaselinesResult
+from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.base.logs import stage_log
 from spica_lib.config import SmartSearchConfig
-from spica_lib.trial.score import score_text
 from spica_lib.config.trace import scan_trace
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.table import read_pool
 from spica_lib.predictor.plan import LoadPredictorResult
-from spica_lib.results.finish import FinishResult, sample_kind, sample_specs
-from spica_lib.results.merge import (
-    CandidateRow,
-    apply_finish,
-    collect_candidates,
-    frame,
-    ordered,
-    same_result_as,
-    summarise,
-)
-from spica_lib.results.sequential import run_finish
-from spica_lib.results.capacity import CapacityResult
-from spica_lib.results.stress import StressResult
-from spica_lib.run.job import HOST, JobArgs
+from spica_lib.run.job_args import HOST, JobArgs
+from spica_lib.run.jobs.ranked import told_records
 from spica_lib.run.layout import RunFiles
 from spica_lib.run.status import progress_text, run_status
 from spica_lib.search.designers import import_designers
@@ -57,10 +34,10 @@ from spica_lib.search.rounds import (
 )
 from spica_lib.search.space import BranchSpace
 from spica_lib.search.warm_start import seed_parameters, warm_start
-from spica_lib.replay.warm_up import failures as warm_up_failures
 from spica_lib.trial.evaluate import prepare_trial, warm_up_trials
-from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
-from spica_lib.trial.store import note_job_error, read_trials, run_replay_job
+from spica_lib.trial.score import score_text
+from spica_lib.trial.spec import TrialSpec
+from spica_lib.trial.store import read_trials
 
 
 def suggest(job: JobArgs) -> None:
@@ -217,96 +194,6 @@ def _trial_per_backend(context: SearchContext, space: BranchSpace) -> list[Trial
     return trials
 
 
-def replay_specs(job: JobArgs) -> dict[str, TrialSpec]:
-    """The trials of one replay job, key -> spec."""
-    keys = read_model(job.input["suggestions"], RoundSuggestions).batch(int(job.wildcards["batch"]))
-    return {key: read_model(Path(job.input["specs"]) / f"{key}.json", TrialSpec) for key in keys}
-
-
-def warm_up_for_replay(job: JobArgs) -> None:
-    """Load what this replay job's trials need into the calling process (the warm host, before it forks)."""
-    warm_up_trials(replay_specs(job))
-
-
-def _log_warm_up(log: logging.Logger, seconds: float) -> None:
-    log.info("Dynamo and perf DBs ready after %.2f s", seconds)
-    for signature, reason in warm_up_failures().items():
-        log.warning("the warm-up for %s failed (%s); its replays load what they need themselves", signature, reason)
-
-
-def replay(job: JobArgs) -> None:
-    """Rule `replay`: one replay job of a round -> rounds/<branch>/<k>/trials/<job>/<key>.json, one file per trial.
-
-    Each trial replays in a child forked from this (warm) process, `threads` at a time, and is
-    journaled as soon as it ends (failures are results). The trial files are gathered in
-    rounds/<branch>/<k>/replaying/<job>/ and the folder is renamed into place when every trial of
-    the job has its file: a job killed half-way leaves no half-full output that a resumed Snakemake
-    could take for finished; the rerun restores the journaled trials.
-    """
-    files = RunFiles(dir=job.params["run_dir"])
-    branch, round_index, batch = job.wildcards["branch"], int(job.wildcards["round"]), int(job.wildcards["batch"])
-    with stage_log(job.log[0], keep=True) as log:  # keep: a retried job's log holds every attempt
-        specs = replay_specs(job)
-        for key, spec in specs.items():
-            if spec.key() != key:
-                log.warning("spec %s re-hashes to %s (library changed since the round was suggested)", key, spec.key())
-        attempt, last = int(job.resources["trial_attempt"]), int(job.params["last_attempt"])
-        slurm = f", SLURM job {os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else ""
-        log.info(
-            "%d trial(s) on %s%s, %d at once, job attempt %d of %d, %s",
-            len(specs),
-            socket.gethostname(),
-            slurm,
-            job.threads,
-            attempt,
-            last,
-            HOST.where(),
-        )
-        staging = Path(files.replaying(branch, round_index, batch))
-        shutil.rmtree(staging, ignore_errors=True)  # a killed attempt's leftovers: the journal has what finished
-        staging.mkdir(parents=True)
-        round_file = read_model(job.input["suggestions"], RoundSuggestions)
-        records = run_replay_job(
-            specs,
-            files.journal,
-            files.started,
-            attempt,
-            last,
-            max_eval_seconds=job.params["max_eval_seconds"],
-            parallel=job.threads,
-            # The host's warm-up for this job counts: it is what the job waited for before its first replay.
-            on_warm=lambda seconds: _log_warm_up(log, seconds + HOST.prepare_seconds),
-            # The round's bar and prefix budget, not the job's.
-            prune=round_file.prune,
-            prefix_seconds=round_file.prefix_seconds,
-        )
-        try:
-            for record, source in records:
-                write_model(staging / Path(files.trial(branch, round_index, batch, record.key)).name, record)
-                result = record.result
-                reason = f" ({result.reason})" if result.reason else ""
-                log.info(
-                    "%s %s %s: %s%s (score %s, %.2f s wall)%s",
-                    record.key[:12],
-                    record.spec.deployment_mode,
-                    record.spec.parallel_config.label(),
-                    result.status,
-                    reason,
-                    result.score,
-                    result.wall_seconds,
-                    " restored from the journal" if source == "journal" else "",
-                )
-        except Exception as error:  # our own failure, not a kill: the last attempt names it instead of "killed"
-            note_job_error([files.started(key) for key in specs], error)
-            raise
-        # An earlier attempt's folder can be here: one that went on writing after its job was given up on
-        # (Snakemake had already removed its outputs). Every trial of it is in the journal, and so here.
-        shutil.rmtree(job.output["trials"], ignore_errors=True)
-        os.replace(staging, job.output["trials"])
-        with contextlib.suppress(OSError):  # the round's replaying/ folder, once its last job is done
-            staging.parent.rmdir()
-
-
 def tell(job: JobArgs) -> None:
     """Rule `tell`: suggestions + trial files -> rounds/<branch>/<k>/observations.json (the branch history)."""
     files = RunFiles(dir=job.params["run_dir"])
@@ -342,103 +229,6 @@ def _progress(run_dir: str) -> str:
         return f"progress unknown ({type(error).__name__})"
 
 
-class RankedRun(NamedTuple):
-    """A finished search read once: config, branch histories, trials, feasible deployments and their ranking."""
-
-    config: SmartSearchConfig
-    histories: list[BranchHistory]
-    records: dict[str, TrialRecord]
-    rows: list[CandidateRow]
-    best: list[CandidateRow]  # before the finish
-
-
-def ranked_run(job: JobArgs) -> RankedRun:
-    files = RunFiles(dir=job.params["run_dir"])
-    config = read_model(job.input["config"], ValidatedConfig).config
-    histories = [read_model(path, BranchHistory) for path in job.inputs("histories")]
-    records = _told_records(files, histories)
-    rows = collect_candidates(histories, records)
-    return RankedRun(config, histories, records, rows, ordered(config, rows))
-
-
-def finish_top(run: RankedRun) -> dict[str, TrialSpec]:
-    """The distinct top deployments the finish looks at (key -> spec, in ranking order): a row that replayed to
-    exactly the metrics of a better-ranked one (`same_result_as`) is the same deployment for the finish."""
-    sweep = run.config.sweep
-    if sample_kind(run.config) is None:
-        return {}
-    distinct = [row for row, earlier in zip(run.best, same_result_as(run.best), strict=True) if earlier is None]
-    return {row.key: run.records[row.key].spec for row in distinct[: sweep.finish_top]}
-
-
-def warm_up_for_finish(job: JobArgs) -> None:
-    """Load what the finish's replays need into the calling process (the warm host, before it forks)."""
-    run = ranked_run(job)
-    top = finish_top(run)
-    first = run.config.sweep.finish_samples or 0
-    warm_up_trials(sample_specs(top, sample_kind(run.config), {key: range(first) for key in top}))
-
-
-def finish(job: JobArgs) -> None:
-    """Rule `finish`: the top deployments on fresh traffic samples, sequentially (results/sequential.py) -> finish.json.
-
-    Every finish replay is journaled as "<key>#<i>" as it ends, so a killed finish resumes without
-    replaying what it had.
-    """
-    files = RunFiles(dir=job.params["run_dir"])
-    with stage_log(job.log[0]) as log:
-        run = ranked_run(job)
-        top = finish_top(run)
-        log.info("%d distinct top deployment(s) on %s samples %s", len(top), sample_kind(run.config), HOST.where())
-
-        def replay(specs: dict[str, TrialSpec]) -> dict[str, TrialResult]:
-            records = run_replay_job(
-                specs, files.journal, files.started, 1, 1,
-                max_eval_seconds=job.params["max_eval_seconds"], parallel=job.threads,
-            )  # fmt: skip
-            out = {record.key: record.result for record, _ in records}
-            log.info("look: %d replay(s) %s", len(specs), sorted({name.partition("#")[2] for name in specs}))
-            return out
-
-        result = run_finish(run.config, {key: (spec, run.records[key].result) for key, spec in top.items()}, replay)
-        for deployment in result.deployments:
-            log.info(
-                "%s: search %.4g; fresh mean %.4g over %d feasible of %d sample(s)%s",
-                deployment.key[:12],
-                deployment.search_score,
-                deployment.mean,
-                len(deployment.scores),
-                len(deployment.samples),
-                f"; {'; '.join(deployment.failed_samples)}" if not deployment.held else "",
-            )
-        log.info("finish: %s", result.stopped)
-        write_model(job.output["finish"], result)
-
-
-def merge(job: JobArgs) -> None:
-    """Rule `merge`: branch histories + trial files -> candidates.parquet, ranked.csv | pareto.csv, summary.json."""
-    with stage_log(job.log[0]) as log:
-        run = ranked_run(job)
-        finished = read_model(job.input["finish"], FinishResult)
-        best = apply_finish(run.best, finished)
-        atomic_write_parquet(job.output["candidates"], frame(run.rows))
-        atomic_write_text(job.output["table"], frame(best, with_rank=True).to_csv(index=False))
-        baselines, stress, capacity = job.inputs("baselines"), job.inputs("stress"), job.inputs("capacity")
-        summary = summarise(
-            run.config,
-            run.histories,
-            run.records,
-            best,
-            read_model(baselines[0], BaselinesResult) if baselines else None,
-            finished,
-            read_model(stress[0], StressResult) if stress else None,
-            read_model(capacity[0], CapacityResult) if capacity else None,
-        )
-        write_model(job.output["summary"], summary)
-        log.info("%s", summary.line, extra={FILE_ONLY: True})
-        print(summary.line)  # once, on stdout (the log file keeps its copy)
-
-
 def _in_flight(job: JobArgs) -> list[RoundSuggestions]:
     """The first passes of the rounds that replay while this one is asked for (sweep.rounds_in_flight)."""
     return [read_model(path, RoundSuggestions) for path in job.inputs("in_flight")]
@@ -447,15 +237,7 @@ def _in_flight(job: JobArgs) -> list[RoundSuggestions]:
 def _rivals(files: RunFiles, job: JobArgs) -> RivalScores:
     """The other branches' told trials the round's prune bar counts (search/rounds.py `rival_scores`)."""
     histories = [read_model(path, BranchHistory) for path in job.inputs("rivals")]
-    return rival_scores(histories, {key: record.result for key, record in _told_records(files, histories).items()})
-
-
-def _told_records(files: RunFiles, histories: list[BranchHistory]) -> dict[str, TrialRecord]:
-    """The trial records of every trial the histories told (key -> record)."""
-    records: dict[str, TrialRecord] = {}
-    for history in histories:
-        records.update(read_trials(files.trial_files(history.deployment_mode, history.observations)))
-    return records
+    return rival_scores(histories, {key: record.result for key, record in told_records(files, histories).items()})
 
 
 def _previous(job: JobArgs) -> BranchHistory | None:
