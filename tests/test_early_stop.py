@@ -284,10 +284,31 @@ def test_the_prune_bar_counts_the_other_branches_told_trials_as_one_ranking():
     assert bar.below == 1.0 and bar.rank == 5 and bar.told == {"agg": 0, "disagg": 1}
     # Only what another branch told feasible counts: its infeasible or pruned trials are no score to beat.
     pruned, pruned_results = told("agg", 0, [500.0, 400.0], status="pruned")
-    assert rival_scores([pruned], pruned_results).scores == {}
+    assert rival_scores([pruned], pruned_results).outcomes == {}
     assert prune_bar(cfg, own, own_results, rival_scores([pruned], pruned_results)) is None
     # A trial told with a result that is missing (its file not read) is not counted either.
-    assert rival_scores([agg], {}).scores == {}
+    assert rival_scores([agg], {}).outcomes == {}
+
+
+def test_the_prune_bar_counts_distinct_outcomes_as_the_finish_does_so_twins_never_fill_its_places():
+    from spica_lib.search.history import BranchHistory, Observation
+    from spica_lib.search.rounds import prune_bar
+    from spica_lib.trial.spec import TrialResult
+
+    cfg = build(config_data(goal={"target": "goodput_per_gpu", "sla": {"ttft_ms": 2000, "itl_ms": 50}}))
+    # 100, 100, 90, 90, 80: two pairs of twins (a knob that did not bind), one up to float noise. The finish sees
+    # three distinct deployments, so the 5th best distinct does not exist yet and a trial scoring 70, the finish's
+    # 4th distinct deployment, must not be stopped.
+    scores = [100.0, 100.0, 90.0, 90.0 * (1 + 1e-15), 80.0]
+    results = {f"k{i}": TrialResult(status="feasible", score=s, used_gpus=2, metrics={"mean_ttft_ms": s})
+               for i, s in enumerate(scores)}  # fmt: skip
+    observations = [Observation(vizier_id=i, round=0, params={}, key=k, status="feasible") for i, k in enumerate(results)]
+    history = BranchHistory(deployment_mode="agg", round=0, observations=observations)
+    assert prune_bar(cfg, history, results) is None
+    # Twins are one deployment only when everything they served is the same: other metrics make them distinct.
+    results["k1"] = TrialResult(status="feasible", score=100.0, used_gpus=2, metrics={"mean_ttft_ms": 1.0})
+    results["k3"] = TrialResult(status="feasible", score=90.0, used_gpus=1, metrics={"mean_ttft_ms": 90.0})
+    assert prune_bar(cfg, history, results).below == 80.0
 
 
 def _ticks_of(watch_rules, completions_per_window=5, windows=12):

@@ -113,3 +113,18 @@ def test_a_decided_finish_goes_on_while_the_recommendation_s_level_is_imprecise(
     first = judge(result).ranks[0]
     assert first.key == "best" and "standard error" in result.stopped
     assert first.se <= 0.015 * first.statistic or counts["best"] == 16
+
+
+def test_a_tail_statistic_that_cannot_support_a_claim_within_the_cap_draws_no_comparison_samples_past_its_first_look():
+    cfg = build(config_data(goal={"target": "throughput", "robustness": "p10"},
+                            sweep={"finish_top": 3, "finish_samples": 4, "finish_max_samples": 16}))  # fmt: skip
+    asked = []
+    top = top_of(cfg, {"best": 4, "cheap": 2, "low": 4})
+    result = run_finish(cfg, top, fake_replayer({"best": 500.0, "cheap": 497.0, "low": 480.0}, 3.0, asked))
+    counts = {d.key: len(d.samples) for d in result.deployments}
+    assert counts["cheap"] == counts["low"] == 4  # more samples could not decide anything: none drawn for that
+    assert result.stopped.startswith("no claim possible after")
+    from spica_lib.results.confidence import judge
+
+    verdict = judge(result)
+    assert verdict.ranks[0].leader and {r.verdict for r in verdict.ranks} == {"undecided"}

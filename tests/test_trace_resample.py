@@ -50,7 +50,7 @@ def test_resamples_differ_from_each_other_and_are_the_same_bytes_when_rebuilt(re
     assert again != paths[3] and open(again, "rb").read() == open(paths[3], "rb").read()
 
 
-def test_a_window_drawn_twice_gets_its_own_prefix_blocks_while_ids_shared_across_windows_keep_their_names():
+def test_every_repeated_copy_of_a_window_gets_an_id_space_of_its_own_so_no_copy_hits_another_copy_s_cache():
     # Three windows: A uses its own ids 1, 2 and the shared 9; B uses 3 and 9; C uses 4 and 9.
     trace = [
         {"timestamp": 0, "input_length": 512, "output_length": 4, "hash_ids": [9, 1]},
@@ -68,9 +68,29 @@ def test_a_window_drawn_twice_gets_its_own_prefix_blocks_while_ids_shared_across
     assert [r["timestamp"] for r in out] == [0, 10, 100, 110, 250, 299]  # laid end to end, offsets kept
     first, second = out[:2], out[2:4]
     assert [r["hash_ids"] for r in first] == [[9, 1], [9, 1, 2]]
-    assert [r["hash_ids"] for r in second] == [[9, 11], [9, 11, 12]]  # renamed above every id (stride 10)
-    assert {h for r in second for h in r["hash_ids"]} & {1, 2} == set()  # no cache shared between the copies
-    assert all(r["hash_ids"][0] == 9 for r in out)  # the id every window uses is shared as in the trace
+    assert [r["hash_ids"] for r in second] == [[19, 11], [19, 11, 12]]  # every id renamed above the trace's (stride 10)
+    assert {h for r in second for h in r["hash_ids"]} & {h for r in first for h in r["hash_ids"]} == set()
+    # The first copy of each window keeps the trace's ids: windows A and C still share 9, as recorded. (Format 1
+    # kept 9 in A's second copy too, since the trace uses it in C as well: that copy then hit blocks only A's
+    # first copy had written, C coming later.)
+    assert out[0]["hash_ids"][0] == 9 and all(r["hash_ids"][0] == 9 for r in out[4:])
+
+
+def test_a_repeated_copy_keeps_an_id_only_when_another_window_laid_before_it_uses_it():
+    trace = [
+        {"timestamp": 0, "input_length": 512, "output_length": 4, "hash_ids": [9, 1]},
+        {"timestamp": 100, "input_length": 512, "output_length": 4, "hash_ids": [8, 3]},
+        {"timestamp": 250, "input_length": 512, "output_length": 4, "hash_ids": [9, 4]},
+        {"timestamp": 299, "input_length": 512, "output_length": 4, "hash_ids": [9, 4]},
+    ]
+
+    class Draws:  # window C, then window A twice
+        def integers(self, low, high, size):
+            return np.array([2, 0, 0])
+
+    out = resampled_records(trace, 3, Draws())
+    # C came first and uses 9 (a system prompt, say): A's second copy may find it cached. Its own 1 is renamed.
+    assert [r["hash_ids"] for r in out] == [[9, 4], [9, 4], [9, 1], [9, 11]]
 
 
 def test_the_block_length_gives_ten_windows_of_at_least_a_minute():

@@ -6,11 +6,14 @@ them end to end, each window's arrivals kept at their offsets inside it. So a re
 trace's length and, on average, its request count and rate, while its bursts (which live inside a
 window) and its mix of heavy and light minutes change from one resample to the next.
 
-Prefix reuse is kept where it is real. A KV block id (`hash_ids`) that the trace uses in one window
-only (a conversation's own turns, a document read in one burst) is renamed in the second and later
-copies of that window, so that two copies do not share a cache they would not share on another
-day; an id used in several windows (a system prompt, a popular document) keeps its name, so that
-sharing across the day stays as it was.
+Each copy of a window is fresh traffic: no copy hits a cache that only another copy of the same window
+wrote, which on another day nobody would have written. A KV block id (`hash_ids`) in the second or later
+copy of a window keeps its name only when a different window that uses it was laid earlier in the resample
+(a system prompt, a popular document: its blocks would be cached on any day); every other id of that copy
+is renamed into the copy's own id space. (Format 1 kept every id used in more than one window of the
+trace, so when those other windows were not drawn, or came later, a repeated copy hit blocks only its
+earlier copy had written: measured in docs/benchmarks.md, "Fresh traffic from a trace".) The first copy
+of each window keeps the trace's ids, so sharing between windows stays as recorded.
 
 The block length: `blocks_for` gives TARGET_BLOCKS windows, each at least MIN_BLOCK_MS long (fewer,
 longer windows on a short trace; at least 2). Ten windows give C(19, 10) = 92,378 distinct
@@ -30,6 +33,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -37,7 +41,7 @@ from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.config.trace import DEFAULT_SPLIT_ROOT, SPLIT_ROOT_ENV, scan_trace
 
 RESAMPLES_ENV = "SPICA_TRACE_RESAMPLES"  # where a sweep keeps its resamples (set by the workflow)
-RESAMPLE_FORMAT = 1  # bumped when the rule changes, so an older resample is never reused
+RESAMPLE_FORMAT = 2  # bumped when the rule changes, so an older resample is never reused (2: fresh copies)
 TARGET_BLOCKS = 10
 MIN_BLOCK_MS = 60_000.0
 
@@ -63,36 +67,59 @@ def resample_trace(path: str | Path, index: int) -> str:
     return str(target)
 
 
-def resampled_records(records: list[dict], blocks: int, rng: np.random.Generator) -> list[dict]:
-    """One block-bootstrap resample of Mooncake records (dicts with timestamp, hash_ids, ...), by arrival time."""
+class Placed(NamedTuple):
+    """Where a trace record lands in a resample: its record, the window it comes from, which copy of that
+    window (0: the first), its slot and its new arrival time (ms)."""
+
+    position: int
+    window: int
+    copy: int
+    slot: int
+    stamp: float
+
+
+def resample_plan(records: list[dict], blocks: int, rng: np.random.Generator) -> list[Placed]:
+    """Which record lands where in one block-bootstrap resample, in arrival order."""
     stamps = np.array([float(r["timestamp"]) for r in records])
     first, span = float(stamps.min()), float(stamps.max() - stamps.min())
     width = span / blocks if span > 0 else 1.0
     # The last arrival belongs to the last window (not to a window of its own past the end).
     window = np.minimum(((stamps - first) // width).astype(int), blocks - 1)
-    windows_of_id: dict[int, set[int]] = {}
-    for record, w in zip(records, window, strict=True):
-        for block_id in record.get("hash_ids") or []:
-            windows_of_id.setdefault(block_id, set()).add(int(w))
-    local = {block_id for block_id, seen in windows_of_id.items() if len(seen) == 1}
-    stride = max(windows_of_id, default=0) + 1  # renamed ids start above every id the trace uses
     members: dict[int, list[int]] = {w: [] for w in range(blocks)}
     for position, w in enumerate(window):
         members[int(w)].append(position)
     drawn = rng.integers(0, blocks, size=blocks)
     copies: Counter[int] = Counter()
-    out: list[tuple[float, int, dict]] = []
-    for slot, w in enumerate(drawn):
-        copy = copies[int(w)]
-        copies[int(w)] += 1
-        start = first + int(w) * width
-        for position in members[int(w)]:
-            record = dict(records[position])
-            offset = float(record["timestamp"]) - start
-            stamp = slot * width + offset
-            record["timestamp"] = int(round(stamp))
-            if copy:
-                record["hash_ids"] = [h + copy * stride if h in local else h for h in record.get("hash_ids") or []]
-            out.append((stamp, len(out), record))
-    out.sort(key=lambda item: (item[0], item[1]))
-    return [record for _, _, record in out]
+    out: list[Placed] = []
+    for slot, w in enumerate(int(w) for w in drawn):
+        copy = copies[w]
+        copies[w] += 1
+        start = first + w * width
+        out += [Placed(p, w, copy, slot, slot * width + float(stamps[p]) - start) for p in members[w]]
+    out.sort(key=lambda item: (item.stamp, item.slot, item.position))
+    return out
+
+
+def resampled_records(records: list[dict], blocks: int, rng: np.random.Generator) -> list[dict]:
+    """One block-bootstrap resample of Mooncake records (dicts with timestamp, hash_ids, ...), by arrival time."""
+    plan = resample_plan(records, blocks, rng)
+    windows_of_id: dict[int, set[int]] = {}
+    for placed in plan:
+        if placed.copy == 0:
+            for block_id in records[placed.position].get("hash_ids") or []:
+                windows_of_id.setdefault(block_id, set()).add(placed.window)
+    # A copy's own ids are shifted past every id the trace uses, by a multiple of the copy number.
+    stride = max((h for r in records for h in r.get("hash_ids") or []), default=0) + 1
+    laid_before = {slot: {p.window for p in plan if p.slot < slot} for slot in {p.slot for p in plan}}
+    out = []
+    for placed in plan:
+        record = dict(records[placed.position])
+        record["timestamp"] = int(round(placed.stamp))
+        if placed.copy:
+            earlier = laid_before[placed.slot] - {placed.window}
+            record["hash_ids"] = [
+                h if windows_of_id.get(h, set()) & earlier else h + placed.copy * stride
+                for h in record.get("hash_ids") or []
+            ]
+        out.append(record)
+    return out

@@ -2,8 +2,9 @@
 
 Three kinds, as the split needs them:
 
-- the finished top the run bisected (capacity.json): capacity = the highest load factor that met the
-  SLA times the offered rate;
+- the finished top the run bisected (capacity.json): capacity = the highest load factor confirmed on
+  every one of its fresh samples (the bisection's found load, else the step below it; neither: the
+  offered rate) times the offered rate: a load the bisection found but a fresh sample missed is not one;
 - the best-ranked deployment on each GPU type (each set of types a layout takes) that the bisection
   did not size, so that a scarce type cannot make the split infeasible when another would do. Its
   capacity is the offered rate it met in the search (factor 1: a ranked deployment met the SLA
@@ -46,7 +47,14 @@ def model_candidates(run_dir: str | Path, prices: dict[str, float]) -> tuple[lis
         source[key] = why
 
     for deployment in capacity.deployments:
-        add(deployment.key, deployment.capacity_factor, f"bisected: {deployment.capacity_factor:.3g}x the offered rate")
+        factor = deployment.usable_factor  # the confirmed capacity: a bisected load a fresh sample missed is not one
+        found_at = f"bisected: {factor:.3g}x the offered rate, confirmed on fresh samples"
+        if factor != deployment.capacity_factor:
+            found_at = (
+                f"bisected to {deployment.capacity_factor:.3g}x the offered rate, not confirmed there: "
+                f"{factor:.3g}x{' (the offered rate)' if deployment.confirmed_factor is None else ', confirmed'}"
+            )
+        add(deployment.key, factor, found_at)
     best_by_types: dict[tuple[str, ...], str] = {}
     for row in view.ranked:
         types = tuple(sorted(gpus_by_type(view.records[row.key].spec.parallel_config, sku)))

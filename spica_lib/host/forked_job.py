@@ -62,7 +62,9 @@ def run_forked_job(
         os.chdir(cwd)
         for variable in job_environment(dict(os.environ)):
             del os.environ[variable]
-        os.environ.update(job_environment(env))  # whoever forked it (this host, a pilot): the caller's job variables only
+        os.environ.update(
+            job_environment(env)
+        )  # whoever forked it (this host, a pilot): the caller's job variables only
         from spica_lib.host.registry import run_job_here
         from spica_lib.run.job_args import HOST
 
@@ -79,5 +81,3 @@ def run_forked_job(
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
-
-

@@ -150,8 +150,13 @@ class ReplayWorker:
         # The stop signals wait while the child is forked and registered. Delivered during the fork, the
         # handler's exception was swallowed by the interpreter's at-fork hooks ("Exception ignored") and the
         # job went on; the child, not yet ignoring them, died of it and was recorded as a failed replay.
-        # Held back until the child is in `running`, a stop now kills it and records nothing.
+        # Held back until the child is in `running`, a stop now kills it and records nothing. Blocking the
+        # signals in this thread is not enough: the kernel hands a process-directed signal to any thread that
+        # does not block it (numpy's OpenBLAS starts one), and Python then runs the handler in this thread at its
+        # next bytecode, between the fork and the registration. So the handler is also told to only note a stop
+        # while `_HOLDING` (raised by `_stop_if_signalled` below, once the child is registered).
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        _HOLDING.append(True)
         try:
             pid = os.fork()
             if pid == 0:  # the child never returns from here
@@ -173,6 +178,7 @@ class ReplayWorker:
             )
             self.running[pid] = running
         finally:
+            _HOLDING.pop()
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         _stop_if_signalled()
         for descriptor, stream in ((out_read, "out"), (err_read, "err")):
@@ -319,13 +325,16 @@ def _death(status: int) -> str:
 
 
 _STOPPED_BY: list[int] = []  # the stop signal the worker got, if any (see _raise_exit)
+_HOLDING: list[bool] = []  # non-empty while `_start` forks a child and registers it (see _raise_exit)
 
 
 def _raise_exit(signum: int, frame: Any) -> None:
     # Noted as well as raised: where Python swallows a handler's exception (a __del__, a callback it
-    # ignores errors of), the worker still stops at its next outcome instead of recording it.
+    # ignores errors of), the worker still stops at its next outcome instead of recording it. While a
+    # child is forked and registered (`_HOLDING`), only noted: `_start` raises it once the child is known.
     _STOPPED_BY.append(signum)
-    raise SystemExit(128 + signum)
+    if not _HOLDING:
+        raise SystemExit(128 + signum)
 
 
 def _stop_if_signalled() -> None:

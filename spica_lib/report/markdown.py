@@ -181,17 +181,24 @@ def _capacity(view: RunView) -> str:
     offered = f"{capacity.offered_rps:.3g} req/s" if capacity.offered_rps else "the workload's own rate"
     lines = ["## Capacity", "",
              f"The highest load each keeps within the SLA ({rule}), by replays with the arrivals sped up from "
-             f"the offered {offered} (bisection to 10 %; latency against load in capacity.png).", "",
+             f"the offered {offered} (bisection to 10 %; latency against load in capacity.png). \"Serves up to\" "
+             "is the highest load confirmed on every one of its fresh samples; a load the bisection found but a "
+             "fresh sample missed is not used.", "",
              "| # | deployment | serves up to | headroom | breaks at | replays | confirmed on fresh samples |",
              "|---:|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for index, d in enumerate(capacity.deployments):
-        at_least = "≥ " if d.broke_at_factor is None else ""
-        serves = f"{at_least}{d.capacity_factor * capacity.offered_rps:.3g} req/s" if capacity.offered_rps else "—"
+        at_least = "≥ " if d.broke_at_factor is None and d.usable_factor == d.capacity_factor else ""
+        serves = f"{at_least}{d.usable_factor * capacity.offered_rps:.3g} req/s" if capacity.offered_rps else "—"
         broke = f"{d.broke_at_factor:.3g}×" if d.broke_at_factor is not None else "—"
         row = deployments.get(d.key)
         shown_as = describe(view.records[d.key].spec) if row is not None else d.key[:12]
         met, replayed = d.confirmation(d.capacity_factor)
-        confirmed = f"met {met}/{replayed}" if replayed else "—"
+        confirmed = f"{d.capacity_factor:.3g}× met {met}/{replayed}" if replayed else "—"
+        below = d.step_below()
+        if replayed and met < replayed and below is not None and d.confirmation(below)[1]:
+            confirmed += f"; {below:.3g}× met {'/'.join(map(str, d.confirmation(below)))}"
+        if replayed and d.confirmed_factor is None:
+            confirmed += "; none confirmed: the offered load only"
         if d.broke_at_factor is not None and replayed:
             still, above = d.confirmation(d.broke_at_factor)
             confirmed += f"; {d.broke_at_factor:.3g}× missed {above - still}/{above}"
@@ -271,25 +278,31 @@ def _finish_section(view: RunView, rows: list[CandidateRow]) -> list[str]:
     count = f"{high}" if low == high else f"{low} to {high}"
     lines = ["", f"### On {kind}", "",
              f"The top {len(finished)} distinct deployments were replayed on {count} samples each, the same samples "
-             f"for all (a sequential finish: {summary.finish_stopped or 'one look'}). \"Behind the leader\" is the "
-             f"leader's {statistic} minus this one's, in the goal's unit. The bounds are on how far each is behind "
-             "the best of the others, simultaneous at 95 % for the whole table (Hsu's multiple comparisons with "
-             "the best, Bonferroni over the comparisons and the looks). *equivalent*: shown within the margin "
+             f"for all (a sequential finish: {summary.finish_stopped or 'one look'}). Deployments are compared only on "
+             "the samples they share: a sample only the recommendation was given (for its level's precision) counts "
+             "in its own statistic and in no comparison. \"Behind the leader\" is the leader's "
+             f"{statistic} minus this one's, in the goal's unit. The bounds are on how far each is behind the best of "
+             "the others, simultaneous at 95 % for the whole table (Hsu's multiple comparisons with the best, "
+             "Bonferroni over the comparisons and the looks); bounds from exact replays of one trace are facts about "
+             "that traffic, marked *on this traffic*. *equivalent*: shown within the margin "
              f"({summary.equivalence_margin}) of the best; *behind*: shown worse than the best; *undecided*: "
-             "neither, which is not a tie. P(best) is the share of resamples of the samples in which it leads "
-             "(ties split).", "",
+             "neither, which is not a tie. P(best), among those not shown behind, is the share of resamples of their "
+             "shared samples in which each leads (values equal up to float noise tie, and a tie is split).", "",
              "| # | verdict | behind the leader | bounds on the gap to the best | P(best) | feasible samples | sd |",
              "|---:|---|---:|---|---:|---:|---:|"]  # fmt: skip
     for position, rank in enumerate(finished, start=1):
         low_text = "−∞" if rank.behind_low is None else f"{rank.behind_low:+.4g}"
         high_text = "+∞" if rank.behind_high is None else f"{rank.behind_high:+.4g}"
         bounds = "—" if rank.verdict in ("missed", "unscored") else f"{low_text} to {high_text}"
+        bounds += " (on this traffic)" if rank.on_this_traffic and bounds != "—" else ""
         behind = "leader" if rank.leader else ("—" if rank.behind is None else f"{rank.behind:.4g}")
         sd = "—" if rank.sd is None else f"{rank.sd:.3g}"
         verdict = rank.verdict + (" (recommended)" if rank.recommended else "")
-        lines.append(
-            f"| {position} | {verdict} | {behind} | {bounds} | {rank.p_best:.0%} | {rank.scored}/{rank.samples} | {sd} |"
-        )
+        p_best = "—" if rank.p_best is None else f"{rank.p_best:.0%}"
+        feasible = f"{rank.scored}/{rank.samples}"
+        feasible += f" ({rank.own_samples} its own)" if rank.own_samples else ""
+        feasible += f" ({rank.timed_out} hit the time limit)" if rank.timed_out else ""
+        lines.append(f"| {position} | {verdict} | {behind} | {bounds} | {p_best} | {feasible} | {sd} |")
     lines += ["", summary.finish_note or ""]
     if summary.finish_kind == "holdout":
         lines += ["", "Held-out check: " + held_out_text(summary)]

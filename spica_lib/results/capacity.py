@@ -14,9 +14,12 @@ Each step depends on the last, so the deployments are bisected side by side: one
 (one per deployment still open) per step.
 
 A bisection step is one replay on one traffic sample, so the bracket it closes is noisy. The load it
-reports, and the step above it, are then confirmed on CONFIRM_SAMPLES fresh samples each (the
-finish's kind of fresh sample: new arrival draws, trace resamples, the held-out part): the sentence
-says on how many of them the reported load met the SLA and the step above missed it.
+found, and the step above it, are then confirmed on CONFIRM_SAMPLES fresh samples each (the finish's
+kind of fresh sample: new arrival draws, trace resamples, the held-out part). A load that misses the SLA
+on any of them is not used as a capacity: the highest load below it that met the SLA in the bisection is
+confirmed the same way, and the capacity is the confirmed one (`confirmed_factor`; None when neither
+held, and the deployment is then sized at its offered load only). The sentence says on how many fresh
+samples each load met the SLA, and the step above missed it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ RESOLUTION = 1.1  # the bracket is closed once its ends are within 10 % of each 
 MAX_STEPS = 4 + 4  # doublings to MAX_FACTOR, then bisections down to RESOLUTION (for the job's time limit)
 CURVE_METRICS = ("mean_ttft_ms", "p99_ttft_ms", "mean_itl_ms", "p99_itl_ms", "sla_coverage")
 CONFIRM_SAMPLES = 3  # fresh samples the reported load and the step above it are replayed on
-MAX_REPLAYS = MAX_STEPS + 2 * CONFIRM_SAMPLES  # per deployment, for the job's time limit
+# Per deployment, for the job's time limit: the steps, the found load and the step above, and the step below.
+MAX_REPLAYS = MAX_STEPS + 3 * CONFIRM_SAMPLES
 
 
 class LoadPoint(BaseModel):
@@ -62,10 +66,14 @@ class DeploymentCapacity(BaseModel):
 
     key: str
     points: list[LoadPoint] = Field(default_factory=list)  # by factor
-    capacity_factor: float = 1.0  # the highest factor that met the SLA
+    capacity_factor: float = 1.0  # the highest factor that met the SLA in the bisection (one replay per step)
     broke_at_factor: float | None = None  # the lowest factor above it that missed (None: none up to MAX_FACTOR)
-    # The confirmation on fresh samples: how many met the SLA at capacity_factor, and missed it at broke_at_factor.
+    # The confirmation on fresh samples: at capacity_factor, at broke_at_factor, and at the step below when
+    # capacity_factor was not confirmed.
     confirmed: list[LoadPoint] = Field(default_factory=list)
+    # The highest factor that met the SLA on every fresh sample it was confirmed on: the capacity to use (None: no
+    # factor was confirmed; absent in files written before it, read as capacity_factor).
+    confirmed_factor: float | None = None
 
     def confirmation(self, factor: float) -> tuple[int, int]:
         """(fresh samples that met the SLA at `factor`, fresh samples replayed there)."""
@@ -73,9 +81,20 @@ class DeploymentCapacity(BaseModel):
         return sum(p.meets_sla for p in points), len(points)
 
     @property
+    def usable_factor(self) -> float:
+        """The load factor a plan may count on: the confirmed one, else the offered load (1.0)."""
+        if not self.confirmed:
+            return self.capacity_factor  # a file from before the confirmation
+        return self.confirmed_factor if self.confirmed_factor is not None else 1.0
+
+    @property
     def headroom(self) -> float:
-        """The share of extra load it takes within the SLA (0.5: 50 % above the offered load)."""
-        return self.capacity_factor - 1.0
+        """The share of extra load it takes within the SLA, confirmed (0.5: 50 % above the offered load)."""
+        return self.usable_factor - 1.0
+
+    def step_below(self) -> float | None:
+        """The highest factor below capacity_factor that met the SLA in the bisection (None: none)."""
+        return max((p.factor for p in self.points if p.meets_sla and p.factor < self.capacity_factor), default=None)
 
 
 class CapacityResult(BaseModel):
@@ -92,10 +111,15 @@ class CapacityResult(BaseModel):
         if index >= len(self.deployments):
             return None
         d = self.deployments[index]
-        at_least = "at least " if d.broke_at_factor is None else ""
-        factor = d.capacity_factor
+        at_least = "at least " if d.broke_at_factor is None and d.usable_factor == d.capacity_factor else ""
+        factor = d.usable_factor
         rate = f"{factor * self.offered_rps:.3g} req/s" if self.offered_rps else f"{factor:.3g}x the load"
-        if d.capacity_factor <= 1.0 and d.broke_at_factor is not None:
+        if d.confirmed and d.confirmed_factor is None:
+            text = (
+                f"not confirmed at any load: {d.capacity_factor:.3g}x the load met the SLA in the bisection but not on "
+                "every fresh sample; count on the offered load only"
+            )
+        elif d.capacity_factor <= 1.0 and d.broke_at_factor is not None:
             text = (
                 f"serves the offered {rate} within the SLA with under {100 * (d.broke_at_factor - 1):.0f} % headroom "
                 f"({d.broke_at_factor:.3g}x the load misses it)"
@@ -112,8 +136,13 @@ def _confirmation_text(d: DeploymentCapacity) -> str:
     met, replayed = d.confirmation(d.capacity_factor)
     if not replayed:
         return " (one replay per load, not confirmed on fresh samples)"
-    held = f"met on {met} of {replayed} fresh samples" + ("" if met == replayed else ": NOT confirmed")
+    held = f"met on {met} of {replayed} fresh samples" + ("" if met == replayed else ": not confirmed, so not used")
     text = f" ({d.capacity_factor:.3g}x the load {held}"
+    below = d.step_below()
+    if met < replayed and below is not None:
+        still, tried = d.confirmation(below)
+        if tried:
+            text += f"; {below:.3g}x met on {still} of {tried}" + ("" if still == tried else ", not used either")
     if d.broke_at_factor is not None:
         still, above = d.confirmation(d.broke_at_factor)
         text += f"; {d.broke_at_factor:.3g}x missed on {above - still} of {above}"
@@ -216,11 +245,38 @@ def bisect_capacity(
         for spec in [at_load(config, top[d.key].spec, factor)]
         for i in range(CONFIRM_SAMPLES)
     }
-    results = replay({name: spec for name, (_, _, spec) in confirm.items()}) if confirm else {}
     by_key = {d.key: d for d in settled}
-    for name, (key, factor, spec) in confirm.items():
+    _confirm(confirm, replay, by_key, on_point)
+    # A found load that missed the SLA on a fresh sample is not a capacity: confirm the step below it.
+    below = {
+        f"{d.key}{CAPACITY_SEPARATOR}{factor:g}{SAMPLE_SEPARATOR}{i}": (d.key, factor, spec.on_fresh_sample(i))
+        for d in settled
+        if not _held(d, d.capacity_factor) and (factor := d.step_below()) is not None
+        for spec in [at_load(config, top[d.key].spec, factor)]
+        for i in range(CONFIRM_SAMPLES)
+    }
+    _confirm(below, replay, by_key, on_point)
+    for d in settled:
+        held = [f for f in (d.capacity_factor, d.step_below()) if f is not None and _held(d, f)]
+        d.confirmed_factor = held[0] if held else None
+    return CapacityResult(offered_rps=offered_rps(config), deployments=settled)
+
+
+def _confirm(
+    batch: dict[str, tuple[str, float, TrialSpec]],
+    replay: Replayer,
+    by_key: dict[str, DeploymentCapacity],
+    on_point: Callable[[str, LoadPoint], None] | None,
+) -> None:
+    results = replay({name: spec for name, (_, _, spec) in batch.items()}) if batch else {}
+    for name, (key, factor, spec) in batch.items():
         found = point(factor, spec, results[name])
         by_key[key].confirmed.append(found)
         if on_point is not None:
             on_point(key, found)
-    return CapacityResult(offered_rps=offered_rps(config), deployments=settled)
+
+
+def _held(d: DeploymentCapacity, factor: float) -> bool:
+    """Whether `factor` was confirmed: replayed on fresh samples and met the SLA on every one."""
+    met, replayed = d.confirmation(factor)
+    return replayed > 0 and met == replayed

@@ -12,7 +12,6 @@ first in the order results/confidence.py gives it (the recommendation first). Th
 from __future__ import annotations
 
 import json
-import math
 from collections import Counter
 from typing import Any
 
@@ -20,11 +19,11 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import SmartSearchConfig
-from spica_lib.replay.request import WALL_CLOCK_METRICS
 from spica_lib.results.confidence import FinishedRank, judge
 from spica_lib.results.finish import FinishResult
 from spica_lib.results.ranking import pareto_front, rank
 from spica_lib.search.history import BranchHistory
+from spica_lib.trial.outcome import first_same, outcome
 from spica_lib.trial.score import Candidate
 from spica_lib.trial.spec import TrialRecord
 
@@ -43,7 +42,6 @@ HEADLINE_METRICS = (
     "duration_ms",
     "completed_requests",
 )
-NOT_AN_OUTCOME = WALL_CLOCK_METRICS | {"planner_total_ticks"}
 
 
 class CandidateRow(BaseModel):
@@ -186,45 +184,14 @@ def role_skus(mode: str, sample: dict[str, Any]) -> dict[str, str | None]:
     return {"prefill_sku": sample.get(prefill) or run_sku, "decode_sku": sample.get(decode) or run_sku}
 
 
-# Two replays of the same deployment agree on every count, and on every mean to its last few digits only:
-# Dynamo sums in no fixed order (identical calls differ at about 1e-15 relative: the planner test in
-# tests/test_trial_replay.py compares two such runs).
-SAME_OUTCOME_RELATIVE = 1e-9
-
-
 def same_result_as(rows: list[CandidateRow]) -> list[int | None]:
-    """Per row, the rank of the first earlier row with the same score, GPUs and metrics, else None.
-
-    Different deployments that replay to identical numbers (a knob that did not bind at this load)
-    are legitimate trials, but the ranking must not pretend one beats the other. "The same" allows the
-    last digits of a float (`SAME_OUTCOME_RELATIVE`), where the simulator's own summation order shows.
-    """
-    out: list[int | None] = []
-    firsts: list[tuple[int, list[Any]]] = []  # (rank, outcome) of each row no earlier row matches
-    for position, row in enumerate(rows, start=1):
-        outcome = _outcome(row)
-        earlier = next((rank for rank, first in firsts if _same(first, outcome)), None)
-        if earlier is None:
-            firsts.append((position, outcome))
-        out.append(earlier)
-    return out
+    """Per row, the rank of the first earlier row with the same outcome (trial/outcome.py), else None."""
+    return first_same([row_outcome(row) for row in rows])
 
 
-def _outcome(row: CandidateRow) -> list[Any]:
+def row_outcome(row: CandidateRow) -> list:
     c = row.candidate
-    # The simulator's own speed and the planner's tick count say nothing about the requests served.
-    deployment_metrics = {k: v for k, v in c.metrics.items() if k not in NOT_AN_OUTCOME}
-    return [c.score, c.used_gpus, deployment_metrics, row.workload_scores]
-
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=SAME_OUTCOME_RELATIVE, abs_tol=0.0)
-    return a == b
+    return outcome(c.score, c.used_gpus, c.metrics, row.workload_scores)
 
 
 def _cell(value: Any) -> Any:

@@ -15,7 +15,12 @@ decide at the first look; so do repeats whose spread is negligible against the g
 
 A decided finish also gives the recommendation alone more samples while its statistic has a
 standard error above PRECISION of itself: the level it reports is the one a fleet is sized by.
-Those samples pair with no other deployment's, so they change no comparison.
+Those samples pair with no other deployment's, so they change no comparison: results/confidence.py
+compares deployments only on the samples they share, and says what happened on the others.
+
+When the statistic cannot support a claim even at `sweep.finish_max_samples` (a tail statistic
+needs more samples than that for a distribution-free bound, results/pair_bounds.py), more samples
+cannot decide anything: the finish stops after its first look, but for the recommendation's precision.
 
 The statistic reported after a stop is the plain statistic of all the samples a deployment got
 (the sample mean, by default), with its bootstrap standard error. Stopping depends on the data,
@@ -58,17 +63,24 @@ def precise(verdict: FinishVerdict) -> bool:
 
 def next_counts(finish: FinishResult, verdict: FinishVerdict) -> dict[str, int]:
     """The samples each deployment should have after the next look ({}: stop here)."""
-    if verdict.decided and precise(verdict):
+    settled = verdict.decided or not can_claim(finish, verdict)
+    if settled and precise(verdict):
         return {}
     counts = {d.key: len(d.samples) for d in finish.deployments}
-    # Decided but imprecise: only the recommendation's level is wanted; its new samples pair with nothing, so no
+    # Settled but imprecise: only the recommendation's level is wanted; its new samples pair with nothing, so no
     # comparison changes (they are left out of every pair), only its statistic and standard error.
-    wanted = [verdict.recommended.key] if verdict.decided else verdict.contender_keys
+    wanted = [verdict.recommended.key] if settled else verdict.contender_keys
     current = max(counts[key] for key in wanted)
     later = [n for n in finish.looks if n > current]
     if not later:
         return {}
     return {key: later[0] for key in wanted}
+
+
+def can_claim(finish: FinishResult, verdict: FinishVerdict) -> bool:
+    """Whether the finish's most samples are enough for its statistic to support a claim at the family's level."""
+    needed = verdict.samples_for_a_claim
+    return needed is not None and needed <= (finish.looks[-1] if finish.looks else 0)
 
 
 def stop_reason(finish: FinishResult, verdict: FinishVerdict) -> str:
@@ -82,6 +94,14 @@ def stop_reason(finish: FinishResult, verdict: FinishVerdict) -> str:
     behind = f" (deployments shown behind stopped at {low})" if low < high else ""
     if verdict.decided and precise(verdict):
         return f"decided after {high} sample(s){behind}{error}"
+    if not verdict.decided and not can_claim(finish, verdict):
+        needs = (
+            f"a claim about the {finish.robustness} needs {verdict.samples_for_a_claim} paired samples, more than "
+            f"sweep.finish_max_samples ({finish.looks[-1] if finish.looks else 0})"
+            if verdict.samples_for_a_claim
+            else f"the {finish.robustness} statistic supports no claim"
+        )
+        return f"no claim possible after {high} sample(s): {needs}{behind}{error}"
     if verdict.decided:
         return f"decided; reached sweep.finish_max_samples ({high}) before the statistic's precision{behind}{error}"
     return f"reached sweep.finish_max_samples ({high}) with {len(verdict.open_keys)} deployment(s) undecided{error}"

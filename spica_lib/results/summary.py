@@ -18,9 +18,9 @@ from spica_lib.baselines.compare import BaselineRatio, compare, ratio_text
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.config import SmartSearchConfig
 from spica_lib.results.capacity import CapacityResult
-from spica_lib.results.confidence import SAMPLE_WORDS as CONFIDENCE_SAMPLE_WORDS
 from spica_lib.results.confidence import FinishedRank, judge
 from spica_lib.results.finish import FinishResult
+from spica_lib.results.finish_sentence import SAMPLE_WORDS as CONFIDENCE_SAMPLE_WORDS
 from spica_lib.results.merge import CandidateRow
 from spica_lib.results.stress import StressResult
 from spica_lib.search.history import BranchHistory

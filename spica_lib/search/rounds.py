@@ -67,6 +67,7 @@ from spica_lib.search.metrics import search_objectives
 from spica_lib.search.space import BranchSpace
 from spica_lib.search.triage import SearchContext, Taken, move, refine, refused_layouts, triage
 from spica_lib.search.warm_start import share_of_round, warm_start
+from spica_lib.trial.outcome import first_same, result_outcome
 from spica_lib.trial.screen import PruneBar, prune_rank
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
@@ -90,7 +91,7 @@ def suggest_round(
 
     The new trials go to replay jobs of `trials_per_job` each (all in one job when None). `in_flight`:
     the first passes of the rounds that replay while this one is asked for (sweep.rounds_in_flight).
-    `rivals`: the other branches' feasible scores the prune bar counts too (`rival_scores`).
+    `rivals`: the other branches' feasible outcomes the prune bar counts too (`rival_scores`).
     """
     sweep = context.config.sweep
     target = sweep.per_round
@@ -168,11 +169,11 @@ def refill_round(
 
 
 class RivalScores(NamedTuple):
-    """The other branches' feasible scores a round's prune bar counts (key -> score), the last round of
-    each branch they come from, and the CPU seconds of each told replay's prefix (its pace checkpoint) the
-    round's prefix budget counts."""
+    """The other branches' feasible outcomes a round's prune bar counts (key -> trial/outcome.py's outcome, its
+    score first), the last round of each branch they come from, and the CPU seconds of each told replay's
+    prefix (its pace checkpoint) the round's prefix budget counts."""
 
-    scores: dict[str, float]
+    outcomes: dict[str, list]
     told: dict[str, int]
     prefix_cpu: dict[str, float] = {}
 
@@ -180,17 +181,17 @@ class RivalScores(NamedTuple):
 def rival_scores(histories: list[BranchHistory], results: dict[str, TrialResult]) -> RivalScores:
     """The feasible scores of the trials told in `histories` (their trial results in `results`): the other
     branches' for a round's prune bar, and the branch's own inside `prune_bar`; and their prefixes' CPU."""
-    scores: dict[str, float] = {}
+    outcomes: dict[str, list] = {}
     prefix_cpu: dict[str, float] = {}
     for history in histories:
         for o in history.observations:
             result = results.get(o.key or "")
             if o.status in ("feasible", "cache_hit") and result is not None and result.score is not None:
-                scores[o.key] = result.score
+                outcomes[o.key] = result_outcome(result)
             if result is not None and result.checkpoint is not None:
                 prefix_cpu[o.key] = result.checkpoint.cpu_seconds
     told = {h.deployment_mode: h.round for h in histories}
-    return RivalScores(scores=scores, told=told, prefix_cpu=prefix_cpu)
+    return RivalScores(outcomes=outcomes, told=told, prefix_cpu=prefix_cpu)
 
 
 def prefix_budget(
@@ -210,15 +211,17 @@ def prune_bar(
     known_results: dict[str, TrialResult],
     rivals: RivalScores | None = None,
 ) -> PruneBar | None:
-    """The round's prune bar: the k-th best feasible score among the distinct trials of `history` and of the
-    other branches' `rivals` (None before they hold k of them, without a screen, or for a goal whose score
-    has no sound bound). Agg and disagg trials are distinct deployments, so the keys never overlap."""
+    """The round's prune bar: the k-th best feasible score among the distinct outcomes of the trials of `history`
+    and of the other branches' `rivals` (None before they hold k of them, without a screen, or for a goal whose
+    score has no sound bound). Distinct as the finish counts its top (trial/outcome.py): two trials that replayed
+    to the same numbers are one deployment, so twins never fill the k places ahead of a trial the finish would take."""
     goal = config.goal
     if goal.is_pareto or not goal.target.needs_sla or config.sweep.screen_fraction is None:
         return None
     own = rival_scores([history] if history is not None else [], known_results)
-    others = rivals if rivals is not None else RivalScores(scores={}, told={})
-    scores = sorted({**own.scores, **others.scores}.values(), reverse=True)
+    others = rivals if rivals is not None else RivalScores(outcomes={}, told={})
+    outcomes = sorted({**own.outcomes, **others.outcomes}.values(), key=lambda item: item[0], reverse=True)
+    scores = [item[0] for item, twin in zip(outcomes, first_same(outcomes), strict=True) if twin is None]
     rank = prune_rank(config)
     if len(scores) < rank:
         return None
