@@ -1,0 +1,202 @@
+"""Start a deployment's processes on this machine, wait until it serves, and take it down again.
+
+Every wait is bounded, and every way a deployment fails to come up is a `RehearsalFailed` that names the process
+and its log: a process that exits (a setting its engine refuses), a frontend that never answers `/health`, a
+role whose workers never register (`/health` lists each registered worker under its component).
+
+No process outlives its owner: each child asks the kernel for SIGKILL when this process dies, and leads its
+own process group, which `stop` signals. The folder the processes share (discovery, the model folder, their
+HOME, where the frontend caches model cards) is removed by `stop`, or, when this process is killed outright,
+by a keeper (`python -m spica_lib.deploy.folder_keeper`) that the kernel signals at its death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from spica_lib.base.lifetime import die_with_parent, signal_group
+from spica_lib.deploy.live_plan import LiveProcess, expected_registrations
+
+FRONTEND_WAIT_SECONDS = 60.0  # the frontend answers /health
+REGISTER_WAIT_SECONDS = 120.0  # every worker registered (a mocker loads the perf DB and estimates its KV blocks)
+STOP_GRACE_SECONDS = 5.0
+POLL_SECONDS = 0.25
+LOG_TAIL_LINES = 6
+
+
+class RehearsalFailed(RuntimeError):
+    """The deployment did not start, register, route or serve; the message names the process and its log."""
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` TCP ports free on this machine now (held open together, so they differ)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class LiveDeployment:
+    """The processes of one deployment on this machine (a context manager: leaving it stops them all)."""
+
+    def __init__(self, log_dir: Path, port: int):
+        self.processes: list[LiveProcess] = []
+        self.log_dir = Path(log_dir)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.folder = Path(tempfile.mkdtemp(prefix="spica-rehearsal-"))
+        self.children: dict[str, subprocess.Popen] = {}
+        self.keeper: subprocess.Popen | None = None
+        self.started = time.perf_counter()
+
+    @property
+    def model_dir(self) -> Path:
+        return self.folder / "model"
+
+    def log(self, name: str) -> Path:
+        return self.log_dir / f"{name}.log"
+
+    def __enter__(self) -> LiveDeployment:
+        parent = os.getpid()
+        self.keeper = subprocess.Popen(
+            [sys.executable, "-m", "spica_lib.deploy.folder_keeper", str(self.folder)],
+            preexec_fn=lambda: die_with_parent(parent, signal.SIGTERM),
+            stdin=subprocess.DEVNULL,
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, processes: list[LiveProcess]) -> None:
+        """Start every process (a mocker's engine arguments written to a file in the shared folder)."""
+        self.processes = processes
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update({"DYN_FILE_KV": str(self.folder / "discovery"), "HOME": str(self.folder / "home"),
+                    "DYN_LOG": os.environ.get("DYN_LOG", "info")})  # fmt: skip
+        (self.folder / "discovery").mkdir(exist_ok=True)
+        (self.folder / "home").mkdir(exist_ok=True)
+        # `python3` in a plan is this interpreter: the same Dynamo the replay used.
+        bin_dir = str(Path(sys.executable).parent)
+        env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
+        parent = os.getpid()
+        self.started = time.perf_counter()
+        for process in self.processes:
+            argv = [sys.executable if word == "python3" else word for word in process.argv]
+            if process.engine_args is not None:
+                engine = self.folder / f"{process.name}.engine.json"
+                engine.write_text(json.dumps(process.engine_args), encoding="utf-8")
+                argv += ["--extra-engine-args", str(engine)]
+            with open(self.log(process.name), "wb") as log:
+                self.children[process.name] = subprocess.Popen(
+                    argv, cwd=self.folder, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    process_group=0, preexec_fn=lambda: die_with_parent(parent, signal.SIGKILL),
+                )  # fmt: skip
+
+    def wait_until_serving(self, model: str) -> float:
+        """Wait for the frontend's health, then for every worker's registration; the seconds it took."""
+        deadline = time.perf_counter() + FRONTEND_WAIT_SECONDS
+        health = None
+        while health is None:
+            self._check_alive()
+            health = self._health()
+            if health is None and time.perf_counter() > deadline:
+                raise RehearsalFailed(
+                    f"the frontend never answered {self.url}/health within {FRONTEND_WAIT_SECONDS:g} s; "
+                    f"its log {self.log('frontend')}:\n{self._tail('frontend')}"
+                )
+            time.sleep(POLL_SECONDS)
+        wanted = expected_registrations(self.processes)
+        deadline = time.perf_counter() + REGISTER_WAIT_SECONDS
+        while True:
+            self._check_alive()
+            found = _registered(self._health() or {})
+            if all(found.get(c, 0) >= n for c, n in wanted.items()) and self._serves(model):
+                return time.perf_counter() - self.started
+            if time.perf_counter() > deadline:
+                short = {c: f"{found.get(c, 0)} of {n}" for c, n in wanted.items() if found.get(c, 0) < n}
+                names = [p.name for p in self.processes if p.role != "frontend"]
+                logs = "\n".join(f"{name} ({self.log(name)}):\n{self._tail(name)}" for name in names)
+                raise RehearsalFailed(
+                    f"workers never registered within {REGISTER_WAIT_SECONDS:g} s: {short} (component: registered of "
+                    f"expected); their logs:\n{logs}"
+                )
+            time.sleep(POLL_SECONDS)
+
+    def worker_components(self) -> dict[str, str]:
+        """Registered worker instance id -> its component (backend or prefill), as /health lists them."""
+        health = self._health() or {}
+        return {str(i.get("instance_id")): str(i.get("component")) for i in health.get("instances", [])}
+
+    def stop(self) -> None:
+        for child in self.children.values():
+            signal_group(child.pid, signal.SIGTERM)
+        deadline = time.perf_counter() + STOP_GRACE_SECONDS
+        for child in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            signal_group(child.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                child.wait()
+        self.children.clear()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if self.keeper is not None:
+            self.keeper.terminate()
+            self.keeper.wait()
+            self.keeper = None
+
+    def _check_alive(self) -> None:
+        for name, child in self.children.items():
+            code = child.poll()
+            if code is not None:
+                raise RehearsalFailed(
+                    f"{name} exited with code {code} before the deployment served; its log {self.log(name)}:\n"
+                    f"{self._tail(name)}"
+                )
+
+    def _health(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                return json.loads(response.read())
+        except (OSError, ValueError):
+            return None
+
+    def _serves(self, model: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.url}/v1/models", timeout=2) as response:
+                return any(m.get("id") == model for m in json.loads(response.read()).get("data", []))
+        except (OSError, ValueError):
+            return False
+
+    def _tail(self, name: str) -> str:
+        try:
+            lines = self.log(name).read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return "  (no log)"
+        return "\n".join("  " + line for line in lines[-LOG_TAIL_LINES:])
+
+
+def _registered(health: dict) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for instance in health.get("instances", []):
+        if instance.get("endpoint") == "generate":
+            counts[instance.get("component")] = counts.get(instance.get("component"), 0) + 1
+    return counts
