@@ -3,6 +3,7 @@
 spica run FILE        run or resume a sweep (or, for a fleet config, the fleet) with Snakemake
 spica validate FILE   check a config (a sweep's or a fleet's); print what would be searched (exit 2 on a bad config)
 spica fleet FILE      several models on one GPU inventory: each model's sweep, then the split between them
+spica rehearse RUN    start a ranked deployment for real (mocker workers), send it traffic, compare with its replay
 spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
 spica schema          JSON Schema of the config file, for editors
 spica fidelity        the replay and the estimates against measured rows: aiconfigurator's silicon (agg, disagg) or yours (--rows)
@@ -14,6 +15,7 @@ import argparse
 import json
 import sys
 
+from spica_lib.cli.rehearse import add_rehearse_parser, rehearse_command
 from spica_lib.cli.reports import pools_report, summary, trial_report
 from spica_lib.config import ConfigError, InputKind, SmartSearchConfig, read_input
 from spica_lib.config.policies import apply_policy_filters
@@ -79,6 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_NAMESPACE,
         help=f"the Kubernetes namespace the deployment files are written for (default {DEFAULT_NAMESPACE})",
     )
+    for flag, what in (("account", "the SLURM account"), ("partition", "the SLURM partition"),
+                       ("time", "the job's time limit (minutes, HH:MM:SS or D-HH:MM:SS)"),
+                       ("image", "a Dynamo container image the script starts through Pyxis"),
+                       ("python-env", "a Python environment with ai-dynamo and the engine installed")):  # fmt: skip
+        rebuild.add_argument(f"--slurm-{flag}", help=f"deploy/<rank>/slurm/deploy.sbatch: {what}")
+    add_rehearse_parser(commands)
     commands.add_parser("schema", help="print the JSON Schema of the config file")
     fidelity = commands.add_parser(
         "fidelity", help="replay measured silicon rows (aiconfigurator's silicon_sample.csv) and report the errors"
@@ -205,7 +213,18 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as bad:
             parser.error(f"--namespace: {bad}")
         manifests = getattr(args, "manifests", False)
-        return run_command(args.command, args.run, getattr(args, "which", None), namespace, manifests)
+        slurm = None
+        if args.command == "report":
+            from spica_lib.deploy.slurm_script import SlurmOptions
+
+            given = {k: getattr(args, f"slurm_{k}") for k in ("account", "partition", "time", "image", "python_env")}
+            try:
+                slurm = SlurmOptions(**given)
+            except ValueError as bad:
+                parser.error(f"--slurm-*: {bad}")
+        return run_command(args.command, args.run, getattr(args, "which", None), namespace, manifests, slurm)
+    if args.command == "rehearse":
+        return rehearse_command(args)
     if kind is InputKind.FLEET:
         return _validate_fleet(args.config)
     return _validate(args.config)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from spica_lib.cli.reports import trial_report
 from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE
+from spica_lib.deploy.slurm_script import SlurmOptions
 from spica_lib.run.layout import RESULTS_ROOT
 from spica_lib.run.status import run_status, status_text
 from spica_lib.run.view import RunView
@@ -16,8 +17,9 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def run_command(
-    command: str, run: str, which: str | None, namespace: str = DEFAULT_NAMESPACE, manifests: bool = False
-) -> int:
+    command: str, run: str, which: str | None, namespace: str = DEFAULT_NAMESPACE, manifests: bool = False,
+    slurm: SlurmOptions | None = None,
+) -> int:  # fmt: skip
     folder = locate_run(run)
     if folder is None:
         print(f"no run at {run!r} (nor {RESULTS_ROOT}/{run}): give a run folder holding config.json", file=sys.stderr)
@@ -26,25 +28,27 @@ def run_command(
         print(status_text(folder, run_status(folder)))
         return EXIT_OK
     if command == "report":
-        return _report(RunView(folder), namespace)
+        return _report(RunView(folder), namespace, slurm)
     return _show(RunView(folder), which or "1", namespace if manifests else None)
 
 
-def _report(view: RunView, namespace: str) -> int:
-    """report/ and deploy/<rank>/ again, the deployment files for `namespace` (the run id stays the same)."""
+def _report(view: RunView, namespace: str, slurm: SlurmOptions | None = None) -> int:
+    """report/ and deploy/<rank>/ again, the deployment files for `namespace` and the SLURM options (the run id
+    stays the same)."""
     from spica_lib.deploy.top import write_top_deployments
     from spica_lib.report.build import write_report
 
     for path in write_report(view, view.files.report_dir):
         print(path)
     failed = 0
-    for files in write_top_deployments(view, view.files.deploy_dir, namespace):
+    for files in write_top_deployments(view, view.files.deploy_dir, namespace, slurm):
         folder = f"{view.files.deployment(files.rank)}/"
         if files.error:
             failed += 1
             print(f"{folder}: no Kubernetes files: {files.error}", file=sys.stderr)
         else:
             print(f"{folder} {files.name} in namespace {namespace}; {len(files.differences)} difference(s)")
+            print(f"{folder}slurm/: " + (files.slurm_error or ", ".join(files.slurm)))
     return EXIT_FAILED if failed else EXIT_OK
 
 

@@ -74,8 +74,8 @@ def benchmark_job(
     }  # fmt: skip
 
 
-def aiperf_argv(request: ReplayRequest, model: str, url: str) -> list[str]:
-    """`aiperf profile ...` for the replayed traffic of one workload."""
+def aiperf_argv(request: ReplayRequest, model: str, url: str, trace_dir: str = TRACE_MOUNT) -> list[str]:
+    """`aiperf profile ...` for the replayed traffic of one workload (a trace read from `trace_dir`)."""
     w = request.workload
     # ignore_eos (both ways, as the generator's jobs ask): every output runs its full OSL, as replayed
     argv = ["aiperf", "profile", "--model", model, "--tokenizer", model, "--url", url, "--endpoint-type", "chat",
@@ -83,7 +83,7 @@ def aiperf_argv(request: ReplayRequest, model: str, url: str) -> list[str]:
             "--ui", "simple"]  # fmt: skip
     cap = w.effective_in_flight_cap(request.concurrency)
     if w.is_trace_based:
-        argv += ["--input-file", f"{TRACE_MOUNT}/{Path(w.trace_path).name}", "--custom-dataset-type", "mooncake_trace"]
+        argv += ["--input-file", f"{trace_dir}/{Path(w.trace_path).name}", "--custom-dataset-type", "mooncake_trace"]
         if cap is not None:
             return [*argv, "--concurrency", str(cap)]
         argv.append("--fixed-schedule")

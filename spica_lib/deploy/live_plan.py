@@ -62,7 +62,7 @@ def frontend_args(dgd: dict[str, Any]) -> list[str]:
     return out
 
 
-def frontend_process(dgd: dict[str, Any], port: int) -> LiveProcess:
+def frontend_process(dgd: dict[str, Any], port: int | str) -> LiveProcess:
     argv = ["python3", "-m", "dynamo.frontend", "--http-port", str(port), *frontend_args(dgd), *PLANES]
     return LiveProcess(name="frontend", role="frontend", argv=argv)
 

@@ -44,6 +44,7 @@ def rehearse(
     where: Literal["local", "slurm"] = "local",
     requests: int = DEFAULT_REQUESTS,
     speedup: float = 1.0,
+    partition: str | None = None,
 ) -> Rehearsal:
     """Rehearse `deploy/<rank>/` (see the module docstring); raises RehearsalFailed after writing the record."""
     folder = Path(deploy_dir) / str(rank)
@@ -64,7 +65,7 @@ def rehearse(
         if where == "slurm":
             from spica_lib.deploy.rehearse_slurm import run_on_slurm
 
-            rows, found = run_on_slurm(folder, record, dgd, traffic, speedup, found)
+            rows, found = run_on_slurm(folder, record, dgd, traffic, speedup, found, partition)
         else:
             rows, found = _run_locally(work, record, dgd, traffic, speedup, found)
         found.live = load_stats(rows, record.spec.goal.sla)

@@ -8,6 +8,8 @@ For each of the top `sweep.top_k` deployments, `deploy/<rank>/` holds
   the namespace the files are written for (deploy/k8s_names.py: `spica report --namespace`);
 - `k8s_bench.yaml`: a benchmark Job per replayed workload, sending that traffic to this deployment's
   own frontend with a pinned AIPerf (deploy/bench_job.py);
+- `slurm/deploy.sbatch` and its README: the same deployment as `srun` steps on a SLURM cluster, with the
+  same traffic sent by AIPerf (deploy/slurm_files.py);
 - `trial.json` (the exact trial behind the score) and `replayed.json` (the plan the replay ran);
 - `deploy.json` (`DeploymentFiles`) and `README.md`: the names, images and engines, how to apply the
   files, and every replayed setting the files change or cannot express, read back from the YAML as
@@ -19,6 +21,7 @@ a document it would refuse is not written, and `error` says why.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +38,14 @@ from spica_lib.deploy.k8s_check import document_problems
 from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE, deployment_name
 from spica_lib.deploy.release import ENGINE_NAME, installed_release
 from spica_lib.deploy.replayed import Replayed, replayed
+from spica_lib.deploy.slurm_files import write_slurm_files
+from spica_lib.deploy.slurm_script import SlurmOptions
 from spica_lib.replay.plan import role_sku
 from spica_lib.run.view import RunView
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
 
-SCHEMA_VERSION = 2  # 2: v1beta1, named per run and rank, written for a namespace, benchmark Jobs
+SCHEMA_VERSION = 3  # 3: the SLURM script; 2: v1beta1, named per run and rank, written for a namespace, benchmark Jobs
 DGD_FILE = "k8s_deploy.yaml"
 BENCH_FILE = "k8s_bench.yaml"
 CONFIGMAP_BYTES = 1024 * 1024  # what the API server stores in one ConfigMap
@@ -64,30 +69,33 @@ class DeploymentFiles(BaseModel):
     files: list[str]
     differences: list[str]  # the files change or cannot express these replayed settings
     error: str | None = None  # no Kubernetes files: the generator failed, or a cluster would refuse one
+    slurm: list[str] = []  # the files of slurm/ (empty: none, see slurm_error)
+    slurm_error: str | None = None  # why there is no SLURM script
 
 
 def write_top_deployments(
-    view: RunView, deploy_dir: str | Path, namespace: str = DEFAULT_NAMESPACE
+    view: RunView, deploy_dir: str | Path, namespace: str = DEFAULT_NAMESPACE, slurm: SlurmOptions | None = None
 ) -> list[DeploymentFiles]:
     """deploy/<rank>/ for each of the top `sweep.top_k` ranked deployments (the Pareto front's first, for a front)."""
     Path(deploy_dir).mkdir(parents=True, exist_ok=True)
     top = view.ranked[: view.config.sweep.top_k]
     return [
         write_deployment(Path(deploy_dir) / str(rank), rank, view.records[row.key], view.config,
-                         run=view.validated.run, namespace=namespace)
+                         run=view.validated.run, namespace=namespace, slurm=slurm)
         for rank, row in enumerate(top, start=1)
     ]  # fmt: skip
 
 
 def write_deployment(
     folder: str | Path, rank: int, record: TrialRecord, config: SmartSearchConfig, *, run: str,
-    namespace: str = DEFAULT_NAMESPACE,
+    namespace: str = DEFAULT_NAMESPACE, slurm: SlurmOptions | None = None,
 ) -> DeploymentFiles:  # fmt: skip
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.iterdir():  # files of an earlier report (another namespace, an older layout)
-        if stale.is_file():
+        if stale.is_file() and not stale.name.startswith("rehearsal"):  # a rehearsal's record is not the report's
             stale.unlink()
+    shutil.rmtree(folder / "slurm", ignore_errors=True)
     write_model(folder / "trial.json", record)
     write_model(folder / "replayed.json", record.spec.replay.plan)
     played = replayed(record)
@@ -114,6 +122,12 @@ def write_deployment(
         summary.differences = settings.differences(played, dgd, skus) + _version_difference(record, release.version)
     except Exception as exc:  # the files stay honest: say what failed rather than emit something else
         summary.error = f"{type(exc).__name__}: {exc}"
+    if summary.error is None:
+        try:  # from the Kubernetes file as written: the same commands, the same engine flags
+            summary.slurm = write_slurm_files(folder / "slurm", record, dgd, name=name, rank=rank, run=run,
+                                              dynamo=release.version, options=slurm or SlurmOptions())  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - said in deploy.json, the Kubernetes files stand
+            summary.slurm_error = f"{type(exc).__name__}: {exc}"
     summary.files = sorted({p.name for p in folder.iterdir()} | {"README.md", "deploy.json"})
     write_model(folder / "deploy.json", summary)
     atomic_write_text(folder / "README.md", _readme(summary, record, played))

@@ -47,6 +47,7 @@ def render(view: RunView, plots: list[str]) -> str:
     sections = [_head(view), _space(view), _tallies(view), _top(view), _capacity(view), _stress(view), _baselines(view)]
     sections.append(_per_branch_backend(view))
     sections.append(_winner(view))
+    sections.append(_rehearsals(view))
     sections.append("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plots))
     return "\n\n".join(s for s in sections if s) + "\n"
 
@@ -206,6 +207,12 @@ def _capacity(view: RunView) -> str:
                      f"{broke} | {len(d.points) - 1 + len(d.confirmed)} | {confirmed} |")  # fmt: skip
     lines += ["", f"The recommendation {capacity.sentence(0)}."]
     return "\n".join(lines)
+
+
+def _rehearsals(view: RunView) -> str:
+    """Each rehearsed deployment's live run against its replay (`spica rehearse`: deploy/<rank>/rehearsal.md)."""
+    found = sorted(Path(view.files.deploy_dir).glob("*/rehearsal.md"), key=lambda p: int(p.parent.name))
+    return "\n\n".join(p.read_text(encoding="utf-8").strip() for p in found)
 
 
 def _stress(view: RunView) -> str:
