@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import copy
+import os
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +72,76 @@ def write_yaml(folder: Path, data: Any, name: str = "spica.yaml") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
     return path
+
+
+SPICA_RUN = [sys.executable, "-m", "spica_lib.cli", "run"]
+
+
+def sweep(folder: Path, data: dict[str, Any], *extra: str):
+    """`spica run` of `data` in `folder`; (the run folder, the finished process)."""
+    path = write_yaml(folder, data)
+    done = subprocess.run(
+        [*SPICA_RUN, str(path), *extra], cwd=folder, capture_output=True, text=True, check=False, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return next((folder / "results").iterdir()), done
+
+
+def default_config(rounds: int = 2, per_round: int = 3) -> dict[str, Any]:
+    data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+    data["sweep"].update(max_rounds=rounds, candidates_per_round=per_round)
+    return data
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory):
+    """One finished sweep of the default config, small, shared by every test that only reads it."""
+    return sweep(tmp_path_factory.mktemp("default"), default_config())
+
+
+# The SLURM tests (tests/test_slurm.py, tests/test_rehearsal.py) touch only the cluster .ci/slurm-up.sh made.
+
+
+def cluster_state() -> str:
+    if shutil.which("sinfo") is None:
+        return "no sinfo on PATH"
+    try:
+        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=5)
+    except subprocess.TimeoutExpired:
+        return "sinfo timed out (slurmctld down?)"
+    return done.stdout.strip() or done.stderr.strip()
+
+
+CI_CLUSTER = "spica-ci"  # the ClusterName .ci/slurm-up.sh writes
+
+
+def cluster_name() -> str:
+    try:
+        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    found = re.search(r"^ClusterName\s*=\s*(\S+)", done.stdout, re.MULTILINE)
+    return found.group(1) if found else ""
+
+
+def refusal(opted_in: bool, state: str, name: str) -> str | None:
+    """Why these tests must not run here (they submit and scancel jobs), or None."""
+    if not opted_in:
+        return "SLURM tests run only with SPICA_REQUIRE_SLURM=1 (they submit and cancel jobs)"
+    if state.split("\n")[0] not in ("idle", "mixed", "allocated"):
+        return f"no SLURM cluster here ({state}); start one with .ci/slurm-up.sh (root, Debian)"
+    if name != CI_CLUSTER:
+        return f"cluster {name!r} is not the {CI_CLUSTER!r} of .ci/slurm-up.sh: not touching its jobs"
+    return None
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The one-node cluster of .ci/slurm-up.sh, or a skip (a failure when SPICA_REQUIRE_SLURM=1) saying why not."""
+    opted_in = os.environ.get("SPICA_REQUIRE_SLURM") == "1"
+    state = cluster_state()
+    message = refusal(opted_in, state, cluster_name() if opted_in and shutil.which("scontrol") else "")
+    if message and opted_in:
+        pytest.fail(message)
+    if message:
+        pytest.skip(message)

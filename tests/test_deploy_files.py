@@ -226,6 +226,7 @@ def test_a_deployment_file_summary_is_a_schema_checked_artifact(tmp_path):
     stored = DeploymentFiles.model_validate_json((tmp_path / "1" / "deploy.json").read_text())
     assert stored == files and stored.engine.startswith("TensorRT-LLM ") and stored.dynamo_version == "1.5.1"
     assert set(stored.files) == {"README.md", "deploy.json", "k8s_bench.yaml", "k8s_deploy.yaml", "replayed.json",
-                                 "trial.json"}  # fmt: skip
+                                 "trial.json", "slurm"}  # fmt: skip
+    assert stored.slurm == ["deploy.sbatch", "README.md"] and stored.slurm_error is None
     readme = (tmp_path / "1" / "README.md").read_text()
     assert f"kubectl apply -f {DGD_FILE}" in readme and "TensorRT-LLM 1.3.0rc25" in readme and "1.2.0rc6" in readme

@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, TRACE, write_yaml
+from conftest import REPO, SPICA_RUN, TRACE, default_config, sweep
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.model import BaselinesResult
@@ -27,29 +27,6 @@ from spica_lib.run.view import RunView
 from spica_lib.trial.store import read_trial
 
 pytestmark = pytest.mark.slow
-SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
-
-
-def sweep(folder, data, *extra):
-    path = write_yaml(folder, data)
-    done = subprocess.run(
-        [*SPICA, str(path), *extra], cwd=folder, capture_output=True, text=True, check=False, timeout=900
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return next((folder / "results").iterdir()), done
-
-
-def default_config(rounds=2, per_round=3):
-    data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
-    data["sweep"].update(max_rounds=rounds, candidates_per_round=per_round)
-    return data
-
-
-@pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
-    return sweep(tmp_path_factory.mktemp("default"), default_config())
-
-
 def test_a_sweep_writes_the_report_its_plots_the_manifest_and_top_k_deployments(default_run):
     run, done = default_run
     assert {p.name for p in (run / "report").iterdir()} == {"report.md", "tradeoff.png", "convergence.png",
@@ -356,7 +333,7 @@ def test_the_default_sweep_ranks_its_finished_top_first_and_a_rerun_does_nothing
     # Every new feasible trial is one candidate; a cache hit is counted under its own status.
     assert len(pd.read_parquet(run / "candidates.parquet")) == summary["tallies"]["feasible"]
     before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
-    again = subprocess.run([*SPICA, str(run.parents[1] / "spica.yaml")], cwd=run.parents[1], capture_output=True,
+    again = subprocess.run([*SPICA_RUN, str(run.parents[1] / "spica.yaml")], cwd=run.parents[1], capture_output=True,
                            text=True, check=False, timeout=900)  # fmt: skip
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before

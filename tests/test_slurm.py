@@ -24,7 +24,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from conftest import REPO, search_only, write_yaml
+from conftest import CI_CLUSTER, REPO, refusal, search_only, write_yaml
 
 from spica_lib.config.narrow import narrowed
 
@@ -35,48 +35,6 @@ PROFILE = str(REPO / "profiles" / "slurm")
 FAST = ["--slurm-init-seconds-before-status-checks", "2", "--max-status-checks-per-second", "2", "--latency-wait", "10"]
 
 
-def cluster_state() -> str:
-    if shutil.which("sinfo") is None:
-        return "no sinfo on PATH"
-    try:
-        done = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, timeout=5)
-    except subprocess.TimeoutExpired:
-        return "sinfo timed out (slurmctld down?)"
-    return done.stdout.strip() or done.stderr.strip()
-
-
-CI_CLUSTER = "spica-ci"  # the ClusterName .ci/slurm-up.sh writes
-
-
-def cluster_name() -> str:
-    try:
-        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    found = re.search(r"^ClusterName\s*=\s*(\S+)", done.stdout, re.MULTILINE)
-    return found.group(1) if found else ""
-
-
-def refusal(opted_in: bool, state: str, name: str) -> str | None:
-    """Why these tests must not run here (they submit and scancel jobs), or None."""
-    if not opted_in:
-        return "SLURM tests run only with SPICA_REQUIRE_SLURM=1 (they submit and cancel jobs)"
-    if state.split("\n")[0] not in ("idle", "mixed", "allocated"):
-        return f"no SLURM cluster here ({state}); start one with .ci/slurm-up.sh (root, Debian)"
-    if name != CI_CLUSTER:
-        return f"cluster {name!r} is not the {CI_CLUSTER!r} of .ci/slurm-up.sh: not touching its jobs"
-    return None
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    opted_in = os.environ.get("SPICA_REQUIRE_SLURM") == "1"
-    state = cluster_state()
-    message = refusal(opted_in, state, cluster_name() if opted_in and shutil.which("scontrol") else "")
-    if message and opted_in:
-        pytest.fail(message)
-    if message:
-        pytest.skip(message)
 
 
 def test_the_tests_touch_only_the_cluster_the_ci_script_made_and_only_when_asked():

@@ -51,4 +51,5 @@ def rehearse_command(args: argparse.Namespace) -> int:
         print(f"rehearsal of rank {args.rank} failed: {failed}", file=sys.stderr)
         return EXIT_FAILED
     print((deploy / str(args.rank) / "rehearsal.md").read_text(encoding="utf-8"))
-    return EXIT_OK if found.error is None else EXIT_FAILED
+    served = found.live is not None and found.live.completed == found.live.requests
+    return EXIT_OK if found.error is None and served else EXIT_FAILED

@@ -90,10 +90,12 @@ class LiveDeployment:
         self.processes = processes
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
+        # Everything they write goes in the shared folder, removed with it: discovery, the frontend's model-card
+        # cache (under HOME) and their temporary files.
         env.update({"DYN_FILE_KV": str(self.folder / "discovery"), "HOME": str(self.folder / "home"),
-                    "DYN_LOG": os.environ.get("DYN_LOG", "info")})  # fmt: skip
-        (self.folder / "discovery").mkdir(exist_ok=True)
-        (self.folder / "home").mkdir(exist_ok=True)
+                    "TMPDIR": str(self.folder / "tmp"), "DYN_LOG": os.environ.get("DYN_LOG", "info")})  # fmt: skip
+        for name in ("discovery", "home", "tmp"):
+            (self.folder / name).mkdir(exist_ok=True)
         # `python3` in a plan is this interpreter: the same Dynamo the replay used.
         bin_dir = str(Path(sys.executable).parent)
         env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")

@@ -80,7 +80,9 @@ def rehearsal_traffic(request: ReplayRequest, limit: int = DEFAULT_REQUESTS) -> 
         ids += [(groups + index) * blocks + b for b in range(shared, blocks)]  # ... then this request's own
         requests.append(TrafficRequest(arrival_ms=float(at), input_tokens=workload.isl, output_tokens=workload.osl,
                                        hash_ids=tuple(ids)))  # fmt: skip
-    loop = f"closed loop of {cap} in flight" if cap is not None else f"Poisson arrivals at {workload.request_rate:g} req/s"
+    loop = (
+        f"closed loop of {cap} in flight" if cap is not None else f"Poisson arrivals at {workload.request_rate:g} req/s"
+    )
     return RehearsalTraffic(requests=requests, in_flight_cap=cap,
                             source=f"{count} synthetic requests (ISL {workload.isl}, OSL {workload.osl}, {loop})")  # fmt: skip
 
@@ -102,7 +104,9 @@ def _from_trace(workload: Workload, limit: int) -> RehearsalTraffic:
         for r in records
     ]  # fmt: skip
     cap = workload.replay_concurrency
-    return RehearsalTraffic(requests=requests, in_flight_cap=cap, source=f"the first {len(requests)} requests of {path}")
+    return RehearsalTraffic(
+        requests=requests, in_flight_cap=cap, source=f"the first {len(requests)} requests of {path}"
+    )
 
 
 def write_trace(traffic: RehearsalTraffic, path: str | Path) -> Path:

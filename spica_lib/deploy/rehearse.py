@@ -18,9 +18,10 @@ import yaml
 
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.base.versions import package_versions
-from spica_lib.deploy.live_client import LiveRequest, send_traffic
-from spica_lib.deploy.live_plan import COMPONENT, frontend_process, mocker_processes, role_workers
+from spica_lib.deploy.live_client import send_traffic
+from spica_lib.deploy.live_plan import frontend_process, mocker_processes, role_workers
 from spica_lib.deploy.live_processes import LiveDeployment, RehearsalFailed, free_ports
+from spica_lib.deploy.live_results import live_rows, unreached
 from spica_lib.deploy.model_folder import vocabulary_size, write_model_folder
 from spica_lib.deploy.rehearsal import (
     COMPARED,
@@ -71,6 +72,7 @@ def rehearse(
         found.live = load_stats(rows, record.spec.goal.sla)
         found.replay = load_stats(_replayed(record.spec, trace, traffic, work), record.spec.goal.sla)
         found.differences = differences(found.live, found.replay)
+        found.notes += refusals(found)
     except RehearsalFailed as failed:
         found.error = str(failed)
         raise
@@ -100,39 +102,6 @@ def _run_locally(
     return rows, found
 
 
-def live_rows(
-    sent: list[LiveRequest], components: dict[str, str], roles: dict, speedup: float
-) -> list[RequestRow]:  # fmt: skip
-    """The client's timings as rows in the replay's time (scaled back by the speed-up), each worker by role."""
-    decode_role = "agg" if "agg" in roles else "decode"
-    rows = []
-    for r in sent:
-        workers = {}
-        if "prefill" in roles and r.prefill_worker and components.get(r.prefill_worker) == COMPONENT["prefill"]:
-            workers["prefill"] = r.prefill_worker
-        if r.decode_worker and components.get(r.decode_worker) == COMPONENT[decode_role]:
-            workers[decode_role] = r.decode_worker
-        ttft = (r.first_token - r.sent) * 1000 * speedup if r.first_token is not None else None
-        itl = (r.last_token - r.first_token) / (r.tokens - 1) * 1000 * speedup if r.tokens > 1 and r.first_token else None
-        rows.append(RequestRow(
-            start_ms=r.sent * 1000 * speedup, end_ms=r.last_token * 1000 * speedup if r.last_token else None,
-            ttft_ms=ttft, itl_ms=itl, output_tokens=r.tokens if r.error is None else 0, workers=workers, error=r.error,
-        ))  # fmt: skip
-    return rows
-
-
-def unreached(rows: list[RequestRow], roles: dict, frontend_log: Path) -> None:
-    """A role none of whose workers served a request: the router never reached it."""
-    served = {role for r in rows if r.error is None for role in r.workers}
-    missing = [role for role in roles if role not in served]
-    if missing:
-        errors = sorted({r.error for r in rows if r.error})[:3]
-        raise RehearsalFailed(
-            f"the router never reached the {', '.join(missing)} workers: no request was served there "
-            f"(request errors: {errors or 'none'}); the frontend's log {frontend_log}"
-        )
-
-
 def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Path) -> list[RequestRow]:
     """The same sample replayed offline, as the sweep replays: one Dynamo replay in a worker process."""
     import pandas as pd
@@ -155,6 +124,25 @@ def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Pat
     return replay_rows(pd.read_parquet(per_request), role_workers(spec.replay.plan))
 
 
+HANDOFF_LIMIT = "handoff session limit"  # Dynamo 1.5.1's live mocker, refusing a prefill beyond its session slots
+
+
+def refusals(found: Rehearsal) -> list[str]:
+    """What the live system refused that the replay served: said first, never averaged away."""
+    failed = found.live.requests - found.live.completed
+    if not failed:
+        return []
+    errors = found.live.errors
+    why = (
+        " Dynamo 1.5.1's live mocker refuses a prefill handoff once a prefill worker holds as many sessions as "
+        "its max_num_seqs, where the offline replay queues the request: a burst above that is refused live."
+        if any(HANDOFF_LIMIT in e for e in errors)
+        else ""
+    )
+    return [f"{failed} of {found.live.requests} requests failed live (first: {errors[0] if errors else 'no reply'}); "
+            f"the replay completed {found.replay.completed}.{why}"]  # fmt: skip
+
+
 def _notes(record: TrialRecord) -> list[str]:
     notes = []
     plan = record.spec.replay.plan
@@ -172,6 +160,8 @@ def rehearsal_markdown(found: Rehearsal) -> str:
              f"traffic: {found.traffic}, sent live and replayed offline.", ""]  # fmt: skip
     if found.error:
         return "\n".join([*lines, f"**Failed**: {found.error}", ""])
+    if found.live.completed < found.live.requests:
+        lines += [f"**{found.notes[-1]}**", ""]
     if found.ready_seconds is not None:
         lines += [f"Every worker registered {found.ready_seconds:.1f} s after the first start.", ""]
     lines += ["| metric | replay | live | difference |", "|---|---:|---:|---:|"]

@@ -24,6 +24,7 @@ from spica_lib.base.lifetime import die_with_parent
 from spica_lib.deploy.live_client import LiveRequest
 from spica_lib.deploy.live_plan import frontend_process, mocker_processes, role_workers
 from spica_lib.deploy.live_processes import RehearsalFailed
+from spica_lib.deploy.live_results import live_rows, unreached
 from spica_lib.deploy.model_folder import write_model_folder
 from spica_lib.deploy.rehearsal import ProcessLog, Rehearsal, RequestRow
 from spica_lib.deploy.rehearsal_traffic import RehearsalTraffic
@@ -42,8 +43,6 @@ def run_on_slurm(
     folder: Path, record: TrialRecord, dgd: dict[str, Any], traffic: RehearsalTraffic, speedup: float,
     found: Rehearsal, partition: str | None = None,
 ) -> tuple[list[RequestRow], Rehearsal]:  # fmt: skip
-    from spica_lib.deploy.rehearse import live_rows, unreached
-
     work = folder / "rehearsal" / "slurm"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -88,7 +87,9 @@ def _submit(work: Path) -> str:
     done = subprocess.run(["sbatch", "--parsable", "rehearse.sbatch"], cwd=work, capture_output=True, text=True,
                           timeout=60, check=False)  # fmt: skip
     if done.returncode != 0:
-        raise RehearsalFailed(f"sbatch refused the rehearsal's script ({work / 'rehearse.sbatch'}): {done.stderr.strip()}")
+        raise RehearsalFailed(
+            f"sbatch refused the rehearsal's script ({work / 'rehearse.sbatch'}): {done.stderr.strip()}"
+        )
     return done.stdout.strip().split(";")[0]
 
 

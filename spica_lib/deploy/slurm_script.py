@@ -146,56 +146,56 @@ def _gpus_on(processes: list[LiveProcess], node_of: list[int], node: int) -> int
 
 def _preamble(options: SlurmOptions, engine: str) -> list[str]:
     launch = (
-        f"--container-image={options.image} --container-mounts=\"$HERE:$HERE\" --container-workdir=\"$HERE\""
+        f'--container-image={options.image} --container-mounts="$HERE:$HERE" --container-workdir="$HERE"'
         if options.image
-        else f"env PATH={shlex.quote(options.python_env)}/bin:\"$PATH\""
+        else f'env PATH={shlex.quote(options.python_env)}/bin:"$PATH"'
     )
     return [
         "# The script's own folder (sbatch runs a copy of it): where its logs, discovery folder and files are.",
         "SCRIPT=$(scontrol show job \"$SLURM_JOB_ID\" | sed -n 's/^ *Command=//p')",
-        "case \"$SCRIPT\" in /*) ;; *) SCRIPT=\"$SLURM_SUBMIT_DIR/$SCRIPT\" ;; esac",
-        "HERE=$(cd \"$(dirname \"$SCRIPT\")\" && pwd)",
-        "LOGS=\"$HERE/logs-$SLURM_JOB_ID\"",
-        "mkdir -p \"$LOGS\"",
-        "mapfile -t NODES < <(scontrol show hostnames \"$SLURM_JOB_NODELIST\")",
+        'case "$SCRIPT" in /*) ;; *) SCRIPT="$SLURM_SUBMIT_DIR/$SCRIPT" ;; esac',
+        'HERE=$(cd "$(dirname "$SCRIPT")" && pwd)',
+        'LOGS="$HERE/logs-$SLURM_JOB_ID"',
+        'mkdir -p "$LOGS"',
+        'mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
         "HEAD=${NODES[0]}",
         "PORT=$((20000 + (SLURM_JOB_ID % 4000) * 10))  # from the job id: two jobs on a node do not collide",
-        "export DYN_FILE_KV=\"$HERE/discovery-$SLURM_JOB_ID\"  # Dynamo's file discovery: no etcd, no NATS",
-        "mkdir -p \"$DYN_FILE_KV\"",
+        'export DYN_FILE_KV="$HERE/discovery-$SLURM_JOB_ID"  # Dynamo\'s file discovery: no etcd, no NATS',
+        'mkdir -p "$DYN_FILE_KV"',
         f"LAUNCH=({launch})  # the engine's environment, before each step's command",
         "PIDS=() NAMES=()",
         "cleanup() {",
-        "  for pid in \"${PIDS[@]}\"; do kill \"$pid\" 2>/dev/null || true; done",
+        '  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done',
         "  wait 2>/dev/null || true",
-        "  rm -rf \"$DYN_FILE_KV\"",
+        '  rm -rf "$DYN_FILE_KV"',
         "}",
         "trap cleanup EXIT",
         "trap 'exit 143' TERM INT  # scancel, or the time limit: the EXIT trap takes every step down",
         "",
         "# Every node must see the discovery folder: it is how workers find the frontend.",
-        "srun --nodes=\"$SLURM_JOB_NUM_NODES\" --ntasks-per-node=1 --overlap test -d \"$DYN_FILE_KV\" || {",
-        "  echo \"spica: $DYN_FILE_KV is not visible from every node: submit from a folder all nodes share\" >&2",
+        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --overlap test -d "$DYN_FILE_KV" || {',
+        '  echo "spica: $DYN_FILE_KV is not visible from every node: submit from a folder all nodes share" >&2',
         "  exit 1",
         "}",
         "",
         "wait_until_serving() {  # component=count ...: until /health lists that many workers under each",
         f"  local deadline=$((SECONDS + {WAIT_SECONDS[engine]})) health ok want component count i",
         "  while true; do",
-        "    for i in \"${!PIDS[@]}\"; do",
-        "      if ! kill -0 \"${PIDS[$i]}\" 2>/dev/null; then",
-        "        echo \"spica: ${NAMES[$i]} exited before the deployment served; its log: $LOGS/${NAMES[$i]}.log\" >&2",
-        "        tail -n 20 \"$LOGS/${NAMES[$i]}.log\" >&2 || true",
+        '    for i in "${!PIDS[@]}"; do',
+        '      if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then',
+        '        echo "spica: ${NAMES[$i]} exited before the deployment served; its log: $LOGS/${NAMES[$i]}.log" >&2',
+        '        tail -n 20 "$LOGS/${NAMES[$i]}.log" >&2 || true',
         "        exit 1",
         "      fi",
         "    done",
-        "    health=$(curl -sf \"http://$HEAD:$PORT/health\" || true) ok=1",
-        "    for want in \"$@\"; do",
+        '    health=$(curl -sf "http://$HEAD:$PORT/health" || true) ok=1',
+        '    for want in "$@"; do',
         "      component=${want%=*} count=${want#*=}",
-        "      [ \"$(grep -o \"\\\"component\\\":\\\"$component\\\"\" <<<\"$health\" | wc -l)\" -ge \"$count\" ] || ok=0",
+        '      [ "$(grep -o "\\"component\\":\\"$component\\"" <<<"$health" | wc -l)" -ge "$count" ] || ok=0',
         "    done",
-        "    if [ \"$ok\" = 1 ] && curl -sf \"http://$HEAD:$PORT/v1/models\" | grep -q '\"id\"'; then return; fi",
-        "    if [ \"$SECONDS\" -ge \"$deadline\" ]; then",
-        "      echo \"spica: the workers did not all register with the frontend (want: $*); logs in $LOGS\" >&2",
+        '    if [ "$ok" = 1 ] && curl -sf "http://$HEAD:$PORT/v1/models" | grep -q \'"id"\'; then return; fi',
+        '    if [ "$SECONDS" -ge "$deadline" ]; then',
+        '      echo "spica: the workers did not all register with the frontend (want: $*); logs in $LOGS" >&2',
         "      exit 1",
         "    fi",
         "    sleep 2",
@@ -214,12 +214,16 @@ def _step(process: LiveProcess, node: int, uses_gpus: bool, index: int) -> list[
     ports = (f"DYN_SYSTEM_PORT=$((PORT + 1000 + {index})) VLLM_NIXL_SIDE_CHANNEL_PORT=$((PORT + 2000 + {index})) "
              f"DYN_VLLM_KV_EVENT_PORT=$((PORT + 3000 + {index})) ")  # fmt: skip
     env = "" if process.role == "frontend" else ports
-    quoted = ["# shellcheck disable=SC2016  # the worker's script runs as written: its $ are its own"] if process.script else []
+    quoted = (
+        ["# shellcheck disable=SC2016  # the worker's script runs as written: its $ are its own"]
+        if process.script
+        else []
+    )
     return [
         f"# {process.name}: {process.workers or 'no'} worker(s), {process.gpus_per_worker} GPU(s) each, node {node}",
         *quoted,
-        f"{env}srun --nodes=1 --ntasks=1 --nodelist=\"${{NODES[{node}]}}\"{gpus} \"${{LAUNCH[@]}}\" "
-        f"{_words(argv)} > \"$LOGS/{process.name}.log\" 2>&1 &",
+        f'{env}srun --nodes=1 --ntasks=1 --nodelist="${{NODES[{node}]}}"{gpus} "${{LAUNCH[@]}}" '
+        f'{_words(argv)} > "$LOGS/{process.name}.log" 2>&1 &',
         f"PIDS+=($!) NAMES+=({process.name})",
     ]
 

@@ -22,7 +22,9 @@ def main(traffic_path: str, url: str, model: str, out: str, speedup: str) -> Non
     with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
         health = json.loads(response.read())
     components = {str(i.get("instance_id")): str(i.get("component")) for i in health.get("instances", [])}
-    atomic_write_text(Path(out), json.dumps({"requests": [dataclasses.asdict(r) for r in sent], "components": components}))
+    atomic_write_text(
+        Path(out), json.dumps({"requests": [dataclasses.asdict(r) for r in sent], "components": components})
+    )
 
 
 if __name__ == "__main__":

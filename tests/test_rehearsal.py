@@ -1,0 +1,276 @@
+"""Deploy what was simulated, and rehearse it: the default run's deployments started for real (Dynamo's frontend,
+router and mocker workers) on this machine and on the SLURM cluster, held against their replays; every way a
+deployment fails to come up is a clear failure; a killed rehearsal leaves nothing behind; the scripts pass
+shellcheck."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from spica_lib.deploy import live_processes
+from spica_lib.deploy.live_plan import frontend_process, mocker_processes
+from spica_lib.deploy.live_processes import LiveDeployment, RehearsalFailed, free_ports
+from spica_lib.deploy.model_folder import write_model_folder
+from spica_lib.deploy.rehearsal import Rehearsal
+from spica_lib.deploy.rehearse import rehearse
+from spica_lib.deploy.slurm_script import SlurmOptions
+from spica_lib.deploy.top import write_deployment, write_top_deployments
+from spica_lib.run.view import RunView
+from spica_lib.trial.spec import TrialRecord
+
+pytestmark = pytest.mark.slow
+# How far live may be from the replay (docs/benchmarks.md, "Rehearsal", at speed-up 1: output tok/s within
+# 8.1 %, ITL within 19.2 %; the margin covers this shared 2-core machine's load during the suite).
+TOLERANCE = {"output_tok_s": 0.15, "itl_mean_ms": 0.25}
+# 5 s of the default traffic at 8 req/s. (At 120, the #1 of the suite's small sweep, 8 prefill sequences a worker,
+# meets a burst that Dynamo's live mocker refuses and its replay queues: test_refused_requests_are_said_first.)
+REQUESTS = 40
+
+
+@pytest.fixture
+def own_tmp(tmp_path, monkeypatch):
+    """TMPDIR inside the test's folder, so a folder left behind is seen."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setenv("TMPDIR", str(folder))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    return folder
+
+
+def copied_rank(run: Path, rank: int, into: Path) -> Path:
+    deploy = into / "deploy"
+    shutil.copytree(run / "deploy" / str(rank), deploy / str(rank))
+    return deploy
+
+
+def live_children() -> list[psutil.Process]:
+    out = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and "dynamo." in " ".join(child.cmdline()):
+                out.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def assert_agrees(found: Rehearsal) -> None:
+    assert found.error is None and found.live.completed == found.live.requests == REQUESTS
+    for name, tolerance in TOLERANCE.items():
+        assert abs(found.differences[name]) <= tolerance, (name, found.differences)
+    roles = set(found.replay.requests_per_worker)
+    assert roles == set(found.live.requests_per_worker) and all(found.live.requests_per_worker.values())
+
+
+def test_the_default_runs_first_deployment_starts_serves_on_every_role_and_agrees_with_its_replay(
+    default_run, tmp_path, own_tmp
+):
+    run, _ = default_run
+    deploy = copied_rank(run, 1, tmp_path)
+    found = rehearse(deploy, 1, requests=REQUESTS)
+    assert_agrees(found)
+    record = TrialRecord.model_validate_json((deploy / "1" / "trial.json").read_text())
+    plan = record.spec.replay.plan
+    # Every replayed worker served: as many live workers per role as the replay ran, each with requests.
+    for role, count in (
+        ("agg", plan.num_workers),
+        ("prefill", plan.num_prefill_workers),
+        ("decode", plan.num_decode_workers),
+    ):
+        if count:
+            assert len(found.live.requests_per_worker[role]) == count
+    assert Rehearsal.model_validate_json((deploy / "1" / "rehearsal.json").read_text()) == found
+    assert "| itl_mean_ms |" in (deploy / "1" / "rehearsal.md").read_text()
+    assert live_children() == [] and list(own_tmp.iterdir()) == []
+
+
+def test_an_aggregated_deployment_with_the_kv_router_routes_by_its_replayed_settings(default_run, tmp_path, own_tmp):
+    run, _ = default_run
+    view = RunView(run)
+    agg_kv = [r for r in view.records.values() if r.result.status == "feasible" and r.spec.deployment_mode == "agg"
+              and r.spec.replay.plan.router_mode == "kv_router"]  # fmt: skip
+    assert agg_kv, "the default search replays agg deployments with the KV router"
+    deploy = tmp_path / "deploy"
+    files = write_deployment(deploy / "1", 1, agg_kv[0], view.config, run=view.validated.run)
+    assert files.error is None
+    found = rehearse(deploy, 1, requests=REQUESTS)
+    assert_agrees(found)
+    frontend = next(p for p in found.processes if p.name == "frontend")
+    assert frontend.argv[frontend.argv.index("--router-mode") + 1] == "kv"  # the DGD's own frontend flags
+
+
+@pytest.mark.slurm
+def test_the_sbatch_rehearsal_runs_on_the_cluster_and_leaves_no_job(default_run, tmp_path, cluster):
+    run, _ = default_run
+    deploy = copied_rank(run, 1, tmp_path)
+    found = rehearse(deploy, 1, where="slurm", requests=REQUESTS)
+    assert found.error is None and found.live.completed == REQUESTS and found.where == "slurm"
+    assert abs(found.differences["output_tok_s"]) <= TOLERANCE["output_tok_s"]
+    queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True).stdout
+    assert queued.strip() == ""
+    work = deploy / "1" / "rehearsal" / "slurm"
+    assert not list(work.glob("discovery-*")) and list(work.glob("logs-*/frontend.log"))
+
+
+def test_the_generated_sbatch_scripts_pass_shellcheck(default_run, tmp_path):
+    run, _ = default_run
+    view = RunView(run)
+    with_env = write_top_deployments(view, tmp_path / "env", slurm=SlurmOptions(python_env="/opt/dynamo",
+                                                                                  partition="gpu", time="30"))  # fmt: skip
+    image = write_top_deployments(view, tmp_path / "image", slurm=SlurmOptions(image="nvcr.io/nvidia/dynamo:1.5.1"))
+    bare = write_top_deployments(view, tmp_path / "bare")
+    assert all(f.slurm and f.slurm_error is None for f in [*with_env, *image, *bare])
+    scripts = sorted(tmp_path.glob("*/*/slurm/deploy.sbatch"))
+    assert len(scripts) == 3 * len(with_env)
+    shellcheck = Path(sys.executable).parent / "shellcheck"
+    done = subprocess.run([str(shellcheck), *map(str, scripts)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-3000:]
+    # Written without an engine environment, the script refuses to run and names the option.
+    refused = subprocess.run(["bash", str(tmp_path / "bare" / "1" / "slurm" / "deploy.sbatch")], capture_output=True,
+                             text=True, check=False)  # fmt: skip
+    assert refused.returncode == 2 and "--slurm-python-env" in refused.stderr
+    text = (tmp_path / "env" / "1" / "slurm" / "deploy.sbatch").read_text()
+    assert "#SBATCH --partition=gpu" in text and "#SBATCH --time=30" in text and "#SBATCH --account" not in text
+    # The workers run the Kubernetes file's own scripts: the same engine flags, from one source.
+    dgd = next(yaml.safe_load_all((tmp_path / "env" / "1" / "k8s_deploy.yaml").read_text()))
+    for component in dgd["spec"]["components"]:
+        main = next(c for c in component["podTemplate"]["spec"]["containers"] if c["name"] == "main")
+        if main.get("command", [])[-1:] == ["-c"]:
+            assert main["args"][0].strip().splitlines()[-1] in text
+
+
+# What a rehearsal must catch: each way a deployment fails to come up, named with its process and its log.
+
+
+def first_rank(default_run) -> TrialRecord:
+    run, _ = default_run
+    return TrialRecord.model_validate_json((run / "deploy" / "1" / "trial.json").read_text())
+
+
+def dgd_of(default_run) -> dict:
+    run, _ = default_run
+    return next(yaml.safe_load_all((run / "deploy" / "1" / "k8s_deploy.yaml").read_text()))
+
+
+def test_a_worker_whose_engine_refuses_a_setting_is_named_with_its_log(default_run, tmp_path, own_tmp):
+    run, _ = default_run
+    deploy = copied_rank(run, 1, tmp_path)
+    trial = json.loads((deploy / "1" / "trial.json").read_text())
+    for role in ("agg", "prefill", "decode"):
+        if trial["spec"]["replay"]["plan"][f"{role}_engine_args"]:
+            trial["spec"]["replay"]["plan"][f"{role}_engine_args"]["aic_backend_version"] = "0.0.1"  # no perf DB
+    (deploy / "1" / "trial.json").write_text(json.dumps(trial))
+    with pytest.raises(RehearsalFailed, match=r"exited with code \d+ before the deployment served; its log .*\.log"):
+        rehearse(deploy, 1, requests=10)
+    assert "exited with code" in Rehearsal.model_validate_json((deploy / "1" / "rehearsal.json").read_text()).error
+    assert live_children() == [] and list(own_tmp.iterdir()) == []
+
+
+def test_a_worker_that_never_registers_fails_within_a_bounded_wait(default_run, tmp_path, own_tmp, monkeypatch):
+    monkeypatch.setattr(live_processes, "REGISTER_WAIT_SECONDS", 10.0)
+    record, dgd = first_rank(default_run), dgd_of(default_run)
+    port, *bootstrap = free_ports(3)
+    with LiveDeployment(tmp_path / "logs", port) as live:
+        model = str(write_model_folder(record.spec.sample["model_name"], live.model_dir))
+        processes = [frontend_process(dgd, port), *mocker_processes(record.spec.replay.plan, model, 1.0, bootstrap)]
+        decode = next(p for p in processes if p.role == "decode")
+        decode.argv += ["--discovery-backend", "mem"]  # alive, but registered where the frontend never looks
+        live.start(processes)
+        started_at = time.monotonic()
+        with pytest.raises(RehearsalFailed, match=r"workers never registered within 10 s: \{'backend': '0 of 1'\}"):
+            live.wait_until_serving(model)
+        assert time.monotonic() - started_at < 60
+    assert live_children() == [] and list(own_tmp.iterdir()) == []
+
+
+def test_a_frontend_that_never_answers_fails_within_a_bounded_wait(default_run, tmp_path, own_tmp, monkeypatch):
+    monkeypatch.setattr(live_processes, "FRONTEND_WAIT_SECONDS", 5.0)
+    dgd = dgd_of(default_run)
+    port, elsewhere = free_ports(2)
+    with LiveDeployment(tmp_path / "logs", port) as live:
+        frontend = frontend_process(dgd, elsewhere)  # it listens, but not where the rehearsal asks
+        live.start([frontend])
+        with pytest.raises(
+            RehearsalFailed, match=r"the frontend never answered .*/health within 5 s; its log .*frontend\.log"
+        ):
+            live.wait_until_serving("unused")
+    assert live_children() == [] and list(own_tmp.iterdir()) == []
+
+
+def test_a_role_the_router_never_reaches_is_a_failure(default_run):
+    # The router's choices, as the live client saw them (each chunk names its prefill and decode worker, and /health
+    # says which component each worker registered under): every request went to the decode worker alone.
+    from spica_lib.deploy.live_client import LiveRequest
+    from spica_lib.deploy.live_plan import role_workers
+    from spica_lib.deploy.live_results import live_rows, unreached
+
+    plan = first_rank(default_run).spec.replay.plan
+    assert plan.num_prefill_workers, "the default run's #1 is disaggregated"
+    components = {"11": "prefill", "12": "prefill", "21": "backend"}
+    sent = [LiveRequest(index=i, sent=0.1 * i, first_token=0.1 * i + 0.2, last_token=0.1 * i + 1.0, tokens=40,
+                        prefill_worker="21", decode_worker="21") for i in range(8)]  # fmt: skip
+    rows = live_rows(sent, components, role_workers(plan), 1.0)
+    assert all(set(r.workers) == {"decode"} for r in rows)
+    with pytest.raises(RehearsalFailed, match=r"the router never reached the prefill workers: .* the frontend's log x"):
+        unreached(rows, role_workers(plan), Path("x"))
+    served = [LiveRequest(**{**vars(r), "prefill_worker": "11" if r.index % 2 else "12"}) for r in sent]
+    unreached(live_rows(served, components, role_workers(plan), 1.0), role_workers(plan), Path("x"))  # both reached
+
+
+def test_a_killed_rehearsal_leaves_no_process_and_no_shared_folder(default_run, tmp_path):
+    run, _ = default_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("rounds", ".snakemake"))
+    own = tmp_path / "tmp"
+    own.mkdir()
+    env = {**os.environ, "TMPDIR": str(own)}
+    errors = tmp_path / "rehearse.err"
+    with open(errors, "wb") as err:
+        process = subprocess.Popen([sys.executable, "-m", "spica_lib.cli", "rehearse", str(copy), "--requests", "240"],
+                                   env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)  # fmt: skip
+
+    def mockers() -> list[psutil.Process]:
+        try:
+            found = psutil.Process(process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        return [c for c in found if "dynamo.mocker" in " ".join(c.cmdline())]
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None and not mockers():
+        time.sleep(0.2)
+    time.sleep(2)  # the workers are starting: their folder in use
+    children = psutil.Process(process.pid).children(recursive=True)
+    assert mockers() and list(own.iterdir()), errors.read_text()[-2000:]
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and (any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE for c in children)
+                                           or list(own.iterdir())):  # fmt: skip
+        time.sleep(0.2)
+    assert [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE] == []
+    assert list(own.iterdir()) == []
+
+
+def test_requests_the_live_system_refused_are_said_first_and_fail_the_command():
+    from spica_lib.deploy.rehearsal import LoadStats
+    from spica_lib.deploy.rehearse import refusals, rehearsal_markdown
+
+    error = "HTTP 503: Generate Error: mocker handoff session limit reached for DP rank 0"
+    found = Rehearsal(rank=1, key="k", deployment="d", where="local", speedup=1.0, traffic="t",
+                      live=LoadStats(requests=120, completed=85, errors=[error]),
+                      replay=LoadStats(requests=120, completed=120))  # fmt: skip
+    found.notes += refusals(found)
+    assert found.notes[-1].startswith("35 of 120 requests failed live (first: HTTP 503") and "queues" in found.notes[-1]
+    assert rehearsal_markdown(found).split("\n")[4].startswith("**35 of 120 requests failed live")
+    assert refusals(found.model_copy(update={"live": LoadStats(requests=120, completed=120)})) == []
