@@ -94,6 +94,7 @@ def test_the_stress_band_is_the_calibrations_measured_held_out_step_error_and_sa
     assert sweep.stress_band == pytest.approx(0.08)  # the larger of TTFT 8 % and TPOT 6 % held out, calibrated
     assert sweep.stress_band_source.startswith("the calibration's measured held-out step-time error: prefill (TTFT) 8 %")
     assert "6 held-out vllm rows" in sweep.stress_band_source
+    assert sweep.stress_band_roles == pytest.approx({"prefill": 0.08, "decode": 0.06})  # one band per role
     # Too few held-out rows to measure a band: the default, and the source says why.
     data["calibration"] = calibration_file(tmp_path, rows=3).name
     sweep = build(data, base_dir=tmp_path).sweep

@@ -107,6 +107,7 @@ def test_an_aiperf_export_with_its_deployment_reads_as_a_row(tmp_path):
     (row,), _ = read_rows(str(export), write(tmp_path / "deployment.yaml", DEPLOYMENT))
     assert (row.id, row.system, row.backend, row.model, row.mode, row.tp) == ("tp2_c8", "h100_sxm", "vllm", "Qwen/Qwen3-32B", "agg", 2)
     assert (row.isl, row.osl, row.concurrency, row.ttft_ms, row.tpot_ms) == (1024, 128, 8, 150.0, 18.0)
+    assert (row.ttft_p90_ms, row.tpot_p90_ms) == pytest.approx((210.0, 19.8))  # the tails, beside the means
     runs = write(tmp_path / "runs.yaml", "runs:\n  - export: tp2_c8.json\n    deployment:\n" + "".join(
         f"      {line}\n" for line in DEPLOYMENT.splitlines()))  # fmt: skip
     assert read_rows(runs)[0] == [row]
@@ -166,3 +167,18 @@ def test_an_aiperf_export_of_a_disagg_deployment_reads_each_role(tmp_path):
     assert row.id == tmp_path.name and row.mode == "disagg" and row.gpus == 24 and row.concurrency == 4
     assert row.prefill == RoleShape(workers=1, tp=8, moe_ep=8) and row.decode == RoleShape(workers=2, tp=8, moe_ep=8, batch_size=4)
     assert (row.model, row.precision, row.ttft_ms, row.tpot_ms) == ("deepseek-ai/DeepSeek-V3", "fp8", 214.3, 9.8)
+
+
+def test_percentiles_are_judged_beside_the_means_where_rows_measured_them():
+    from spica_lib.fidelity.check import Point, RowCheck, percentile_table
+    from spica_lib.fidelity.silicon import SiliconRow
+
+    row = SiliconRow(id="a", system="h100_sxm", backend="vllm", measured_version="0.12.0", model="Qwen/Qwen3-32B",
+                     precision="", isl=1024, osl=128, concurrency=8, tp=2, ttft_ms=100.0, tpot_ms=20.0,
+                     ttft_p90_ms=200.0, tpot_p90_ms=25.0)  # fmt: skip
+    measured = Point(ttft_ms=100.0, tpot_ms=20.0, tokens_per_second_per_gpu=1.0, ttft_p90_ms=200.0, tpot_p90_ms=25.0)
+    replayed = Point(ttft_ms=100.0, tpot_ms=20.0, tokens_per_second_per_gpu=1.0, ttft_p90_ms=120.0, tpot_p90_ms=25.0)
+    table = percentile_table([RowCheck(row=row, measured=measured, replayed=replayed)])
+    assert "| h100_sxm | vllm | Qwen/Qwen3-32B | 1 | 0 % (+0 %) | 40 % (-40 %) | 0 % (+0 %) | 0 % (+0 %) |" in table
+    bare = RowCheck(row=row, measured=measured.model_copy(update={"ttft_p90_ms": None}), replayed=replayed)
+    assert percentile_table([bare]) is None  # no measured p90: no table

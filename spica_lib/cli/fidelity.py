@@ -8,7 +8,7 @@ from pathlib import Path
 
 from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.base.versions import package_versions
-from spica_lib.facts.calibration import CalibrationFile, HeldOutError, write_calibration
+from spica_lib.facts.calibration import CalibrationFile, HeldOutError, StepScale, write_calibration
 from spica_lib.fidelity.cap import DISAGG_CAP, RowCap, capped
 from spica_lib.fidelity.check import (
     RowCheck,
@@ -16,10 +16,11 @@ from spica_lib.fidelity.check import (
     group_errors,
     held_out_table,
     markdown_table,
+    percentile_table,
     protocol_name,
     unsupported_reason,
 )
-from spica_lib.fidelity.fit import SPLIT, fit_scales, fits
+from spica_lib.fidelity.fit import SPLIT, affine_checks, fit_scales, fits, under_p90
 from spica_lib.fidelity.protocol import (
     DISAGG_DESCRIPTION,
     DISAGG_PROTOCOL,
@@ -153,6 +154,10 @@ def fidelity_report(
         print(f"Rows replayed: {cap.describe()} ({len(left_out)} left out).")
     print()
     print(markdown_table(group_errors(checks, by_shape="disagg" in modes)))
+    percentiles = percentile_table(checks)
+    if percentiles:
+        print("\nThe tails, where the rows measured p90s (MAPE, signed bias):\n")
+        print(percentiles)
     compared: list[RowCheck] = []
     if compare_protocols:
         others = [p for p in PROTOCOLS.values() if p != chosen]
@@ -217,20 +222,18 @@ def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowChe
 
 
 def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int, source: str) -> int:
-    """Fit the scales, write them, replay the held-out rows with them, and write their held-out errors next to
-    them: the errors and the ranking tables of the held-out half, without and with the scales."""
-    scales = fit_scales(checks)
-    if not scales:
+    """Fit both ways (scale-only and affine), replay the held-out rows with the scale-only fit, predict them with
+    the affine one, and write per group the fit with the smaller held-out TTFT error, its errors and quantiles next
+    to it, and the other's errors: the errors and the ranking tables of the held-out half, all side by side."""
+    scaled, affine = fit_scales(checks), fit_scales(checks, affine=True)
+    if not scaled:
         print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
         return 1
-    calibration = CalibrationFile(source=source, split=SPLIT, protocol=protocol.name, scales=scales,
+    calibration = CalibrationFile(source=source, split=SPLIT, protocol=protocol.name, scales=scaled,
                                   versions=package_versions())  # fmt: skip
-    write_calibration(path, calibration)
-    print(f"\nscales written to {path} ({SPLIT}; agg rows replayed by the {protocol.name!r} protocol, disagg rows "
-          f"by {DISAGG_PROTOCOL!r}; a disagg row's prefill scale is fitted on TTFT, its decode scale on TPOT):")  # fmt: skip
-    for s in scales:
-        print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: prefill x{s.prefill:.3f}, "
-              f"decode x{s.decode:.3f} ({s.fit_rows} {'+'.join(s.modes)} rows)")  # fmt: skip
+    write_calibration(path, calibration)  # the scale-only fit stands until the held-out half has judged both
+    print(f"\nfitted on {SPLIT}; agg rows replayed by the {protocol.name!r} protocol, disagg rows by "
+          f"{DISAGG_PROTOCOL!r}; a disagg row's prefill scale is fitted on TTFT, its decode scale on TPOT:")  # fmt: skip
     held_out = [c for c in checks if c.replayed is not None and not fits(c.row)]
     rows = [c.row for c in held_out]
     system_wide = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend), jobs)
@@ -239,12 +242,24 @@ def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int,
     if not kept:
         print("no held-out row replayed: the file has no held-out error", file=sys.stderr)
         return 0
-    before, _, after = ([k[i] for k in kept] for i in range(3))
-    calibration.held_out = held_out_errors(before, after)
+    before, wide, after = ([k[i] for k in kept] for i in range(3))
+    fitted = CalibrationFile(source=source, split=SPLIT, scales=affine)
+    affine_own = affine_checks(before, after, lambda r: fitted.scale_for(r.system, r.backend, r.model))
+    affine_wide = affine_checks(before, wide, lambda r: fitted.scale_for(r.system, r.backend))
+    chosen = choose_fits(scaled, affine, {"own": (after, affine_own), "wide": (wide, affine_wide)})
+    calibration.scales = chosen
+    best = [a if _fit_of(chosen, c.row) == "affine" else c for c, a in zip(after, affine_own, strict=True)]
+    other = [c if _fit_of(chosen, c.row) == "affine" else a for c, a in zip(after, affine_own, strict=True)]
+    calibration.held_out = held_out_errors(before, best, other)
     write_calibration(path, calibration)
-    print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales:\n")
-    print(held_out_table(*([k[i] for k in kept] for i in range(3))))
-    for label, run in (("uncalibrated", before), ("with the model's own scales (what a sweep uses)", after)):
+    for s in chosen:
+        cost = f", +{s.ttft_overhead_ms:.0f} ms per request" if s.fit == "affine" else ""
+        print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: {s.fit}: prefill x{s.prefill:.3f}{cost}, "
+              f"decode x{s.decode:.3f} ({s.fit_rows} {'+'.join(s.modes)} rows)")  # fmt: skip
+    print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales "
+          "-> the model's own affine fit (scale and per-request cost):\n")  # fmt: skip
+    print(held_out_table(before, wide, after, affine_own))
+    for label, run in (("uncalibrated", before), ("with the fit the file keeps for each model (what a sweep uses)", best)):
         print(f"\nRanking of the held-out rows, {label} (groups of at least {MIN_ROWS}):\n")
         groups = ranking_groups(run)
         print(ranking_table(groups) if groups else f"(no held-out group of at least {MIN_ROWS} rows measured alike)")
@@ -252,14 +267,47 @@ def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int,
     return 0
 
 
-def held_out_errors(before: list[RowCheck], after: list[RowCheck]) -> list[HeldOutError]:
-    """Per (system, backend, model): the held-out rows' MAPE uncalibrated and calibrated."""
+def choose_fits(
+    scaled: list[StepScale], affine: list[StepScale], held: dict[str, tuple[list[RowCheck], list[RowCheck]]]
+) -> list[StepScale]:
+    """Per (system, backend[, model]): the affine fit where its held-out TTFT MAPE is smaller, else the scale-only
+    fit (a model's on its own rows, a system-wide one on every row of its system and backend)."""
+    chosen = []
+    for scale, line in zip(scaled, affine, strict=True):
+        scope = "own" if scale.model else "wide"
+        kept, predicted = held[scope]
+        mine = [i for i, c in enumerate(kept) if (c.row.system, c.row.backend) == (scale.system, scale.backend)
+                and (scale.model is None or c.row.model == scale.model)]  # fmt: skip
+        if mine and _ttft_mape([predicted[i] for i in mine]) < _ttft_mape([kept[i] for i in mine]):
+            chosen.append(line)
+        else:
+            chosen.append(scale)
+    return chosen
+
+
+def _ttft_mape(checks: list[RowCheck]) -> float:
+    return sum(abs(c.replayed.ttft_ms / c.measured.ttft_ms - 1) for c in checks) / len(checks)
+
+
+def _fit_of(scales: list[StepScale], row: SiliconRow) -> str:
+    found = CalibrationFile(source="", split="", scales=scales).scale_for(row.system, row.backend, row.model)
+    return found.fit if found is not None else "scale"
+
+
+def held_out_errors(before: list[RowCheck], after: list[RowCheck], other: list[RowCheck] | None = None) -> list[HeldOutError]:
+    """Per (system, backend, model): the held-out rows' MAPE uncalibrated and calibrated (and by the other fit), and
+    the 90th percentile of how much slower silicon was than the calibrated prediction."""
     calibrated = {(g.system, g.backend, g.model): g for g in group_errors(after)}
-    return [
-        HeldOutError(system=g.system, backend=g.backend, model=g.model, rows=g.rows, uncalibrated=g.replay_mape,
-                     calibrated=calibrated[(g.system, g.backend, g.model)].replay_mape)  # fmt: skip
-        for g in group_errors(before)
-    ]
+    others = {(g.system, g.backend, g.model): g for g in group_errors(other or [])}
+    out = []
+    for g in group_errors(before):
+        group = (g.system, g.backend, g.model)
+        mine = [c for c in after if (c.row.system, c.row.backend, c.row.model) == group]
+        out.append(HeldOutError(system=g.system, backend=g.backend, model=g.model, rows=g.rows,
+                                uncalibrated=g.replay_mape, calibrated=calibrated[group].replay_mape,
+                                other_fit=others[group].replay_mape if group in others else {},
+                                under_p90=under_p90(mine)))  # fmt: skip
+    return out
 
 
 def _wanted(row: SiliconRow | UnreadRow, systems: list[str] | None, backends: list[str], models: list[str] | None) -> bool:

@@ -27,6 +27,18 @@ class HeldOut(BaseModel):
     tpot_mape: float = Field(ge=0)  # calibrated: the decode steps' error left
     uncalibrated_ttft_mape: float = Field(ge=0)
     uncalibrated_tpot_mape: float = Field(ge=0)
+    # The 90th percentile of measured / predicted - 1 on those rows, as fractions (None: not measured; files
+    # written before it): what `goal.sla_safety: measured` tightens the TTFT and ITL bounds by.
+    ttft_under_p90: float | None = None
+    tpot_under_p90: float | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_quantiles(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a calibration read before quantiles were measured hashes as it did
+        for name in ("ttft_under_p90", "tpot_under_p90"):
+            if getattr(self, name) is None:
+                data.pop(name, None)
+        return data
 
     @property
     def step_error(self) -> float:
@@ -41,12 +53,16 @@ class BackendScale(BaseModel):
     decode: float = Field(gt=0)
     fitted_on: str  # "Qwen/Qwen3-32B" (the model's own rows) or "every model" of the system
     held_out: HeldOut | None = None  # None: the file holds no held-out rows of this model on this system
+    # The per-request fixed cost on TTFT of an affine fit (replay/sla_adjust.py); 0: a scale-only fit.
+    ttft_overhead_ms: float = Field(default=0.0, ge=0)
 
     @model_serializer(mode="wrap")
     def _without_unset_held_out(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a file without held-out errors hashes as it did before they existed
+        data = handler(self)  # a file without held-out errors or an overhead hashes as it did before they existed
         if self.held_out is None:
             data.pop("held_out", None)
+        if self.ttft_overhead_ms == 0:
+            data.pop("ttft_overhead_ms", None)
         return data
 
 
@@ -80,6 +96,22 @@ class Calibration(BaseModel):
         return band, (f"the calibration's measured held-out step-time error: {role} {100 * worst.step_error:.0f} % "
                       f"MAPE on {worst.rows} held-out {backend} rows ({Path(self.file).name})")  # fmt: skip
 
+    def measured_role_bands(self) -> dict[str, float] | None:
+        """The stress band of each role, where `measured_band` has one: prefill from the held-out TTFT error, decode
+        from the TPOT error, each the larger over the backends, bounded to [1 %, 90 %]."""
+        if self.measured_band() is None:
+            return None
+        held = [s.held_out for s in self.scales.values() if s.held_out is not None]
+        bound = lambda value: min(0.9, max(0.01, value / 100.0))  # noqa: E731
+        return {"prefill": bound(max(h.ttft_mape for h in held)), "decode": bound(max(h.tpot_mape for h in held))}
+
+    def measured_sla_error(self) -> float | None:
+        """How much slower than predicted silicon was in 9 held-out rows of 10, TTFT or TPOT, the larger over the
+        backends, as a fraction (None: not measured). An SLA margin smaller than it is within the error."""
+        found = [max(h.ttft_under_p90 or 0.0, h.tpot_under_p90 or 0.0) for s in self.scales.values()
+                 if (h := s.held_out) is not None and h.ttft_under_p90 is not None]  # fmt: skip
+        return max(found) if found else None
+
     def why_no_band(self) -> str:
         """Why the held-out rows set no stress band (see measured_band)."""
         for backend, s in self.scales.items():
@@ -93,7 +125,9 @@ class Calibration(BaseModel):
         """One line per backend: the scales, what they were fitted on, and their measured held-out error."""
         lines = []
         for backend, s in self.scales.items():
-            line = f"{backend}: prefill x{s.prefill:.3g}, decode x{s.decode:.3g} (fitted on {s.fitted_on})"
+            line = f"{backend}: prefill x{s.prefill:.3g}, decode x{s.decode:.3g}"
+            line += f", +{s.ttft_overhead_ms:.0f} ms per request's TTFT" if s.ttft_overhead_ms else ""
+            line += f" (fitted on {s.fitted_on})"
             h = s.held_out
             if h is None:
                 line += "; no held-out error measured for this model"
@@ -139,9 +173,10 @@ def resolve_calibration(
             held_out = None if error is None else HeldOut(
                 rows=error.rows, ttft_mape=error.calibrated["ttft_ms"], tpot_mape=error.calibrated["tpot_ms"],
                 uncalibrated_ttft_mape=error.uncalibrated["ttft_ms"], uncalibrated_tpot_mape=error.uncalibrated["tpot_ms"],
+                ttft_under_p90=error.under_p90.get("ttft_ms"), tpot_under_p90=error.under_p90.get("tpot_ms"),
             )  # fmt: skip
             scales[backend] = BackendScale(prefill=scale.prefill, decode=scale.decode, fitted_on=fitted_on,
-                                           held_out=held_out)  # fmt: skip
+                                           held_out=held_out, ttft_overhead_ms=scale.ttft_overhead_ms)  # fmt: skip
     if missing:
         fitted = sorted({f"{s.system}/{s.backend}" for s in found.scales})
         raise ValueError(
@@ -149,3 +184,20 @@ def resolve_calibration(
             f"fit them with `spica fidelity --system {sku} --backend {','.join(missing)} --fit FILE`, or drop the backend"
         )
     return Calibration(file=str(resolved), source=found.source, scales=scales)
+
+
+def sla_safety_problem(sla_safety: str | None, has_sla: bool, calibration: Calibration | None) -> str | None:
+    """Why `goal.sla_safety: measured` would do nothing here, or None: it needs an SLA to tighten and, for every
+    backend, a calibration that measured its held-out error's quantiles (`spica fidelity --fit` writes them)."""
+    if sla_safety is None:
+        return None
+    if not has_sla:
+        return "goal.sla_safety tightens goal.sla's bounds, and there is no goal.sla: set one, or remove sla_safety"
+    if calibration is None:
+        return ("goal.sla_safety: measured tightens the SLA by a calibration's measured held-out error, and there is no "
+                "calibration: add `calibration: FILE` (spica fidelity --fit), or remove sla_safety")  # fmt: skip
+    unmeasured = sorted(b for b, s in calibration.scales.items() if s.held_out is None or s.held_out.ttft_under_p90 is None)
+    if unmeasured:
+        return (f"goal.sla_safety: measured needs the calibration's held-out error quantiles, and {calibration.file} "
+                f"has none for backend(s) {unmeasured}: fit it again with `spica fidelity --fit`, or remove sla_safety")  # fmt: skip
+    return None

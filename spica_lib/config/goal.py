@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictFloat, StrictInt, field_validator, model_serializer, model_validator
 
 from spica_lib.config.strict import StrictModel
 
@@ -175,6 +175,17 @@ class OptimizationGoal(StrictModel):
     # cheaper one may be recommended in its place (results/confidence.py). Needs a finish; left out:
     # DEFAULT_EQUIVALENCE_SHARE of the best's statistic.
     equivalence_margin: EquivalenceMargin | None = None
+    # `measured`: judge the SLA with its TTFT and ITL bounds tightened by the calibration's measured held-out error
+    # (its upper quantile, replay/sla_adjust.py), so that no deployment is recommended on a simulated margin
+    # smaller than the simulator's error. Needs a calibration that measured it (config/root.py checks).
+    sla_safety: Literal["measured"] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_safety(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a goal without a safety margin keeps the run ids and trial keys of before it
+        if self.sla_safety is None:
+            data.pop("sla_safety", None)
+        return data
 
     @field_validator("equivalence_margin", mode="before")
     @classmethod

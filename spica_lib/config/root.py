@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
-from spica_lib.config.calibration import Calibration, resolve_calibration
+from spica_lib.config.calibration import Calibration, resolve_calibration, sla_safety_problem
 from spica_lib.config.goal import (
     DEFAULT_EQUIVALENCE_SHARE,
     TAIL_REQUESTS,
@@ -105,6 +105,9 @@ class SmartSearchConfig(StrictModel):
             # Filled in place: assigning the field would validate this whole model again, and recurse.
             self.calibration.file, self.calibration.source = resolved.file, resolved.source
             self.calibration.scales = resolved.scales
+        problem = sla_safety_problem(self.goal.sla_safety, self.goal.sla is not None, self.calibration)
+        if problem:
+            raise ValueError(problem)
         self._resolve_finish()
         self._resolve_stress()  # after the calibration: its measured held-out error may set the band
         self._resolve_capacity()
@@ -229,6 +232,8 @@ class SmartSearchConfig(StrictModel):
             sweep.stress_top = 0
         if sweep.stress_band_source is not None and sweep.stress_band is None:
             raise ValueError("sweep.stress_band_source: Spica writes it when it sets the band; leave it out")
+        if sweep.stress_band_roles is not None and sweep.stress_band_source is None:
+            raise ValueError("sweep.stress_band_roles: Spica writes it from a calibration's measured errors; leave it out")
         if sweep.stress_top == 0:
             if sweep.stress_band is not None:
                 raise ValueError("sweep.stress_band: sweep.stress_top is 0 (no stress test), so it would change nothing")
@@ -243,6 +248,7 @@ class SmartSearchConfig(StrictModel):
         measured = self.calibration.measured_band() if self.calibration is not None else None
         if measured is not None:
             sweep.stress_band, sweep.stress_band_source = measured
+            sweep.stress_band_roles = self.calibration.measured_role_bands()
         else:
             sweep.stress_band = DEFAULT_STRESS_BAND
             why = self.calibration.why_no_band() if self.calibration is not None else "no calibration"

@@ -86,6 +86,9 @@ class SweepConfig(StrictModel):
     # Where the band came from, written when the config is read: "sweep.stress_band" (given), the calibration's
     # measured held-out step-time error, or the default. Given without stress_band, it is refused.
     stress_band_source: str | None = None
+    # Written by Spica with a calibration that measured each role's error: the prefill band from its held-out TTFT
+    # error, the decode band from its TPOT error (stress_band is then the larger). Given, it is refused.
+    stress_band_roles: dict[Literal["prefill", "decode"], float] | None = None
     # Capacity (results/capacity.py): after the finish, the top `capacity_top` deployments' highest load within
     # the SLA, by bisection with replays. Left out: DEFAULT_CAPACITY_TOP when goal.sla_coverage is set, else off.
     # 0: off.

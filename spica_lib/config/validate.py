@@ -108,6 +108,8 @@ def config_sha256(config: SmartSearchConfig) -> str:
     if data["search_space"].get("aic_fmha_dtype") is None:
         data["search_space"].pop("aic_fmha_dtype", None)  # the checkpoint's attention precision: the run id of before
     data["sweep"].pop("stress_band_source", None)  # says where the band came from; the band itself is hashed
+    if data["sweep"].get("stress_band_roles") is None:
+        data["sweep"].pop("stress_band_roles", None)  # no per-role bands: the run id of before them
     if data.get("calibration") is not None:
         data["calibration"].pop("file")  # its scales and source say what it is, wherever the file lies
     return sha256_of(data)

@@ -12,6 +12,7 @@ step 20 % slower.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +33,10 @@ class StepScale(BaseModel):
     # The deployment modes of the fitting rows. In a disagg row the prefill scale is fitted on TTFT, the
     # prefill workers' signal, and the decode scale on TPOT, the decode workers'.
     modes: list[str] = Field(default_factory=list)
+    # A fixed cost every request's TTFT carries beyond the prefill steps (the frontend, tokenisation, scheduling,
+    # the network): 0 for a scale-only fit ("scale"); fitted with the prefill scale by the affine fit ("affine").
+    ttft_overhead_ms: float = Field(default=0.0, ge=0)
+    fit: Literal["scale", "affine"] = "scale"
 
 
 class HeldOutError(BaseModel):
@@ -47,6 +52,11 @@ class HeldOutError(BaseModel):
     rows: int = Field(ge=1)
     uncalibrated: dict[str, float]  # ttft_ms, tpot_ms, tokens_per_second_per_gpu -> MAPE
     calibrated: dict[str, float]
+    # The other fit's MAPE on the same rows, for the side by side (the file keeps the better: `fit` of its scale).
+    other_fit: dict[str, float] = Field(default_factory=dict)
+    # How much slower silicon was than the calibrated prediction in 9 rows of 10: the 90th percentile of
+    # measured / predicted - 1 (ttft_ms, tpot_ms), a fraction; what `goal.sla_safety: measured` tightens by.
+    under_p90: dict[str, float] = Field(default_factory=dict)
 
     @property
     def step_error(self) -> float:

@@ -43,6 +43,8 @@ class Point(BaseModel):
     ttft_ms: float
     tpot_ms: float
     tokens_per_second_per_gpu: float
+    ttft_p90_ms: float | None = None  # where measured (an AIPerf export) or replayed
+    tpot_p90_ms: float | None = None
 
 
 class RowCheck(BaseModel):
@@ -170,7 +172,8 @@ def _prepare(
     row: SiliconRow, scale: StepScale | None, protocol: ReplayProtocol
 ) -> RowCheck | tuple[TrialSpec, dict[str, Any]]:
     """The row's trial and what is known of it before the replay, or its check if it cannot be replayed."""
-    measured = Point(ttft_ms=row.ttft_ms, tpot_ms=row.tpot_ms, tokens_per_second_per_gpu=row.tokens_per_second_per_gpu)
+    measured = Point(ttft_ms=row.ttft_ms, tpot_ms=row.tpot_ms, tokens_per_second_per_gpu=row.tokens_per_second_per_gpu,
+                     ttft_p90_ms=row.ttft_p90_ms, tpot_p90_ms=row.tpot_p90_ms)  # fmt: skip
     name = protocol_name(row, protocol)
     reason = unsupported_reason(row)
     if reason is not None:
@@ -203,6 +206,8 @@ def _compared(
         ttft_ms=metrics["mean_ttft_ms"],
         tpot_ms=metrics["mean_itl_ms"],
         tokens_per_second_per_gpu=metrics["output_throughput_tok_s"] / row.gpus,
+        ttft_p90_ms=metrics.get("p90_ttft_ms"),
+        tpot_p90_ms=metrics.get("p90_itl_ms"),
     )
     version = known["perf_db_version"]
     try:
@@ -358,4 +363,27 @@ def held_out_table(before: list[RowCheck], *after: list[RowCheck]) -> str:
         steps = [g, *(c[(g.system, g.backend, g.model)] for c in calibrated)]
         cells = [" -> ".join(f"{e.replay_mape[m]:.0f} % ({e.replay_bias[m]:+.0f} %)" for e in steps) for m in METRICS]
         lines.append(f"| {g.system} | {g.backend} | {g.model} | {g.rows} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def percentile_table(checks: Iterable[RowCheck]) -> str | None:
+    """The replay's p90 TTFT and ITL against the measured p90s, per group, for the rows that measured them (None:
+    no row did). Means and p90s side by side: a replay right on the mean can still miss the tail."""
+    groups: dict[tuple[str, str, str], list[RowCheck]] = {}
+    for c in checks:
+        if c.replayed is not None and c.measured.ttft_p90_ms and c.replayed.ttft_p90_ms:
+            groups.setdefault((c.row.system, c.row.backend, c.row.model), []).append(c)
+    if not groups:
+        return None
+    lines = ["| system | backend | model | rows with p90s | TTFT mean | TTFT p90 | TPOT mean | TPOT p90 |",
+             "|---|---|---|---:|---|---|---|---|"]  # fmt: skip
+    for (system, backend, model), members in sorted(groups.items()):
+        cells = []
+        for metric in ("ttft_ms", "ttft_p90_ms", "tpot_ms", "tpot_p90_ms"):
+            pairs = [(getattr(c.measured, metric), getattr(c.replayed, metric)) for c in members]
+            pairs = [(m, r) for m, r in pairs if m and r is not None]
+            mape = 100 * sum(abs(r / m - 1) for m, r in pairs) / len(pairs) if pairs else None
+            bias = 100 * sum(r / m - 1 for m, r in pairs) / len(pairs) if pairs else None
+            cells.append("—" if mape is None else f"{mape:.0f} % ({bias:+.0f} %)")
+        lines.append(f"| {system} | {backend} | {model} | {len(members)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -73,6 +73,9 @@ class SiliconRow(BaseModel):
     moe_ep: int = 1
     ttft_ms: float
     tpot_ms: float
+    # p90s, where the measurement has them (an AIPerf export): judged beside the means (fidelity/check.py).
+    ttft_p90_ms: float | None = None
+    tpot_p90_ms: float | None = None
     mode: Mode = "agg"
     prefill: RoleShape | None = None
     decode: RoleShape | None = None

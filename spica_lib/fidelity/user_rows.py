@@ -255,6 +255,7 @@ def aiperf_row(export: Path, deployment: Deployment, where: str | None = None) -
         concurrency=concurrency,
         ttft_ms=_mean(data, "time_to_first_token", "ms", where, export),
         tpot_ms=_mean(data, "inter_token_latency", "ms", where, export),
+        ttft_p90_ms=_p90(data, "time_to_first_token"), tpot_p90_ms=_p90(data, "inter_token_latency"),
         mode=deployment.mode, **shape,
     )  # fmt: skip
 
@@ -267,6 +268,12 @@ def _mean(data: dict[str, Any], metric: str, unit: str, where: str, export: Path
     if not isinstance(value, int | float) or value <= 0:
         raise RowsError(f"{where}: {metric}.avg is {value!r} in {export}; allowed: a positive number")
     return float(value)
+
+
+def _p90(data: dict[str, Any], metric: str) -> float | None:
+    """The export's p90 of a metric (in the unit its mean was checked in), where it has a positive one."""
+    value = (data.get(metric) or {}).get("p90")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) and value > 0 else None
 
 
 def _field(data: Any, keys: tuple[str, ...], where: str, export: Path, kind: type) -> Any:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from spica_lib.config import SLATarget, Workload
 from spica_lib.config.trace import scan_trace, trace_arrivals, trace_output_lengths
 from spica_lib.config.workload import DEFAULT_ARRIVAL_SEED
 from spica_lib.replay.plan import DeploymentPlan
+from spica_lib.replay.sla_adjust import SlaAdjustment, replayed_bound, replayed_sla
 
 TRACE_BLOCK_SIZE = 512  # tokens per Mooncake hash id
 # Metrics of the simulator's own speed, not of the deployment: they differ between two replays of one plan.
@@ -83,6 +84,20 @@ class ReplayRequest(BaseModel):
     trace_block_size: int = TRACE_BLOCK_SIZE
     benchmark_granularity: int = 8
     screen: ScreenPlan | None = None
+    # What the replay cannot simulate, added where it is judged (replay/sla_adjust.py): None for most trials.
+    adjust: SlaAdjustment | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_adjust(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a trial without an adjustment keeps the key it had before adjustments existed
+        if self.adjust is None:
+            data.pop("adjust", None)
+        return data
+
+    @property
+    def judged_sla(self) -> SLATarget | None:
+        """The SLA the replay judges each request by (the overhead and the safety margin applied)."""
+        return replayed_sla(self.sla, self.adjust)
 
 
 class ScalingEvent(BaseModel):
@@ -178,8 +193,9 @@ def replay_call(request: ReplayRequest, prune: dict[str, Any] | None = None) -> 
     function, args, load = _load(request)
     common, engines = _router_and_engines(request.plan)
     kwargs = {**common, "benchmark_granularity": request.benchmark_granularity}
-    if request.sla is not None:
-        kwargs.update(sla_ttft_ms=request.sla.ttft_ms, sla_itl_ms=request.sla.itl_ms, sla_e2e_ms=request.sla.e2e_ms)
+    sla = request.judged_sla
+    if sla is not None:
+        kwargs.update(sla_ttft_ms=sla.ttft_ms, sla_itl_ms=sla.itl_ms, sla_e2e_ms=sla.e2e_ms)
     return {
         "function": function,
         "args": args,
@@ -208,7 +224,7 @@ def _stop_rules(
         return None
     rules: dict[str, Any] = {
         "requests": _requests(request, args),
-        "bounds": [list(b) for b in plan.bounds],
+        "bounds": [[metric, replayed_bound(metric, bound, request.adjust)] for metric, bound in plan.bounds],
         "percentile": plan.percentile,
         "coverage": plan.coverage,
         "fraction": plan.fraction,
@@ -218,7 +234,7 @@ def _stop_rules(
     }
     if prune is not None or plan.coverage is not None:
         rules.update(_deadlines(request, function, args))
-        sla = request.sla
+        sla = request.judged_sla
         if sla is not None and (sla.ttft_ms is not None or sla.itl_ms is not None):
             # The per-request bounds of Dynamo's goodput, which each completion's TTFT and ITL are judged by.
             rules["sla_ms"] = {"ttft": sla.ttft_ms, "itl": sla.itl_ms}
@@ -246,7 +262,7 @@ def _deadlines(request: ReplayRequest, function: str, args: list[Any]) -> dict[s
     clock each request's deadline is known in advance ("deadlines_ms", sorted); a synthetic workload's
     requests all ask for the same length, and a closed loop's arrivals follow its completions, so there
     one deadline after arrival holds for all ("deadline_ms": the longest request's)."""
-    sla = request.sla
+    sla = request.judged_sla
     if sla is None or sla.ttft_ms is None or sla.itl_ms is None:
         return {}
     ttft, itl = float(sla.ttft_ms), float(sla.itl_ms)

@@ -117,11 +117,19 @@ def _tallies(view: RunView) -> str:
 
 
 def sla_margin(view: RunView, metrics: dict[str, float], miss: float | None = None) -> str:
-    """How far inside (+) or outside (−) the SLA the tightest bound is, in percent (`miss`: a mean SLA ratio)."""
+    """How far inside (+) or outside (−) the SLA the tightest bound is, in percent (`miss`: a mean SLA ratio);
+    marked ⚠ when a calibration measured an error larger than the margin (the margin is within it)."""
     goal = view.config.goal
     if goal.sla is None:
         return "—"
-    return f"{(1.0 - (sla_miss(metrics, goal) if miss is None else miss)) * 100:+.0f} %"
+    margin = 1.0 - (sla_miss(metrics, goal) if miss is None else miss)
+    error = _measured_error(view)
+    return f"{margin * 100:+.0f} %" + (" ⚠" if error is not None and 0 <= margin < error else "")
+
+
+def _measured_error(view: RunView) -> float | None:
+    calibration = view.config.calibration
+    return calibration.measured_sla_error() if calibration is not None else None
 
 
 def _top(view: RunView) -> str:
@@ -163,6 +171,12 @@ def _top(view: RunView) -> str:
         )
     if view.summary is not None and view.summary.coverage_warning:
         lines += ["", f"**Warning**: {view.summary.coverage_warning}."]
+    error = _measured_error(view)
+    if error is not None and view.config.goal.sla is not None:
+        safety = ("the SLA was judged with its bounds tightened by it (goal.sla_safety: measured)"
+                  if view.config.goal.sla_safety else "set goal.sla_safety: measured to judge the SLA with that margin")
+        lines += ["", f"SLA margins are simulated. The calibration measured silicon up to {100 * error:.0f} % slower than "
+                  f"predicted in 9 held-out rows of 10: a margin marked ⚠ is smaller than that error; {safety}."]  # fmt: skip
     lines += _finish_section(view, rows)
     return "\n".join(lines)
 

@@ -76,7 +76,8 @@ class StressResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    band: float = 0.0
+    band: float = 0.0  # the larger of the roles' bands
+    bands: dict[str, float] = Field(default_factory=dict)  # per role, when they differ (a calibration measured each)
     keys: list[str] = Field(default_factory=list)  # the finish's order: the recommendation first
     exact: bool = True  # every replay round robin on the same traffic: a flip is not noise
     scores: list[StressedScore] = Field(default_factory=list)
@@ -89,8 +90,16 @@ class StressResult(BaseModel):
         return None if not self.keys else not self.flips
 
 
-def perturbations(band: float) -> list[Perturbation]:
-    return [Perturbation(role=role, scale=1.0 + sign * band) for role in ("prefill", "decode") for sign in (1, -1)]
+Band = float | dict[str, float]  # one band for both roles, or one per role (a calibration's measured errors)
+
+
+def role_band(band: Band, role: str) -> float:
+    return float(band[role]) if isinstance(band, dict) else float(band)
+
+
+def perturbations(band: Band) -> list[Perturbation]:
+    return [Perturbation(role=role, scale=1.0 + sign * role_band(band, role)) for role in ("prefill", "decode")
+            for sign in (1, -1)]  # fmt: skip
 
 
 def perturbed(spec: TrialSpec, perturbation: Perturbation) -> TrialSpec:
@@ -113,7 +122,7 @@ def perturbed(spec: TrialSpec, perturbation: Perturbation) -> TrialSpec:
     )
 
 
-def stress_specs(top: dict[str, TrialSpec], band: float) -> dict[str, TrialSpec]:
+def stress_specs(top: dict[str, TrialSpec], band: Band) -> dict[str, TrialSpec]:
     """The stress replays ("<key>~<perturbation>" -> spec) of the top deployments (key -> spec)."""
     return {stress_name(key, p): perturbed(spec, p) for key, spec in top.items() for p in perturbations(band)}
 
@@ -139,7 +148,7 @@ def _after_first(spec: TrialSpec, perturbation: Perturbation) -> bool:
     return _bounded_by_first(spec, perturbation) or _prunable(spec)
 
 
-def first_replays(top: dict[str, TrialSpec], band: float) -> dict[str, TrialSpec]:
+def first_replays(top: dict[str, TrialSpec], band: Band) -> dict[str, TrialSpec]:
     """The stress replays to run before #1's perturbed scores are known: #1's, and every other one that needs none
     of them (no bound skips it and no bar prunes it)."""
     first = next(iter(top), None)
@@ -148,7 +157,7 @@ def first_replays(top: dict[str, TrialSpec], band: float) -> dict[str, TrialSpec
 
 
 def second_replays(
-    top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult], unperturbed: dict[str, float | None]
+    top: dict[str, TrialSpec], band: Band, results: dict[str, TrialResult], unperturbed: dict[str, float | None]
 ) -> dict[str, TrialSpec]:
     """The replays still needed once the first ones' `results` are in: the bounded ones whose unperturbed score is
     above #1's under the same perturbation (the bound does not settle them), and the prunable ones."""
@@ -158,7 +167,7 @@ def second_replays(
             and not (_bounded_by_first(spec, p) and _settled(unperturbed.get(key), results[stress_name(first, p)]))}  # fmt: skip
 
 
-def stress_bars(top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult]) -> dict[str, PruneBar]:
+def stress_bars(top: dict[str, TrialSpec], band: Band, results: dict[str, TrialResult]) -> dict[str, PruneBar]:
     """Each prunable second replay's bar: #1's score under the same perturbation (none where #1 was not feasible
     there: any score is above that)."""
     first = next(iter(top), None)
@@ -178,14 +187,14 @@ def _settled(unperturbed: float | None, first: TrialResult) -> bool:
 
 
 def stressed(
-    top: dict[str, TrialSpec], band: float, results: dict[str, TrialResult], unperturbed: dict[str, float | None]
+    top: dict[str, TrialSpec], band: Band, results: dict[str, TrialResult], unperturbed: dict[str, float | None]
 ) -> StressResult:
     """The verdict from the stress replays' results ("<key>~<perturbation>" -> result; a replay the bound
     settled is absent); `top` in the finish's order, `unperturbed` each one's score on the same traffic
     without a perturbation (its search replay)."""
     keys = list(top)
     if len(keys) < 2:
-        return StressResult(band=band, keys=keys)
+        return StressResult(band=_largest(band), bands=_bands(band), keys=keys)
     scores = []
     for key in keys:
         for p in perturbations(band):
@@ -218,8 +227,16 @@ def stressed(
             verb = "scores" if len(overtaking) == 1 else "score"
             flips.append(f"if {p.words}, {names} {verb} above #1 (not so unperturbed on the same traffic)")
     exact = all(spec.replay.plan.router_mode != "kv_router" for spec in top.values())
-    return StressResult(band=band, keys=keys, exact=exact, scores=scores, flips=flips, unperturbed=unperturbed,
-                        sentence=_sentence(keys, band, flips, exact))  # fmt: skip
+    return StressResult(band=_largest(band), bands=_bands(band), keys=keys, exact=exact, scores=scores, flips=flips,
+                        unperturbed=unperturbed, sentence=_sentence(keys, band, flips, exact))  # fmt: skip
+
+
+def _largest(band: Band) -> float:
+    return max(band.values()) if isinstance(band, dict) else float(band)
+
+
+def _bands(band: Band) -> dict[str, float]:
+    return dict(band) if isinstance(band, dict) else {}
 
 
 def _above(a: float | None, b: float | None) -> bool:
@@ -229,10 +246,12 @@ def _above(a: float | None, b: float | None) -> bool:
     return b is None or a > b
 
 
-def _sentence(keys: list[str], band: float, flips: list[str], exact: bool) -> str:
+def _sentence(keys: list[str], band: Band, flips: list[str], exact: bool) -> str:
     others = f"the other {len(keys) - 1} of the top {len(keys)}"
     if not flips:
-        return (f"#1 keeps its place against {others} on the search's traffic with prefill or decode steps "
-                f"{100 * band:.0f} % slower or faster than simulated.")  # fmt: skip
+        steps = (f"prefill steps {100 * role_band(band, 'prefill'):.0f} % or decode steps "
+                 f"{100 * role_band(band, 'decode'):.0f} %" if isinstance(band, dict)
+                 else f"prefill or decode steps {100 * band:.0f} %")  # fmt: skip
+        return f"#1 keeps its place against {others} on the search's traffic with {steps} slower or faster than simulated."
     caveat = "" if exact else " (a KV-router replay's tie-breaks add noise to these single replays)"
     return "The order depends on the simulator's error: " + "; ".join(flips) + caveat + "."

@@ -20,11 +20,13 @@ from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo, role_sku
 from spica_lib.replay.request import PaceCheckpoint, ReplayOutcome, ReplayRequest, replay_call
+from spica_lib.replay.sla_adjust import adjusted_metrics, adjustment_fields, scored_sla
 from spica_lib.replay.warm_up import warm_up
 from spica_lib.replay.worker import ChildOutcome, ReplayWorker
 from spica_lib.trial.kv_load import InfeasibleKVCapacity, resolve_kv_load
 from spica_lib.trial.score import average_gpus, cost_metrics, make_candidate, sla_miss, sla_misses
 from spica_lib.trial.screen import PruneBar, prune_rules, screen_plan
+from spica_lib.trial.sla_margin import sla_adjustment
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus, WorkloadReplay
 from spica_lib.trial.unroll import as_round_robin, unroll_sample
 from spica_lib.trial.workloads import combine_workloads, part_key, split_part_key
@@ -81,8 +83,10 @@ def prepare_trial(
         plan = plan_for(sample)
         notes.append("kv_router with a single worker/DP rank per role replayed as round_robin (nothing to choose)")
     trace = workload.trace_path
+    adjust = sla_adjustment(config, selection["backend"], workload.effective_in_flight_cap(concurrency) is not None)
+    sample.update(adjustment_fields(adjust))  # every trial file says what was added beyond the replay
     return TrialSpec(
-        workloads=_workload_replays(config, plan),
+        workloads=_workload_replays(config, plan, selection["backend"]),
         deployment_mode=selection["deployment_mode"],
         selection=selection,
         parallel_config=parallel_config,
@@ -93,6 +97,7 @@ def prepare_trial(
             concurrency=concurrency,
             sla=sla,
             screen=screen_plan(config, concurrency, workload),
+            adjust=adjust,
         ),
         goal=goal,
         gpu_budget=config.search_space.gpu_budget,
@@ -101,7 +106,7 @@ def prepare_trial(
     )
 
 
-def _workload_replays(config: SmartSearchConfig, plan: Any) -> list[WorkloadReplay] | None:
+def _workload_replays(config: SmartSearchConfig, plan: Any, backend: str) -> list[WorkloadReplay] | None:
     """With several workloads, the replay request of each (the same deployment, its own traffic)."""
     mix = config.workloads
     if mix is None:
@@ -115,6 +120,7 @@ def _workload_replays(config: SmartSearchConfig, plan: Any) -> list[WorkloadRepl
             concurrency=traffic.concurrency,
             sla=config.goal.sla,
             screen=screen_plan(config, traffic.concurrency, traffic),
+            adjust=sla_adjustment(config, backend, traffic.effective_in_flight_cap(traffic.concurrency) is not None),
         )
         trace = traffic.trace_path
         parts.append(
@@ -274,7 +280,7 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
         return _stopped(spec, outcome, base)
     # A NaN or infinite number has no JSON form: written, it would come back as null and the trial
     # file (and its journal entry, restored on every retry) would never load again.
-    metrics = {k: v for k, v in outcome.metrics.items() if math.isfinite(v)}
+    metrics = adjusted_metrics({k: v for k, v in outcome.metrics.items() if math.isfinite(v)}, spec.replay.adjust)
     timing = {
         "replay_seconds": outcome.replay_seconds,
         "scaling_events": outcome.scaling_events,
@@ -299,7 +305,7 @@ def score_replay(spec: TrialSpec, run: ChildOutcome) -> TrialResult:
     if not all(math.isfinite(v) for v in (candidate.score, *(candidate.objectives or {}).values())):
         reason = f"the goal's score is not finite ({candidate.score}): the replay reported no metric it needs"
         return TrialResult(status="failed", reason=reason, metrics=metrics, **base, **timing)
-    goal = spec.goal
+    goal = spec.goal.model_copy(update={"sla": scored_sla(spec.goal.sla, spec.replay.adjust)})  # its safety margin
     miss = sla_miss(metrics, goal) if goal.sla is not None else None
     misses = sla_misses(metrics, goal) if goal.sla is not None and goal.sla.is_constraint else []
     reasons = [f"misses the {goal.sla.statistic} SLA: {', '.join(misses)}"] if misses else []

@@ -24,7 +24,7 @@ def _stress_top(job: JobArgs) -> tuple[dict[str, TrialSpec], float, dict[str, fl
     sweep = run.config.sweep
     rows = ranked[: sweep.stress_top]
     unperturbed = {row.key: run.records[row.key].result.score for row in rows}
-    return {row.key: run.records[row.key].spec for row in rows}, float(sweep.stress_band or 0), unperturbed
+    return {row.key: run.records[row.key].spec for row in rows}, sweep.stress_band_roles or float(sweep.stress_band or 0), unperturbed
 
 
 def warm_up_for_stress(job: JobArgs) -> None:
