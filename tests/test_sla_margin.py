@@ -114,3 +114,58 @@ def test_a_safety_margin_with_nothing_measured_to_set_it_is_refused(tmp_path):
     write_calibration(path, CalibrationFile(source="s", split="t", scales=[scale]))
     data["calibration"] = str(path)
     rejected(data, "", "has none for backend(s) ['vllm']")
+
+
+def constructed_checks(models: dict[str, tuple[float, float]], system="h200_sxm", backend="vllm"):
+    """Rows of each model whose silicon is `scale` x the replay + `cost` ms on TTFT, 1.1 x on TPOT."""
+    from spica_lib.fidelity.check import Point, RowCheck
+    from spica_lib.fidelity.silicon import SiliconRow, tokens_per_second_per_gpu
+
+    out = []
+    for model, (scale, cost) in models.items():
+        for i, (concurrency, replayed_ttft) in enumerate(((1, 80.0), (4, 160.0), (16, 600.0), (64, 2400.0))):
+            ttft, tpot = scale * replayed_ttft + cost, 1.1 * 20.0
+            row = SiliconRow(id=f"{model}{i}", system=system, backend=backend, measured_version="0.12.0", model=model,
+                             precision="", isl=1024, osl=128, concurrency=concurrency, ttft_ms=ttft, tpot_ms=tpot)  # fmt: skip
+            tokens = tokens_per_second_per_gpu(concurrency, 128, replayed_ttft, 20.0, row.gpus)
+            out.append(RowCheck(row=row, measured=Point(ttft_ms=ttft, tpot_ms=tpot, tokens_per_second_per_gpu=row.tokens_per_second_per_gpu),
+                                replayed=Point(ttft_ms=replayed_ttft, tpot_ms=20.0, tokens_per_second_per_gpu=tokens)))  # fmt: skip
+    return out
+
+
+def test_a_prior_is_kept_only_where_it_beats_no_correction_on_models_it_was_not_fitted_on():
+    from spica_lib.fidelity.prior import fit_prior
+
+    alike = constructed_checks({"a/x": (1.3, 120.0), "b/y": (1.3, 120.0), "c/z": (1.3, 120.0)})
+    scales, (verdict,) = fit_prior(alike)
+    assert verdict.helps and verdict.prior["ttft_ms"] < 1 and verdict.uncorrected["ttft_ms"] > 30
+    assert scales[0].prefill == pytest.approx(1.3) and scales[0].ttft_overhead_ms == pytest.approx(120.0)
+    # Models whose errors go opposite ways: the others' fit predicts each one worse than no correction.
+    opposite = constructed_checks({"a/x": (1.8, 0.0), "b/y": (0.55, 0.0), "c/z": (1.0, 0.0)}, backend="sglang")
+    scales, (verdict,) = fit_prior(opposite)
+    assert not verdict.helps and scales == []
+
+
+def test_a_sweep_without_a_calibration_takes_the_prior_where_it_was_kept_and_says_so(tmp_path, monkeypatch):
+    import spica_lib.config.calibration as calibration_module
+    from spica_lib.fidelity.prior import fit_prior
+
+    kept = constructed_checks({"a/x": (1.3, 120.0), "b/y": (1.3, 120.0), "c/z": (1.3, 120.0)})
+    dropped = constructed_checks({"a/x": (1.8, 0.0), "b/y": (0.55, 0.0), "c/z": (1.0, 0.0)}, backend="sglang")
+    scales, verdicts = fit_prior(kept + dropped)
+    prior = tmp_path / "prior.json"
+    write_calibration(prior, CalibrationFile(source="constructed rows", split="lomo", scales=scales, cross_validated=verdicts))
+    monkeypatch.setattr(calibration_module, "PRIOR_FILE", prior)
+    cfg = build(config_data(search_space={"backend": ["vllm", "sglang"]}))
+    assert cfg.calibration.prior and set(cfg.calibration.scales) == {"vllm"}  # sglang's prior did not help: none
+    assert cfg.calibration.scales["vllm"].ttft_overhead_ms == pytest.approx(120.0)
+    assert "the prior" in cfg.calibration.source
+    words = calibration_module.prior_verdicts("h200_sxm", ["vllm", "sglang"])
+    assert words[0].startswith("kept: h200_sxm / vllm") and words[1].startswith("not kept, it did not beat no correction")
+    # `calibration: none` turns it off; several GPU types never take it (a correction is for one).
+    off = build(config_data(search_space={"backend": ["vllm"]}) | {"calibration": "none"})
+    assert off.calibration.off and off.calibration.scales == {}
+    layout = ReplicaConfig(shape=ParallelShape(tp=1), replicas=1)
+    plain = prepare_trial(off, SELECTION, layout, backend_version=VERSION,
+                          estimator=KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"vllm": VERSION}))  # fmt: skip
+    assert plain.replay.adjust is None and "prefill_step_scale" not in plain.sample

@@ -15,6 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_valid
 from spica_lib.facts.calibration import read_calibration
 
 MIN_BAND_ROWS = 5  # held-out rows needed before their error, not the default, sets the stress band
+OFF = "none"  # `calibration: none`: no correction at all, the prior included
+# The shipped prior (bench/fidelity_prior.py writes it): per (system, backend), kept only where it helps.
+PRIOR_FILE = Path(__file__).resolve().parents[2] / "config" / "calibration" / "prior.json"
 
 
 class HeldOut(BaseModel):
@@ -67,13 +70,29 @@ class BackendScale(BaseModel):
 
 
 class Calibration(BaseModel):
-    """The calibration file and, once read, its source and the scales of each backend on the config's hardware."""
+    """The calibration file and, once read, its source and the scales of each backend on the config's hardware.
+
+    `calibration: none` turns every correction off, the prior included (the file `none`, no scales). Left out, a
+    sweep on one GPU type takes the prior (`prior_calibration`) for the backends where it was kept.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     file: str
     source: str | None = None
     scales: dict[str, BackendScale] = Field(default_factory=dict)
+    prior: bool = False  # the shipped prior, applied because the config named no calibration
+
+    @model_serializer(mode="wrap")
+    def _without_unset_prior(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a user's calibration hashes as it did before priors existed
+        if not self.prior:
+            data.pop("prior", None)
+        return data
+
+    @property
+    def off(self) -> bool:
+        return self.file == OFF
 
     @model_validator(mode="before")
     @classmethod
@@ -146,6 +165,8 @@ def resolve_calibration(
     Raises ValueError naming the file and what is missing: a scale missing for a backend would
     leave it uncalibrated without a word.
     """
+    if calibration.off or calibration.prior:
+        return calibration  # nothing to read (off), or the prior already read for its backends
     if calibration.scales:
         missing = sorted(set(backends) - set(calibration.scales))
         if missing:
@@ -193,7 +214,7 @@ def sla_safety_problem(sla_safety: str | None, has_sla: bool, calibration: Calib
         return None
     if not has_sla:
         return "goal.sla_safety tightens goal.sla's bounds, and there is no goal.sla: set one, or remove sla_safety"
-    if calibration is None:
+    if calibration is None or not calibration.scales:
         return ("goal.sla_safety: measured tightens the SLA by a calibration's measured held-out error, and there is no "
                 "calibration: add `calibration: FILE` (spica fidelity --fit), or remove sla_safety")  # fmt: skip
     unmeasured = sorted(b for b, s in calibration.scales.items() if s.held_out is None or s.held_out.ttft_under_p90 is None)
@@ -201,3 +222,40 @@ def sla_safety_problem(sla_safety: str | None, has_sla: bool, calibration: Calib
         return (f"goal.sla_safety: measured needs the calibration's held-out error quantiles, and {calibration.file} "
                 f"has none for backend(s) {unmeasured}: fit it again with `spica fidelity --fit`, or remove sla_safety")  # fmt: skip
     return None
+
+
+def prior_calibration(sku: str, backends: list[str]) -> Calibration | None:
+    """The shipped prior for the backends where its cross-validated error beat no correction (None: none kept)."""
+    if not PRIOR_FILE.is_file():
+        return None
+    found = read_calibration(PRIOR_FILE)
+    scales = {}
+    for backend in backends:
+        scale, verdict = found.scale_for(sku, backend), found.verdict_for(sku, backend)
+        if scale is None or verdict is None or not verdict.helps:
+            continue
+        held_out = HeldOut(rows=verdict.rows, ttft_mape=verdict.prior["ttft_ms"], tpot_mape=verdict.prior["tpot_ms"],
+                           uncalibrated_ttft_mape=verdict.uncorrected["ttft_ms"],
+                           uncalibrated_tpot_mape=verdict.uncorrected["tpot_ms"],
+                           ttft_under_p90=verdict.under_p90.get("ttft_ms"), tpot_under_p90=verdict.under_p90.get("tpot_ms"))  # fmt: skip
+        scales[backend] = BackendScale(prefill=scale.prefill, decode=scale.decode, held_out=held_out,
+                                       fitted_on=f"every measured model of {sku} (the prior; errors left one model out)",
+                                       ttft_overhead_ms=scale.ttft_overhead_ms)  # fmt: skip
+    if not scales:
+        return None
+    return Calibration(file=str(PRIOR_FILE), source=f"{found.source}, the prior", scales=scales, prior=True)
+
+
+def prior_verdicts(sku: str, backends: list[str]) -> list[str]:
+    """What the prior says of each backend on `sku`, kept or not, in words (for a report without a correction)."""
+    if not PRIOR_FILE.is_file():
+        return []
+    found = read_calibration(PRIOR_FILE)
+    out = []
+    for backend in backends:
+        verdict = found.verdict_for(sku, backend)
+        if verdict is None:
+            out.append(f"{sku} / {backend}: no prior (too few measured models)")
+        else:
+            out.append(("kept: " if verdict.helps else "not kept, it did not beat no correction: ") + verdict.text())
+    return out

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
-from spica_lib.config.calibration import Calibration, resolve_calibration, sla_safety_problem
+from spica_lib.config.calibration import Calibration, prior_calibration, resolve_calibration, sla_safety_problem
 from spica_lib.config.goal import (
     DEFAULT_EQUIVALENCE_SHARE,
     TAIL_REQUESTS,
@@ -96,6 +96,10 @@ class SmartSearchConfig(StrictModel):
                 f"sweep.screen_fraction {self.sweep.screen_fraction} sets the prefix of the early stops against "
                 "goal.sla; without an SLA there is nothing to stop against: set goal.sla, or remove it"
             )
+        if self.calibration is None and not self.search_space.has_gpu_inventory:
+            # No correction named: the shipped prior where it helps (several GPU types: none, as for a user's file).
+            # Set in the instance's dict: assigning the field would validate this whole model again, and recurse.
+            self.__dict__["calibration"] = prior_calibration(self.search_space.hardware_sku, list(self.search_space.backend))
         if self.calibration is not None:
             space = self.search_space
             base_dir = (info.context or {}).get("base_dir", ".")
@@ -133,7 +137,7 @@ class SmartSearchConfig(StrictModel):
                 if space.has_gpu_inventory:
                     where = f"{unpriced} of search_space.hardware"
                 raise ValueError(f"goal.gpu_hour_usd prices {sorted(prices)} but not {where}; add a price")
-        if space.has_gpu_inventory and self.calibration is not None:
+        if space.has_gpu_inventory and self.calibration is not None and not self.calibration.off:
             raise ValueError(
                 f"calibration scales the steps of one GPU type, and search_space.hardware lists "
                 f"{list(space.hardware)}: remove calibration, or search one GPU type (hardware_sku + gpu_budget)"

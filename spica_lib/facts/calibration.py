@@ -64,6 +64,28 @@ class HeldOutError(BaseModel):
         return max(self.calibrated["ttft_ms"], self.calibrated["tpot_ms"]) / 100.0
 
 
+class CrossValidated(BaseModel):
+    """A prior's verdict for one (system, backend): its error on each measured model when fitted on the others,
+    against no correction on the same rows (MAPE, percent), and whether it is kept (fidelity/prior.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str
+    backend: str
+    models: list[str]
+    rows: int
+    uncorrected: dict[str, float]  # ttft_ms, tpot_ms, tokens_per_second_per_gpu -> MAPE
+    prior: dict[str, float]
+    helps: bool
+    under_p90: dict[str, float] = Field(default_factory=dict)  # of the cross-validated predictions
+
+    def text(self) -> str:
+        words = {"ttft_ms": "TTFT", "tpot_ms": "TPOT", "tokens_per_second_per_gpu": "tok/s/GPU"}
+        errors = ", ".join(f"{words[m]} {self.uncorrected[m]:.0f} % -> {self.prior[m]:.0f} %" for m in words)
+        return (f"{self.system} / {self.backend}: left-one-model-out over {len(self.models)} models, {self.rows} rows: "
+                f"{errors} (MAPE)")  # fmt: skip
+
+
 class CalibrationFile(BaseModel):
     """Artifact written by `spica fidelity --fit`: the scales, where they come from and how they were fitted."""
 
@@ -75,7 +97,12 @@ class CalibrationFile(BaseModel):
     protocol: str | None = None  # the replay protocol the rows were replayed by (fidelity/protocol.py; None: before it)
     scales: list[StepScale]
     held_out: list[HeldOutError] = Field(default_factory=list)  # empty: no held-out row was replayed
+    # A prior's verdicts (config/calibration/prior.json): every (system, backend) judged, kept or not.
+    cross_validated: list[CrossValidated] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
+
+    def verdict_for(self, system: str, backend: str) -> CrossValidated | None:
+        return next((v for v in self.cross_validated if (v.system, v.backend) == (system, backend)), None)
 
     def held_out_for(self, system: str, backend: str, model: str) -> HeldOutError | None:
         return next((h for h in self.held_out if (h.system, h.backend, h.model) == (system, backend, model)), None)

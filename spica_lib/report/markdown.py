@@ -7,6 +7,7 @@ from pathlib import Path
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.compare import comparison_cell
+from spica_lib.config.calibration import prior_verdicts
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
 from spica_lib.results.merge import CandidateRow, same_result_as
@@ -78,9 +79,15 @@ def _head(view: RunView) -> str:
 def _calibration(config) -> str:
     """The step-time calibration the replays ran with, where it came from and its measured held-out error."""
     calibration = config.calibration
-    if calibration is None:
-        return "none (the perf DB's step times as they are)"
-    return f"`{Path(calibration.file).name}` ({calibration.source}): {calibration.describe()}"
+    space = config.search_space
+    if calibration is None or calibration.off:
+        why = "calibration: none" if calibration is not None else (
+            "several GPU types: a correction is for one" if space.has_gpu_inventory else
+            "; ".join(prior_verdicts(space.hardware_sku, list(space.backend))) or "no prior")  # fmt: skip
+        return f"none (the perf DB's step times as they are; {why})"
+    uncorrected = [b for b in space.backend if b not in calibration.scales]
+    rest = f"; {', '.join(uncorrected)}: none (the prior was not kept for it)" if uncorrected else ""
+    return f"`{Path(calibration.file).name}` ({calibration.source}): {calibration.describe()}{rest}"
 
 
 def _space(view: RunView) -> str:

@@ -48,8 +48,8 @@ def prepare_trial(
     workload, goal = config.workload.search_part(), config.goal  # a trace's held-out part is the finish's
     sample = unroll_sample(config.search_space, selection, parallel_config, predictor_winners)
     sample["backend_version"] = backend_version
-    if config.calibration is not None:  # recorded in the sample, so every trial file says how it was timed
-        scale = config.calibration.scales[selection["backend"]]
+    scale = config.calibration.scales.get(selection["backend"]) if config.calibration is not None else None
+    if scale is not None:  # recorded in the sample, so every trial file says how it was timed
         sample.update(
             prefill_step_scale=scale.prefill, decode_step_scale=scale.decode, calibration=config.calibration.source
         )
