@@ -26,11 +26,15 @@ from spica_lib.config.sweep import (
     SweepConfig,
     default_max_eval_seconds,
 )
+from spica_lib.config.trace_sample import sample_size
 from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
 # The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks.md, "Answers on fresh traffic").
 DEFAULT_FINISH_TOP = 4
+# `sweep.search_sample` left out: `full` until bench/search_sample.py shows a sample keeps the recommendation
+# (docs/benchmarks.md, "Search on a sample").
+DEFAULT_SEARCH_SAMPLE = "full"
 DEFAULT_STRESS_TOP = 3
 DEFAULT_CAPACITY_TOP = 3  # the recommendation and the next two, with an SLA coverage floor
 DEFAULT_STRESS_BAND = 0.15  # the error band of the replay's step times where no measured group says otherwise
@@ -112,6 +116,7 @@ class SmartSearchConfig(StrictModel):
         problem = sla_safety_problem(self.goal.sla_safety, self.goal.sla is not None, self.calibration)
         if problem:
             raise ValueError(problem)
+        self._resolve_search_sample()
         self._resolve_finish()
         self._resolve_stress()  # after the calibration: its measured held-out error may set the band
         self._resolve_capacity()
@@ -257,6 +262,28 @@ class SmartSearchConfig(StrictModel):
             sweep.stress_band = DEFAULT_STRESS_BAND
             why = self.calibration.why_no_band() if self.calibration is not None else "no calibration"
             sweep.stress_band_source = f"the default {100 * DEFAULT_STRESS_BAND:.0f} % ({why})"
+
+    def _resolve_search_sample(self) -> None:
+        """`sweep.search_sample` into the workload's `search_requests` (config/trace_sample.py has the rule)."""
+        mode = self.sweep.search_sample if self.sweep.search_sample is not None else DEFAULT_SEARCH_SAMPLE
+        workload = self.workload
+        if mode == "full" or workload.search_requests is not None:
+            return  # searched whole, or already resolved (a normalised config read back)
+        if not workload.is_trace_based or self.workloads:
+            if self.sweep.search_sample is not None:
+                raise ValueError(
+                    f"sweep.search_sample {mode!r} samples a trace for the search; this config's traffic is "
+                    f"{'several workloads' if self.workloads else 'synthetic'}: remove it"
+                )
+            return
+        total = workload.expected_requests()
+        percentile = self.goal.sla.percentile if self.goal.sla is not None else None
+        size = sample_size(total, percentile) if mode == "auto" else int(mode)
+        if size is not None and size >= total:
+            raise ValueError(f"sweep.search_sample {size} is not smaller than the {total} requests the search would "
+                             "replay: give fewer, or `full`")  # fmt: skip
+        if size is not None:
+            workload.search_requests, workload.search_seed = size, self.sweep.seed
 
     def _resolve_capacity(self) -> None:
         sweep = self.sweep

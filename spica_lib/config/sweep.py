@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_serializer, model_validator
 
 from spica_lib.config.strict import StrictModel
 
@@ -49,6 +49,17 @@ class SweepConfig(StrictModel):
     # Left out, it is derived from the workload's size (`default_max_eval_seconds`) when the config is read.
     max_eval_seconds: StrictInt | StrictFloat = Field(default=UNKNOWN_SIZE_LIMIT_SECONDS, gt=0)
     seed: StrictInt = Field(default=0, ge=0)
+    # On a trace: what the search replays. `full`: the whole trace (its search part); `auto`: a stratified sample
+    # (config/trace_sample.py) sized by its rule, only where the trace holds twice that; a number: that many
+    # requests. The finish always decides on the whole trace; config/root.py resolves it into the workload.
+    search_sample: Literal["auto", "full"] | StrictInt | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_search_sample(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a sweep that did not say keeps the run id of before sampling
+        if self.search_sample is None:
+            data.pop("search_sample", None)
+        return data
     algorithm: Algorithm | None = None  # None: chosen from the goal when the config is validated
     top_k: StrictInt = Field(default=3, ge=1)
     # The finish (results/finish.py): after the last round, the search's top `finish_top` distinct deployments are

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_serializer, model_validator
 
 from spica_lib.config.strict import StrictModel
 from spica_lib.config.trace import TraceFormatError, check_split, scan_trace, split_trace
@@ -56,6 +56,20 @@ class Workload(StrictModel):
     # Trace workloads: traffic the search never replays, for the finish to check the answer on. A fraction
     # (0 < f < 1) holds out the last f of the trace's time span; a path names a second trace file.
     holdout: Number | str | None = None
+    # Written by Spica from `sweep.search_sample` (config/root.py): the requests of the trace the search replays (a
+    # stratified sample, config/trace_sample.py; None: the whole trace or its search part) and the sample's seed;
+    # and, on the search's own part, the trace it was drawn from (the finish resamples that one, at full size).
+    search_requests: StrictInt | None = Field(default=None, ge=1)
+    search_seed: StrictInt | None = Field(default=None, ge=0)
+    sampled_from: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unset_sampling(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)  # a workload searched whole keeps the run id and trial keys of before sampling
+        for name in ("search_requests", "search_seed", "sampled_from"):
+            if getattr(self, name) is None:
+                data.pop(name, None)
+        return data
 
     @field_validator("concurrency", mode="before")
     @classmethod
@@ -120,6 +134,8 @@ class Workload(StrictModel):
 
     def expected_requests(self) -> int | None:
         """Requests per replay, when the workload alone decides it (not for a kv_load_ratio workload)."""
+        if self.is_trace_based and self.search_requests is not None and self.sampled_from is None:
+            return self.search_requests  # the search replays its sample (about this many requests)
         if self.is_trace_based:
             if isinstance(self.holdout, int | float):  # counted, not written: validation writes nothing
                 return check_split(self.trace_path, float(self.holdout))[0]
@@ -146,10 +162,24 @@ class Workload(StrictModel):
         A fractional holdout is cut off the trace into two files (config/trace.py: split_trace); the
         search part then names the held-out file in `holdout`, marked as a split, for the finish.
         """
-        if not isinstance(self.holdout, int | float) or isinstance(self.holdout, bool):
+        part = self
+        if isinstance(self.holdout, int | float) and not isinstance(self.holdout, bool):
+            split = split_trace(self.trace_path, float(self.holdout))
+            part = self.model_copy(update={"trace_path": split.search, "holdout": SPLIT_MARK + split.holdout})
+        if self.search_requests is not None and self.sampled_from is None:
+            from spica_lib.config.trace_sample import sample_trace
+
+            sample = sample_trace(part.trace_path, self.search_requests, self.search_seed or 0)
+            part = part.model_copy(update={"trace_path": sample, "sampled_from": part.trace_path})
+        return part
+
+    @property
+    def whole(self) -> Workload:
+        """The traffic the search's sample stands for (itself when the search replays the whole trace)."""
+        if self.sampled_from is None:
             return self
-        split = split_trace(self.trace_path, float(self.holdout))
-        return self.model_copy(update={"trace_path": split.search, "holdout": SPLIT_MARK + split.holdout})
+        return self.model_copy(update={"trace_path": self.sampled_from, "sampled_from": None, "search_requests": None,
+                                       "search_seed": None})  # fmt: skip
 
     def holdout_part(self) -> Workload | None:
         """The held-out traffic as a workload of its own, or None without a holdout."""
@@ -157,7 +187,8 @@ class Workload(StrictModel):
             return None
         if not isinstance(self.holdout, str):
             return self.search_part().holdout_part()
-        return self.model_copy(update={"trace_path": self.holdout.removeprefix(SPLIT_MARK), "holdout": None})
+        return self.model_copy(update={"trace_path": self.holdout.removeprefix(SPLIT_MARK), "holdout": None,
+                                       "sampled_from": None, "search_requests": None, "search_seed": None})  # fmt: skip
 
     def fresh_sample(self, index: int) -> Workload:
         """The same traffic on its `index`-th fresh sample, the same for every deployment: a Poisson arrival
@@ -166,7 +197,8 @@ class Workload(StrictModel):
         if self.draws_arrivals:
             return self.model_copy(update={"arrival_seed": self.arrival_seed + FRESH_SEED_STRIDE * (index + 1)})
         if self.is_trace_based and self.holdout is None:
-            return self.model_copy(update={"trace_path": resample_trace(self.trace_path, index)})
+            whole = self.whole  # a sampled search is checked on resamples of the whole trace
+            return whole.model_copy(update={"trace_path": resample_trace(whole.trace_path, index)})
         return self
 
     @property

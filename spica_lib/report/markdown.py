@@ -72,8 +72,23 @@ def _head(view: RunView) -> str:
             f"{config.sweep.max_rounds} rounds × {config.sweep.per_round} per branch"
             + (f", {config.sweep.rounds_in_flight} rounds in flight" if config.sweep.rounds_in_flight > 1 else ""),
             f"- **Calibration**: {_calibration(config)}",
+            f"- **Traffic**: {search_traffic(config)}",
         ]
     )
+
+
+def search_traffic(config) -> str:
+    """What traffic each number of the report is on: the search's sample, or the whole trace."""
+    workload = config.workload
+    if workload.search_requests is None:
+        return "every number below is on the configured traffic (the search replayed all of it)"
+    total = workload.model_copy(update={"search_requests": None}).expected_requests()
+    whole = f" of {total}" if total else ""
+    return (f"the search replayed a stratified sample of {workload.search_requests}{whole} requests of the trace "
+            "(sweep.search_sample; seed " + str(workload.search_seed) + "): the search scores, the stress test, the "
+            "capacity and the baselines are on that sample; the finish replayed the whole trace (resamples of it, "
+            "or its held-out part), so the fresh statistic and the recommendation are the whole trace's, and "
+            "Kendall's tau compares the sample's order with the whole trace's")  # fmt: skip
 
 
 def _calibration(config) -> str:

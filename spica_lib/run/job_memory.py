@@ -32,6 +32,18 @@ def largest_input_tokens(config: SmartSearchConfig) -> int | None:
     return None if None in counts else max(counts)
 
 
+def search_input_tokens(config: SmartSearchConfig) -> int | None:
+    """The input tokens of the search's largest replay: a sampled trace's share of the whole (the post-search
+    jobs replay the whole trace: `largest_input_tokens`)."""
+    workload = config.workload
+    if workload.search_requests is None or not workload.is_trace_based:
+        return largest_input_tokens(config)
+    from spica_lib.config.trace import scan_trace
+
+    scan = scan_trace(workload.trace_path)
+    return math.ceil(scan.input_tokens * min(1.0, workload.search_requests / max(1, scan.records)))
+
+
 def _input_tokens(workload: Workload) -> int | None:
     if workload.is_trace_based:
         from spica_lib.config.trace import scan_trace

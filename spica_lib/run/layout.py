@@ -19,7 +19,7 @@ from spica_lib.config.validate import ValidatedConfig, build_validated_config
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.predictor.plan import plan_predictor_jobs
 from spica_lib.results.capacity import MAX_REPLAYS as CAPACITY_REPLAYS
-from spica_lib.run.job_memory import largest_input_tokens, replay_mb
+from spica_lib.run.job_memory import largest_input_tokens, replay_mb, search_input_tokens
 
 RESULTS_ROOT = "results"
 DEFAULT_CONFIG = "config/default.yaml"
@@ -197,6 +197,7 @@ class RunLayout(RunFiles):
     max_eval_seconds: float | None
     parallel_evals: int
     replay_mb: int = 4000  # SLURM mem_mb per replay running at once, from the largest workload (run/job_memory.py)
+    search_replay_mb: int = 4000  # the same for the search's replay jobs (a sampled trace's share)
     workloads: int = 1  # each is its own replay of every trial
     finish_trials: int = 0  # the finish's trial replays at most: finish_top x finish_max_samples
     baselines: bool = False  # sweep.baselines: replay the baselines next to the search
@@ -269,6 +270,7 @@ def prepare_run(
         max_eval_seconds=config.sweep.max_eval_seconds,
         parallel_evals=config.sweep.parallel_evals,
         replay_mb=replay_mb(largest_input_tokens(config)),
+        search_replay_mb=replay_mb(search_input_tokens(config)),
         workloads=len(config.workloads or [config.workload]),
         finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_max_samples or 0),
         baselines=bool(config.sweep.baselines),

@@ -72,6 +72,8 @@ class TrialSpec(BaseModel):
             if item["trace_sha256"] is not None:
                 item["replay"]["workload"]["trace_path"] = f"sha256:{item['trace_sha256']}"
         for workload in [data["replay"]["workload"], *(item["replay"]["workload"] for item in data.get("workloads") or [])]:
+            if workload.get("sampled_from"):  # the trace a sample was drawn from, named by its content too
+                workload["sampled_from"] = f"sha256:{scan_trace(workload['sampled_from']).sha256}"
             if isinstance(workload.get("holdout"), str):  # a file, named by its content wherever it lies
                 workload["holdout"] = f"sha256:{scan_trace(workload['holdout'].removeprefix(SPLIT_MARK)).sha256}"
             elif workload.get("holdout") is None:

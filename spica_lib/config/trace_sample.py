@@ -1,0 +1,86 @@
+"""The search's sample of a long trace: a stratified, time-ordered part of it, so the search can order candidates
+at the cost of a short trace while the finish decides on the whole (`sweep.search_sample`).
+
+The sample keeps the trace's shape over time. The trace's span is cut into `STRATA` equal windows; from each, one
+contiguous stretch of the same share of the window's span (the sample's share of the trace's requests) is kept,
+starting at a seeded offset inside the window, and the stretches are laid end to end in the windows' order. Each
+stretch keeps its arrivals at their offsets, so the rate inside it is the trace's rate there: a day's quiet night
+and busy afternoon both appear, each at its own rate, where a block bootstrap (config/trace_resample.py) would
+draw 2.4-hour windows at random and lose the diurnal shape. Nothing is drawn twice, so no stretch repeats another's
+KV block ids. A stretch's first requests find a cache that the trace's earlier requests would have warmed empty:
+the sample is slightly pessimistic on prefix reuse.
+
+**The size rule** (`sample_size`): enough requests for the SLA's statistic and for the load's variation. A
+percentile SLA needs `TAIL_REQUESTS` requests beyond its percentile per replay (2,000 for p99); each of the
+`STRATA` windows needs at least `PER_STRATUM` requests for its own rate to be measured (2,000 in all): the
+sample is the larger of the two, and the trace is sampled only when it holds at least `MIN_RATIO` times that
+(a smaller trace is searched whole: `auto` changes nothing there). A sample is never larger than the trace.
+
+A sample is written once per (trace content, size, seed), atomically, beside the run's resamples; its seed is
+the sweep's, offset by `SAMPLE_SEED_BASE` so that no sample index of the finish (resamples 0...) or of the
+benches (1000...) ever draws the same stretches.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from spica_lib.base.artifacts import atomic_write_text
+from spica_lib.config.trace import DEFAULT_SPLIT_ROOT, SPLIT_ROOT_ENV, scan_trace
+from spica_lib.config.trace_resample import RESAMPLES_ENV
+
+SAMPLE_FORMAT = 1
+STRATA = 20
+PER_STRATUM = 100
+TAIL_REQUESTS = 20
+MIN_RATIO = 2.0
+SAMPLE_SEED_BASE = 10**9
+
+
+def sample_size(total: int, percentile: float | None) -> int | None:
+    """The requests `auto` samples from a trace of `total` (see the module docstring); None: search it whole."""
+    need = STRATA * PER_STRATUM
+    if percentile is not None:
+        need = max(need, math.ceil(round(TAIL_REQUESTS / (1.0 - percentile / 100.0), 6)))
+    return need if total >= MIN_RATIO * need else None
+
+
+def sample_trace(path: str | Path, requests: int, seed: int) -> str:
+    """The path of the search's sample of `requests` requests of the trace at `path` (written on first use)."""
+    scan = scan_trace(path)
+    if requests >= scan.records:
+        return str(path)
+    root = Path(os.environ.get(RESAMPLES_ENV) or os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
+    target = root / f"{scan.sha256[:24]}-sample{requests}-s{seed}-v{SAMPLE_FORMAT}" / "trace.jsonl"
+    if target.is_file():
+        return str(target)
+    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    rng = np.random.default_rng([int(scan.sha256[:15], 16), SAMPLE_SEED_BASE + seed])
+    lines = sampled_records(records, requests / len(records), rng)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
+    return str(target)
+
+
+def sampled_records(records: list[dict], share: float, rng: np.random.Generator, strata: int = STRATA) -> list[dict]:
+    """The stratified stretches (each `share` of its window) of Mooncake records, laid end to end, by arrival."""
+    stamps = np.array([float(r["timestamp"]) for r in records])
+    first, span = float(stamps.min()), float(stamps.max() - stamps.min())
+    width = span / strata if span > 0 else 1.0
+    keep = width * share
+    out: list[tuple[float, int, dict]] = []
+    for window in range(strata):
+        start = first + window * width + float(rng.uniform(0.0, width - keep))
+        inside = np.flatnonzero((stamps >= start) & (stamps < start + keep))
+        for position in inside:
+            record = dict(records[position])
+            stamp = window * keep + (stamps[position] - start)
+            record["timestamp"] = int(round(stamp))
+            out.append((stamp, int(position), record))
+    out.sort(key=lambda item: (item[0], item[1]))
+    return [record for _, _, record in out]
