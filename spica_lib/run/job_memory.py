@@ -51,3 +51,13 @@ def _input_tokens(workload: Workload) -> int | None:
         return scan_trace(workload.trace_path).input_tokens  # a held-out split replays fewer
     requests = workload.expected_requests()
     return None if requests is None or workload.isl is None else requests * workload.isl
+
+
+def machine_refusal(replay_mb_needed: int, machine_mb: int) -> str | None:
+    """Why one replay of the whole traffic cannot run on this machine (a local run), or None: refused before any
+    compute, with the size it needs, rather than killed by the kernel an hour in."""
+    if replay_mb_needed <= machine_mb:
+        return None
+    return (f"one replay of the whole traffic needs about {replay_mb_needed} MB (run/job_memory.py: {BYTES_PER_INPUT_TOKEN} "
+            f"bytes per input token, with a {MARGIN:g}x margin) and this machine has {machine_mb} MB: run it on a "
+            "cluster (profiles/slurm asks each job for its size), or replay a shorter trace")  # fmt: skip
