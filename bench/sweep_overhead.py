@@ -29,7 +29,10 @@
    shows, not one more) and with the stress test off too: what the work after the search costs by the
    settings that size it, and whether the recommendation moves.
 
-Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds|conversation|conversation-lean ...]
+6. `conversation-sample` (not in the default list: about 15 minutes): the same sweep with its defaults and with
+   `sweep.search_sample: auto`, side by side, each the median of 3, and what each recommends.
+
+Run: .venv/bin/python bench/sweep_overhead.py [default|p1|rounds|conversation|conversation-lean|conversation-sample ...]
 """
 
 from __future__ import annotations
@@ -277,6 +280,32 @@ def bench_conversation_lean() -> None:
                   f"| {named} |", flush=True)  # fmt: skip
 
 
+SAMPLE_VARIANTS = (
+    ("defaults (the whole trace searched)", {}),
+    ("`sweep.search_sample: auto` (a 2,000-request stratified sample searched, the finish on the whole trace)",
+     {"search_sample": "auto"}),
+)
+
+
+def bench_conversation_sample() -> None:
+    """The real-trace sweep searched on the whole trace and on its sample, side by side, each the median of 3, with
+    what each recommends (its key, its finish statistic on the whole trace)."""
+    print("| sweep settings | trials | wall, median of 3 (s) | runs (s) | search: start to the last tell (s) | after it "
+          "(s) | recommended (key, fresh statistic on the whole trace) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as shared:
+        sweep(conversation_config(), shared)  # fills the shared cache of aiconfigurator's answer; not counted
+        for label, settings in SAMPLE_VARIANTS:
+            data = conversation_config()
+            data["sweep"].update(settings)
+            runs = sorted((sweep(data, shared) for _ in range(RUNS)), key=lambda r: r["wall"])
+            run, walls = runs[len(runs) // 2], [r["wall"] for r in runs]
+            best = next((f for f in run["summary"].get("finish") or [] if f.get("recommended")), None)
+            named = f"{best['key'][:12]}, {best['statistic']:.1f}" if best else "(no finish)"
+            print(f"| {label} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
+                  f"| {run['wall'] - run['after_search']:.1f} | {run['after_search']:.1f} | {named} |", flush=True)  # fmt: skip
+
+
 def rounds_config(rounds: int) -> dict:
     data = default_config()
     data["search_space"] = narrowed(data["search_space"], deployment_mode=["agg"])
@@ -302,5 +331,5 @@ def bench_rounds() -> None:
 if __name__ == "__main__":
     for name in sys.argv[1:] or ["default", "p1", "rounds"]:
         {"default": bench_default, "p1": bench_p1, "rounds": bench_rounds, "conversation": bench_conversation,
-         "conversation-lean": bench_conversation_lean}[name]()
+         "conversation-lean": bench_conversation_lean, "conversation-sample": bench_conversation_sample}[name]()
         print(flush=True)
