@@ -91,6 +91,10 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
     calibration = config.calibration
     if calibration is not None:
         lines.append(f"  calibrated {calibration.describe()} (step times; {calibration.file})")
+    if config.dgdr is not None:
+        lines.append("  DGDR       mapped onto the settings above; each field defaulted or reinterpreted, "
+                     "as DGDR field -> Spica setting:")  # fmt: skip
+        lines += [f"             {line}" for line in config.dgdr.mapping]
     warnings = config.sample_size_warnings() + window_warnings(config, policies.kept)
     lines += [f"  warning    {warning}" for warning in warnings]
     return "\n".join(lines)

@@ -72,7 +72,7 @@ KIND_NAMES = {
 HOW_TO_RUN = {
     InputKind.SWEEP: "run it with `spica run FILE` (from Python: spica_lib.api.run_smart_search)",
     InputKind.FLEET: "run it with `spica run FILE` or `spica fleet FILE` (from Python: spica_lib.fleet.launch.run_fleet)",
-    InputKind.DGDR: "Spica does not read DGDRs yet",
+    InputKind.DGDR: "run it with `spica run FILE` (from Python: spica_lib.api.run_smart_search)",
 }
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from spica_lib.config.calibration import Calibration, prior_calibration, resolve_calibration, sla_safety_problem
+from spica_lib.config.dgdr import DgdrSource, refuse_written_dgdr, validated_dgdr
 from spica_lib.config.goal import (
     DEFAULT_EQUIVALENCE_SHARE,
     TAIL_REQUESTS,
@@ -54,6 +55,8 @@ class SmartSearchConfig(StrictModel):
     workloads: list[NamedWorkload] | None = None
     # Opt-in step-time scales from `spica fidelity --fit` (config/calibration.py); off when left out.
     calibration: Calibration | None = None
+    # Written by Spica when the config was mapped from a DynamoGraphDeploymentRequest (config/dgdr.py).
+    dgdr: DgdrSource | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -153,6 +156,7 @@ class SmartSearchConfig(StrictModel):
         """The schema of the YAML a user writes: several workloads are a list under `workload`."""
         schema = super().model_json_schema(*args, **kwargs)
         schema["properties"].pop("workloads", None)  # the parsed form of that list, not a key to write
+        schema["properties"].pop("dgdr", None)  # Spica writes it from a DGDR
         named = NamedWorkload.model_json_schema(ref_template="#/$defs/{model}")
         definitions = schema.setdefault("$defs", {})
         definitions.update(named.pop("$defs", {}))
@@ -406,8 +410,12 @@ class SmartSearchConfig(StrictModel):
         """Read and validate a config file; a relative `trace_path` is resolved from the file's folder."""
         path = Path(path)
         kind, data = read_input(path)
+        if kind is InputKind.DGDR:  # mapped onto a config, its problems named by the DGDR's fields (config/dgdr.py)
+            base_dir = path.resolve().parent
+            return validated_dgdr(data, str(path), lambda mapped: cls.from_mapping(mapped, base_dir, str(path)))
         if kind is not InputKind.SWEEP:
             raise wrong_kind_error(kind, InputKind.SWEEP, str(path))
+        refuse_written_dgdr(data, str(path))
         return cls.from_mapping(data, base_dir=path.resolve().parent, source=str(path))
 
     @classmethod

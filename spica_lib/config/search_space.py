@@ -51,6 +51,9 @@ class SearchSpace(StrictModel):
     # shorthand; with an inventory they are derived (its first SKU, its total) and may be left out.
     hardware: dict[str, StrictInt] | None = None
     min_gpu_budget: StrictInt | None = None
+    # GPUs per node (None: the system file's, and 8 in the deployment files). Not above the system's; below it, a
+    # worker stays within one node (the perf DB times its collectives inside one), and the files split by it.
+    gpus_per_node: StrictInt | None = Field(default=None, ge=1)
     min_endpoint: StrictInt | None = Field(default=None, ge=1)
     context_length: StrictInt | None = Field(default=None, ge=1)
     startup_time: Number | None = Field(default=None, ge=0)
@@ -205,6 +208,11 @@ class SearchSpace(StrictModel):
         self._check_role_knobs_used()
         self._check_kv_router_weights_used()
         self._check_parallel_pins_mode()
+        if self.has_gpu_inventory and self.gpus_per_node is not None:
+            raise ValueError(
+                f"gpus_per_node {self.gpus_per_node} is one system's node size, and hardware {self.hardware} lists "
+                "several GPU types: remove it (each type's node is its system file's)"
+            )
         if self.has_gpu_inventory and self.parallel_configs:
             raise ValueError(
                 f"parallel_configs pins layouts without a GPU type, and hardware {self.hardware} lists several: "

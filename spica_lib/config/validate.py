@@ -15,10 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.base.artifacts import sha256_of
 from spica_lib.base.versions import package_versions
-from spica_lib.config import ConfigError, SmartSearchConfig
+from spica_lib.config import ConfigError, SearchSpace, SmartSearchConfig
+from spica_lib.config.dgdr import relabel
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.trace import scan_trace
 from spica_lib.facts.catalog import CatalogFacts, check_catalog, check_inventory
+from spica_lib.facts.hardware import system_facts
 
 # 2: trial files under the replay job that wrote them (rounds/<b>/<k>/trials/<job>/), found by the
 # round and job recorded in each observation; a run folder of version 1 cannot be resumed.
@@ -59,7 +61,13 @@ class ValidatedConfig(BaseModel):
 
 def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSearchConfig, CatalogFacts | None]:
     """Every check a config must pass before compute. Raises ConfigError listing all problems found."""
-    return check_parsed_config(SmartSearchConfig.from_yaml(path), str(path), check_hardware)
+    config = SmartSearchConfig.from_yaml(path)
+    try:
+        return check_parsed_config(config, str(path), check_hardware)
+    except ConfigError as error:
+        if config.dgdr is None:
+            raise
+        raise relabel(error, config.dgdr.origins) from None  # named by the DGDR's fields
 
 
 def check_parsed_config(
@@ -74,6 +82,7 @@ def check_parsed_config(
         if space.has_gpu_inventory:  # the inventory's own check names its SKUs (the first stands in for hardware_sku)
             problems = [p for p in problems if p[0] == "search_space.model_name"]
             problems += check_inventory(space.inventory(), space.backend)
+        problems += _node_problems(space) if facts is not None else []
     try:
         apply_policy_filters(config)
     except ConfigError as exc:
@@ -81,6 +90,16 @@ def check_parsed_config(
     if problems:
         raise ConfigError(problems, source=source)
     return config, facts
+
+
+def _node_problems(space: SearchSpace) -> list[tuple[str, str]]:
+    """A node size the system's nodes cannot have (larger than aiconfigurator's system file says)."""
+    system = system_facts(space.hardware_sku).gpus_per_node
+    if space.gpus_per_node is None or space.gpus_per_node <= system:
+        return []
+    message = (f"{space.gpus_per_node} GPUs per node contradicts {space.hardware_sku}, whose nodes hold {system} "
+               f"(aiconfigurator's system file): give at most {system}, or leave it out")  # fmt: skip
+    return [("search_space.gpus_per_node", message)]
 
 
 def config_sha256(config: SmartSearchConfig) -> str:
@@ -105,6 +124,10 @@ def config_sha256(config: SmartSearchConfig) -> str:
         data["sweep"].pop("capacity_top")  # no capacity bisection: the run id of before it existed
     if data["sweep"].get("rounds_in_flight") == 1:
         data["sweep"].pop("rounds_in_flight")  # the barrier rounds of before: their runs keep their ids
+    if data["search_space"].get("gpus_per_node") is None:
+        data["search_space"].pop("gpus_per_node", None)  # the system's node: the run id of before the setting
+    if data.get("dgdr") is None:
+        data.pop("dgdr", None)  # not mapped from a DGDR: the run id of before DGDRs
     if data["search_space"].get("aic_fmha_dtype") is None:
         data["search_space"].pop("aic_fmha_dtype", None)  # the checkpoint's attention precision: the run id of before
     data["sweep"].pop("stress_band_source", None)  # says where the band came from; the band itself is hashed

@@ -41,7 +41,7 @@ from spica_lib.deploy.replayed import Replayed
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
 GPU = "nvidia.com/gpu"
-GPUS_PER_NODE = 8  # the generator's NodeConfig.num_gpus_per_node (its default, given to it: generator.py)
+GPUS_PER_NODE = 8  # the generator's NodeConfig.num_gpus_per_node (its default), unless search_space.gpus_per_node
 GPU_TYPE_LABEL = "spica.dev/gpu-sku"  # on each worker's pods: the GPU type its role was replayed on
 SERVICE_FIELDS = {
     "componentType", "subComponentType", "replicas", "multinode", "extraPodSpec", "labels", "annotations",
@@ -52,13 +52,13 @@ SCALED_BY_PLANNER = {"agg": ("worker",), "disagg": ("prefill", "decode")}
 
 def v1beta1_documents(
     generated: list[dict[str, Any]], played: Replayed, *, name: str, namespace: str, skus: dict[str, str],
-    annotations: dict[str, str],
+    annotations: dict[str, str], gpus_per_node: int = GPUS_PER_NODE,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The generator's documents with its v1alpha1 DGD made the v1beta1 one (the others as they are)."""
     dgd, others = generated[0], generated[1:]
     if dgd.get("kind") != "DynamoGraphDeployment":
         raise ValueError(f"the generator's first document is a {dgd.get('kind')}, not a DynamoGraphDeployment")
-    components = [_component(service, played, skus) for service in dgd["spec"]["services"].values()]
+    components = [_component(service, played, skus, gpus_per_node) for service in dgd["spec"]["services"].values()]
     if not any("multinode" in component for component in components):
         others = [other for other in others if other.get("kind") != "ComputeDomain"]
         for component in components:
@@ -78,7 +78,7 @@ def v1beta1_documents(
     return [beta, *others]
 
 
-def _component(service: dict[str, Any], played: Replayed, skus: dict[str, str]) -> dict[str, Any]:
+def _component(service: dict[str, Any], played: Replayed, skus: dict[str, str], gpus_per_node: int) -> dict[str, Any]:
     unknown = set(service) - SERVICE_FIELDS
     if unknown:
         raise ValueError(f"a generated service has fields the v1beta1 mapping does not know: {sorted(unknown)}")
@@ -102,7 +102,7 @@ def _component(service: dict[str, Any], played: Replayed, skus: dict[str, str]) 
     if service.get("multinode"):
         component["multinode"] = dict(service["multinode"])
     if role in played.roles:
-        _replayed_gpus(component, resources, played.roles[role].gpus)
+        _replayed_gpus(component, resources, played.roles[role].gpus, gpus_per_node)
     if resources:
         main["resources"] = resources
     metadata = {key: dict(service[key]) for key in ("labels", "annotations") if service.get(key)}
@@ -144,15 +144,15 @@ def _resources(resources: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _replayed_gpus(component: dict[str, Any], resources: dict[str, Any], gpus: int) -> None:
+def _replayed_gpus(component: dict[str, Any], resources: dict[str, Any], gpus: int, per_node: int) -> None:
     """A worker's GPUs as replayed, split over nodes as the generator splits them.
 
     The generator counts TP x PP x DP GPUs after its rules set an SGLang or TRT-LLM MoE worker's TP to
     the expert width; with attention DP that counts the data-parallel ranks twice (4 GPUs become 16,
     and a multinode worker). The replayed layout's count is the engine's: `--tp` covers the DP ranks.
     """
-    nodes = -(-gpus // GPUS_PER_NODE)
-    resources.setdefault("limits", {})[GPU] = str(gpus if nodes == 1 else GPUS_PER_NODE)
+    nodes = -(-gpus // per_node)
+    resources.setdefault("limits", {})[GPU] = str(gpus if nodes == 1 else per_node)
     if nodes == 1:
         component.pop("multinode", None)
     else:

@@ -40,8 +40,9 @@ ROUTER_FLAG = {"kv_router": "kv", "round_robin": "round-robin"}
 
 
 def generated_documents(
-    played: Replayed, *, name: str, namespace: str, system: str, isl: int | None, osl: int | None
-) -> list[dict[str, Any]]:
+    played: Replayed, *, name: str, namespace: str, system: str, isl: int | None, osl: int | None,
+    gpus_per_node: int = GPUS_PER_NODE,
+) -> list[dict[str, Any]]:  # fmt: skip
     """The generator's Kubernetes documents for the replayed deployment (v1alpha1 DGD first)."""
     from aiconfigurator.generator.api import generate_from_request
     from aiconfigurator.generator.request import (
@@ -67,7 +68,7 @@ def generated_documents(
             platform=Platform(hardware_profile=system),
             sla=SlaSpec(isl=isl, osl=osl),
             emit=EmitTargets(output_dir=scratch, run_script=False),
-            overrides=Overrides(raw=_raw_inputs(played, name, namespace)),
+            overrides=Overrides(raw=_raw_inputs(played, name, namespace, gpus_per_node)),
         )
         problems = request.validate()
         if problems:
@@ -105,7 +106,7 @@ def _complete_vllm(dgd: dict[str, Any], played: Replayed) -> None:
             args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": engine.nextn})]
 
 
-def _raw_inputs(played: Replayed, name: str, namespace: str) -> dict[str, Any]:
+def _raw_inputs(played: Replayed, name: str, namespace: str, gpus_per_node: int) -> dict[str, Any]:
     kv = played.router_mode == "kv_router"
     raw: dict[str, Any] = {
         "preserve_engine_limits": True,
@@ -114,7 +115,7 @@ def _raw_inputs(played: Replayed, name: str, namespace: str) -> dict[str, Any]:
         "K8sConfig.k8s_image": installed_release().backends[played.backend].image,
         "K8sConfig.k8s_namespace": namespace,
         "K8sConfig.name": name,
-        "NodeConfig.num_gpus_per_node": GPUS_PER_NODE,
+        "NodeConfig.num_gpus_per_node": gpus_per_node,
     }
     if played.router:
         raw["DynConfig.router_config"] = dict(played.router)

@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from spica_lib.config.dgd_override import DGD_COMPONENTS
+
 DEFAULT_NAMESPACE = "default"
 MAX_LABEL = 63  # RFC 1123 label, and a label value
 GROVE_COMBINED = 45  # PodCliqueSet name + component name
@@ -29,7 +31,7 @@ WORKER_HASH = 8  # the operator's worker-spec hash suffix
 LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 COMPONENT_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
 # Component names: short, so that every derived name above keeps room for the DGD's own name.
-COMPONENT = {"frontend": "frontend", "agg": "worker", "prefill": "prefill", "decode": "decode", "planner": "planner"}
+COMPONENT = DGD_COMPONENTS  # role -> name; declared with the override rules that name them (config/dgd_override.py)
 LONGEST_COMPONENT = max(len(name) for name in COMPONENT.values())
 
 

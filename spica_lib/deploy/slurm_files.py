@@ -26,13 +26,14 @@ SCRIPT = "deploy.sbatch"
 
 def write_slurm_files(
     folder: Path, record: TrialRecord, dgd: dict[str, Any], *, name: str, rank: int, run: str, dynamo: str,
-    options: SlurmOptions,
+    options: SlurmOptions, gpus_per_node: int | None = None,
 ) -> list[str]:  # fmt: skip
-    """Write `folder/deploy.sbatch` and `folder/README.md`; return the files written (names in `folder`)."""
+    """Write `folder/deploy.sbatch` and `folder/README.md`; return the files written (names in `folder`).
+    `gpus_per_node`: the config's node size, when it gives one (else the system file's)."""
     folder.mkdir(parents=True, exist_ok=True)
     plan = record.spec.replay.plan
     skus = {role_sku(record.spec.sample, role) for role in ("agg", "prefill", "decode") if _has(plan, role)}
-    gpus_per_node = min(system_facts(sku).gpus_per_node for sku in skus)
+    gpus_per_node = gpus_per_node or min(system_facts(sku).gpus_per_node for sku in skus)
     processes = [frontend_process(dgd, "$PORT"), *engine_processes(plan, dgd)]
     request = record.spec.replay
     model = record.spec.sample["model_name"]

@@ -32,7 +32,8 @@ from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.config import SmartSearchConfig
 from spica_lib.deploy import settings
 from spica_lib.deploy.bench_job import AIPERF, benchmark_job, frontend_url, job_name, trace_configmap
-from spica_lib.deploy.dgd import v1beta1_documents
+from spica_lib.deploy.dgd import GPUS_PER_NODE, v1beta1_documents
+from spica_lib.deploy.dgdr_status import with_override, write_dgdr_status
 from spica_lib.deploy.generator import generated_documents
 from spica_lib.deploy.k8s_check import document_problems
 from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE, deployment_name
@@ -79,11 +80,15 @@ def write_top_deployments(
     """deploy/<rank>/ for each of the top `sweep.top_k` ranked deployments (the Pareto front's first, for a front)."""
     Path(deploy_dir).mkdir(parents=True, exist_ok=True)
     top = view.ranked[: view.config.sweep.top_k]
-    return [
+    written = [
         write_deployment(Path(deploy_dir) / str(rank), rank, view.records[row.key], view.config,
                          run=view.validated.run, namespace=namespace, slurm=slurm)
         for rank, row in enumerate(top, start=1)
     ]  # fmt: skip
+    selected = Path(deploy_dir) / "1" / DGD_FILE  # a DGDR's answer: its status names the recommendation's DGD
+    ready = bool(written) and written[0].error is None and selected.is_file()
+    write_dgdr_status(view.config, deploy_dir, next(yaml.safe_load_all(selected.read_text())) if ready else None)
+    return written
 
 
 def write_deployment(
@@ -114,7 +119,7 @@ def write_deployment(
     }
     skus = {role: role_sku(record.spec.sample, role) for role in played.roles}
     try:
-        documents, jobs = _documents(record, played, name, namespace, skus, rank, run)
+        documents, jobs = _documents(record, played, name, namespace, skus, rank, run, config)
         atomic_write_text(folder / DGD_FILE, dump_documents(documents))
         atomic_write_text(folder / BENCH_FILE, dump_documents(jobs))
         dgd = next(yaml.safe_load_all((folder / DGD_FILE).read_text(encoding="utf-8")))  # read back as written
@@ -125,7 +130,8 @@ def write_deployment(
     if summary.error is None:
         try:  # from the Kubernetes file as written: the same commands, the same engine flags
             summary.slurm = write_slurm_files(folder / "slurm", record, dgd, name=name, rank=rank, run=run,
-                                              dynamo=release.version, options=slurm or SlurmOptions())  # fmt: skip
+                                              dynamo=release.version, options=slurm or SlurmOptions(),
+                                              gpus_per_node=config.search_space.gpus_per_node)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - said in deploy.json, the Kubernetes files stand
             summary.slurm_error = f"{type(exc).__name__}: {exc}"
     summary.files = sorted({p.name for p in folder.iterdir()} | {"README.md", "deploy.json"})
@@ -135,15 +141,19 @@ def write_deployment(
 
 
 def _documents(
-    record: TrialRecord, played: Replayed, name: str, namespace: str, skus: dict[str, str], rank: int, run: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    record: TrialRecord, played: Replayed, name: str, namespace: str, skus: dict[str, str], rank: int, run: str,
+    config: SmartSearchConfig,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
     workload = record.spec.replay.workload
+    node = config.search_space.gpus_per_node or GPUS_PER_NODE
     generated = generated_documents(
         played, name=name, namespace=namespace, system=skus.get("decode") or skus["agg"],
-        isl=workload.isl, osl=workload.osl,
+        isl=workload.isl, osl=workload.osl, gpus_per_node=node,
     )  # fmt: skip
     annotations = {"spica.dev/run": run, "spica.dev/rank": str(rank), "spica.dev/trial": record.key}
-    documents = v1beta1_documents(generated, played, name=name, namespace=namespace, skus=skus, annotations=annotations)
+    documents = v1beta1_documents(generated, played, name=name, namespace=namespace, skus=skus, annotations=annotations,
+                                  gpus_per_node=node)  # fmt: skip
+    documents[0], _ = with_override(documents[0], config)  # a DGDR's overrides.dgd (a component it lacks: left out)
     jobs = [
         benchmark_job(dgd=name, namespace=namespace, model=played.model, request=request, workload=index)
         for index, request in _workloads(record)

@@ -204,13 +204,15 @@ def enumerate_parallel_configs(
     *,
     min_gpu_budget: int | None = None,
     min_gpus_per_worker: int = 1,
+    max_gpus_per_worker: int | None = None,
     allow_moe_pure_tp: bool = True,
     moe_backend: str | None = None,
 ) -> list[ReplicaConfig]:
-    """Every (shape, replicas) whose total GPUs lie in [min_gpu_budget, gpu_budget]."""
+    """Every (shape, replicas) whose total GPUs lie in [min_gpu_budget, gpu_budget]; workers of at most
+    `max_gpus_per_worker` GPUs when given (a node smaller than the system's)."""
     configs = []
     for gpus in GPU_LADDER:
-        if not min_gpus_per_worker <= gpus <= gpu_budget:
+        if not min_gpus_per_worker <= gpus <= min(gpu_budget, max_gpus_per_worker or gpu_budget):
             continue
         shapes = enumerate_worker_shapes(
             gpus, is_moe, backend, allow_moe_pure_tp=allow_moe_pure_tp, moe_backend=moe_backend
@@ -228,13 +230,15 @@ def enumerate_disagg_configs(
     backend: str,
     *,
     min_gpu_budget: int | None = None,
+    max_gpus_per_worker: int | None = None,
     allow_moe_pure_tp: bool = True,
     moe_backend: str | None = None,
 ) -> list[DisaggConfig]:
     """Every prefill x decode pair whose combined GPUs lie in [min_gpu_budget, gpu_budget]."""
     roles = enumerate_parallel_configs(
-        gpu_budget, is_moe, backend, allow_moe_pure_tp=allow_moe_pure_tp, moe_backend=moe_backend
-    )
+        gpu_budget, is_moe, backend, max_gpus_per_worker=max_gpus_per_worker, allow_moe_pure_tp=allow_moe_pure_tp,
+        moe_backend=moe_backend,
+    )  # fmt: skip
     if not roles:
         return []
     # The other role needs at least the smallest role config, so no role may take more than the rest.

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SearchSpace
 from spica_lib.config.fields import ROLES
-from spica_lib.facts.hardware import ModelFacts, shape_problem
+from spica_lib.facts.hardware import ModelFacts, shape_problem, system_facts
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
 from spica_lib.facts.parallel import (
     DisaggConfig,
@@ -75,11 +75,20 @@ def enumerate_mode(space: SearchSpace, mode: str, backend: str, is_moe: bool) ->
     if mode in ("agg", "disagg") and space.has_gpu_inventory:
         inventory, low = space.inventory(), space.min_gpu_budget
         return enumerate_inventory_configs(inventory, mode, is_moe, backend, min_gpu_budget=low)
+    bounds = {"min_gpu_budget": space.min_gpu_budget, "max_gpus_per_worker": worker_gpu_cap(space)}
     if mode == "agg":
-        return list(enumerate_parallel_configs(space.gpu_budget, is_moe, backend, min_gpu_budget=space.min_gpu_budget))
+        return list(enumerate_parallel_configs(space.gpu_budget, is_moe, backend, **bounds))
     if mode == "disagg":
-        return list(enumerate_disagg_configs(space.gpu_budget, is_moe, backend, min_gpu_budget=space.min_gpu_budget))
+        return list(enumerate_disagg_configs(space.gpu_budget, is_moe, backend, **bounds))
     raise ValueError(f"deployment_mode must be 'agg' or 'disagg', got {mode!r}")
+
+
+def worker_gpu_cap(space: SearchSpace) -> int | None:
+    """A node smaller than the system's (`gpus_per_node`) holds a whole worker: the perf DB times a worker's
+    collectives within one of the system's nodes, which a worker spanning the smaller nodes would not be."""
+    if space.gpus_per_node is None or space.gpus_per_node >= system_facts(space.hardware_sku).gpus_per_node:
+        return None
+    return space.gpus_per_node
 
 
 def build_backend_pool(

@@ -9,6 +9,7 @@ from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.compare import comparison_cell
 from spica_lib.config.calibration import prior_verdicts
 from spica_lib.pools.branches import BranchSpec
+from spica_lib.report.dgdr_section import dgdr_section
 from spica_lib.pools.knobs import combinations
 from spica_lib.results.merge import CandidateRow, same_result_as
 from spica_lib.results.stress import StressedScore
@@ -48,6 +49,7 @@ def render(view: RunView, plots: list[str]) -> str:
     sections = [_head(view), _space(view), _tallies(view), _top(view), _capacity(view), _stress(view), _baselines(view)]
     sections.append(_per_branch_backend(view))
     sections.append(_winner(view))
+    sections.append(dgdr_section(view))
     sections.append(_rehearsals(view))
     sections.append("## Plots\n\n" + "\n".join(f"![{Path(p).stem}]({p})" for p in plots))
     return "\n\n".join(s for s in sections if s) + "\n"

@@ -1,0 +1,110 @@
+"""A DGDR's answer: deployment files with its overrides and node size, and deploy/dgdr.yaml with its status.
+
+The last test runs the shipped example end to end (`spica run`), its sweep shrunk by Spica's own sweep
+annotation, and checks its deploy/dgdr.yaml against the wheel's types and its selected deployment as a
+cluster would (deploy/k8s_check.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from conftest import REPO, search_only, sweep
+from test_deploy_files import trial_record, written
+
+from spica_lib.config.dgdr import DgdrSource, request_problems, wheel_request
+from spica_lib.deploy.dgd import GPU, components_by_role, main_container
+from spica_lib.deploy.dgdr_status import DGDR_FILE, write_dgdr_status
+from spica_lib.deploy.k8s_check import document_problems
+from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = REPO / "config" / "examples" / "dgdr.yaml"
+OVERRIDE = {
+    "apiVersion": "nvidia.com/v1beta1",
+    "kind": "DynamoGraphDeployment",
+    "metadata": {"labels": {"team": "search"}},
+    "spec": {"components": [
+        {"name": "worker", "podTemplate": {"spec": {"containers": [
+            {"name": "main", "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}]}]}}},
+        {"name": "prefill", "podTemplate": {"metadata": {"labels": {"role": "prefill"}}}},
+    ]},
+}  # fmt: skip
+
+
+def from_dgdr(config, override=None):
+    """The config as if mapped from the example DGDR (with `override` as its overrides.dgd)."""
+    request = yaml.safe_load(EXAMPLE.read_text())
+    if override is not None:
+        request["spec"]["overrides"] = {"dgd": override}
+    return config.model_copy(update={"dgdr": DgdrSource(request=request, mapping=[], origins={})})
+
+
+def test_the_override_is_merged_into_the_files_by_component_name_and_a_missing_component_is_left_out(tmp_path):
+    config, record = trial_record()
+    files, documents, _ = written(tmp_path, record, from_dgdr(config, OVERRIDE))
+    dgd = documents[0]
+    assert dgd["metadata"]["labels"] == {"team": "search"} and document_problems(dgd) == []
+    worker = components_by_role(dgd)["agg"]
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in main_container(worker)["env"]
+    assert [c["name"] for c in dgd["spec"]["components"]] == ["frontend", "worker"]  # no prefill in an agg deployment
+    assert files.differences == []  # nothing replayed was changed
+
+
+def test_the_node_size_splits_a_worker_over_nodes_and_is_the_system_s_fixed_8_when_not_given(tmp_path):
+    layout = ReplicaConfig(shape=ParallelShape(tp=8))
+    config, record = trial_record(layout=layout, hardware_sku="gb200")
+    _, documents, _ = written(tmp_path / "default", record, config)
+    worker = components_by_role(documents[0])["agg"]
+    assert main_container(worker)["resources"]["limits"][GPU] == "8" and "multinode" not in worker
+    config, record = trial_record(layout=layout, hardware_sku="gb200", gpus_per_node=4)
+    _, documents, _ = written(tmp_path / "four", record, config)
+    worker = components_by_role(documents[0])["agg"]
+    assert main_container(worker)["resources"]["limits"][GPU] == "4" and worker["multinode"] == {"nodeCount": 2}
+    assert all(document_problems(document) == [] for document in documents)
+
+
+def test_a_node_smaller_than_the_system_s_keeps_every_worker_within_one_node():
+    from conftest import build, config_data
+
+    from spica_lib.pools.branches import enumerate_branches
+
+    config = build(config_data(search_space={"gpu_budget": 8, "gpus_per_node": 4, "deployment_mode": ["agg"]}))
+    (branch,) = enumerate_branches(config)
+    assert branch.pool and max(row.config.shape.gpus for row in branch.pool) == 4
+    whole = build(config_data(search_space={"gpu_budget": 8, "deployment_mode": ["agg"]}))
+    assert max(row.config.shape.gpus for row in enumerate_branches(whole)[0].pool) == 8
+
+
+def test_the_status_names_the_selected_deployment_and_validates_against_the_wheel_s_types(tmp_path):
+    config, record = trial_record()
+    _, documents, _ = written(tmp_path, record, from_dgdr(config))
+    path = write_dgdr_status(from_dgdr(config), tmp_path, documents[0])
+    answer = yaml.safe_load(path.read_text())
+    assert answer["status"] == {"phase": "Ready", "dgdName": documents[0]["metadata"]["name"],
+                                "profilingResults": {"selectedConfig": documents[0]}}  # fmt: skip
+    assert request_problems(answer, status=True) == []
+    assert wheel_request(answer).status.phase.value == "Ready"
+    failed = yaml.safe_load(write_dgdr_status(from_dgdr(config), tmp_path, None).read_text())
+    assert failed["status"] == {"phase": "Failed"}
+    assert write_dgdr_status(config, tmp_path / "plain", documents[0]) is None  # a run not asked by a DGDR
+
+
+def test_the_example_dgdr_runs_end_to_end_and_answers_with_its_status(tmp_path):
+    request = yaml.safe_load(EXAMPLE.read_text())
+    small = search_only({"sweep": {"max_rounds": 1, "candidates_per_round": 2, "top_k": 1}})["sweep"]
+    request["metadata"]["annotations"] = {"spica.dev/sweep": json.dumps(small)}
+    run, done = sweep(tmp_path, request)
+    answer = yaml.safe_load((run / "deploy" / DGDR_FILE).read_text())
+    assert request_problems(answer, status=True) == []
+    assert answer["spec"] == request["spec"] and answer["status"]["phase"] == "Ready"
+    selected = answer["status"]["profilingResults"]["selectedConfig"]
+    assert document_problems(selected) == [] and answer["status"]["dgdName"] == selected["metadata"]["name"]
+    assert selected == next(yaml.safe_load_all((run / "deploy" / "1" / "k8s_deploy.yaml").read_text()))
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert config["dgdr"]["request"]["spec"] == request["spec"] and config["dgdr"]["mapping"]
+    report = (run / "report" / "report.md").read_text()
+    assert "## The DynamoGraphDeploymentRequest" in report and "spec.backend auto -> search_space.backend" in report
