@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import REPO, write_yaml
+
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.dgd_override import merge_override
 from spica_lib.config.dgdr import request_problems

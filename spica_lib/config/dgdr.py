@@ -215,9 +215,9 @@ class _Mapper:
         self.notes += features.notes
         self.origins.update(features.origins)
         self.problems += features.problems
-        for path, message in override_problems(self.raw["overrides"]["dgd"], "spec.overrides.dgd") if \
-                (self.raw.get("overrides") or {}).get("dgd") is not None else []:  # fmt: skip
-            self.problems.append((path, message))
+        override = (self.raw.get("overrides") or {}).get("dgd")
+        if override is not None:
+            self.problems += override_problems(override, "spec.overrides.dgd")
         self._not_read()
         return {"search_space": features.search_space, "workload": workload, "goal": goal,
                 "sweep": self._sweep(base["sweep"])}  # fmt: skip

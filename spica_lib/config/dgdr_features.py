@@ -55,15 +55,15 @@ def map_features(
     enabled = (raw.get("kvRouter") or {}).get("enabled")
     out.origins["search_space.router_mode"] = "spec.features.kvRouter.enabled"
     if enabled is None:
-        out.notes.append(f"spec.features.kvRouter.enabled (not given) -> search_space.router_mode "
-                         f"{space['router_mode']}: Spica searches both routers (config/default.yaml); give true or "
-                         "false to pin one")  # fmt: skip
+        routers = space.get("router_mode", "both")
+        out.notes.append(f"spec.features.kvRouter.enabled (not given) -> search_space.router_mode {routers}: Spica "
+                         "searches both routers (config/default.yaml); give true or false to pin one")  # fmt: skip
     else:
         lists["router_mode"] = ["kv_router" if typed.kvRouter.enabled else "round_robin"]
     if raw.get("planner") is None:
-        out.notes.append(f"{PLANNER} (not given) -> search_space.planner_scaling_policy "
-                         f"{space['planner_scaling_policy']}: Spica searches without and with a planner "
-                         "(config/default.yaml); Dynamo would deploy none")  # fmt: skip
+        policies = space.get("planner_scaling_policy", "every preset")
+        out.notes.append(f"{PLANNER} (not given) -> search_space.planner_scaling_policy {policies}: Spica searches "
+                         "without and with a planner (config/default.yaml); Dynamo would deploy none")  # fmt: skip
     else:
         lists.update(_planner(raw["planner"], typed.planner, goal, spec, out))
     if (raw.get("mocker") or {}).get("enabled") is not None:
