@@ -1,4 +1,6 @@
-"""Benchmark: how often the finish's verdicts are wrong, against known truth (docs/benchmarks.md, "Wrong verdicts").
+"""Benchmark: how often the finish's verdicts are wrong, against known truth.
+
+Results: docs/benchmarks/finish.md, "Wrong verdicts".
 
 Simulated finishes: each deployment's score on fresh sample i is its true level + a day effect every deployment
 shares on that sample (the samples are paired) + its own noise, normal or skewed (a gamma, mean 0). The true

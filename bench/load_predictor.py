@@ -3,7 +3,7 @@
 Runs the real workflow (validate, policies, 22 scoring jobs, merge) with `--cores 2` in a scratch
 folder, once for the presets' own intervals (180 s and 600 s) and once for 60 s and 180 s (more
 windows, so ARIMA and Prophet do more work). Wall time from the first job to the merge.
-Run: .venv/bin/python bench/load_predictor.py   (results are written to docs/benchmarks.md by hand)
+Run: .venv/bin/python bench/load_predictor.py   (results are written to docs/benchmarks/stages.md by hand)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Benchmark: building the candidate pools (stage `branches`) for two models at three budgets.
 
 Each case runs in a fresh process, so it pays the perf-DB loading a real stage job pays.
-Run: .venv/bin/python bench/pools.py   (results are written to docs/benchmarks.md by hand)
+Run: .venv/bin/python bench/pools.py   (results are written to docs/benchmarks/stages.md by hand)
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Benchmark: a deployment started live (Dynamo's frontend, router and mocker workers) against its replay
-(docs/benchmarks.md, "Rehearsal").
+(docs/benchmarks/rehearsal.md).
 
 Runs the default sweep (`spica run config/default.yaml`, in a scratch folder kept between runs: --workdir), then
 rehearses on this machine its top 3 and the best agg deployment with the KV router (written to a scratch deploy

@@ -1,4 +1,6 @@
-"""Benchmark: do the sweep's answers hold on the next sample of traffic? (docs/benchmarks.md, "Answers on fresh traffic")
+"""Benchmark: do the sweep's answers hold on the next sample of traffic?
+
+Results: docs/benchmarks/finish.md, "Answers on fresh traffic".
 
 Landscapes (Qwen3-32B on H200, vLLM + SGLang, goodput per GPU under a mean TTFT / ITL SLA, agg + disagg, both
 routers):
@@ -23,7 +25,7 @@ for every deployment of a sweep. Printed per landscape:
   - seconds: the search's rounds and the finish, in this process (the replays dominate both; on a trace the
     goal is a finish cheaper than the search's rounds), medians over the sweeps;
 and, first, the wall of the default sweep (`spica run config/default.yaml`), median of 3 (the finish must not
-make it grow: docs/benchmarks.md gives the figure before the sequential finish).
+make it grow: docs/benchmarks/sweep-cost.md gives the figure before the sequential finish).
 
 Run: .venv/bin/python bench/robust_answers.py [--landscapes light,heavy,trace,conversation] [--sweeps 10]
      [--conversation-sweeps 3] [--no-wall] [--finish-max N]

@@ -1,6 +1,6 @@
 """Scale on paper: the wall of a 256-trial study on a 500k-request trace on 32 single-CPU SLURM slots.
 
-Worked out, not run. Inputs (each measured by the script named in docs/benchmarks.md):
+Worked out, not run. Inputs (each measured by the script named in docs/benchmarks/scale.md):
 - `--replay-seconds`: one replay of the 500k-request day trace (bench/day_trace.py), taken as the
   median replay of a trial;
 - `--overhead-seconds`: what SLURM adds per trial (bench/slurm_overhead.py);

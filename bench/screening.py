@@ -1,6 +1,6 @@
 """Benchmark: early stops (issue 38). Does any stop drop a deployment that would have scored?
 
-Three sweeps, each run once from scratch with the default early stops (README, "Early stops"):
+Three sweeps, each run once from scratch with the default early stops (docs/trials.md, "Early stops"):
 
 - **trace example**: `config/examples/trace.yaml` as shipped (the shipped Mooncake-format trace, 16 H200,
   agg + disagg, vLLM, both routers, planner policies, goodput per GPU under TTFT 3 s / ITL 40 ms);

@@ -1,4 +1,6 @@
-"""Benchmark: how far a block-bootstrap resample of a trace moves from the trace (docs/benchmarks.md, "Fresh traffic from a trace").
+"""Benchmark: how far a block-bootstrap resample of a trace moves from the trace.
+
+Results: docs/benchmarks/finish.md, "Fresh traffic from a trace".
 
 For each trace (the shipped Mooncake trace; with --conversation also the 12k-request conversation-shaped trace
 of bench/conversation_trace.py), draws --resamples resamples exactly as the finish does

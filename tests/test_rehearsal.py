@@ -29,7 +29,7 @@ from spica_lib.run.view import RunView
 from spica_lib.trial.spec import TrialRecord
 
 pytestmark = pytest.mark.slow
-# How far live may be from the replay (docs/benchmarks.md, "Rehearsal", at speed-up 1: output tok/s within
+# How far live may be from the replay (docs/benchmarks/rehearsal.md, at speed-up 1: output tok/s within
 # 8.1 %, ITL within 19.2 %; the margin covers this shared 2-core machine's load during the suite).
 TOLERANCE = {"output_tok_s": 0.15, "itl_mean_ms": 0.25}
 # 5 s of the default traffic at 8 req/s. (At 120, the #1 of the suite's small sweep, 8 prefill sequences a worker,

@@ -28,7 +28,7 @@ def resamples(tmp_path_factory):
 
 
 def test_a_resample_keeps_the_trace_s_request_count_span_rate_and_length_distributions(resamples):
-    # The bounds docs/benchmarks.md states for the shipped trace ("Fresh traffic from a trace", from
+    # The bounds docs/benchmarks/finish.md states for the shipped trace ("Fresh traffic from a trace", from
     # bench/trace_resample.py: the largest moves over 200 resamples, rounded up).
     original, samples, _ = resamples
     span = scan_trace(TRACE).duration_ms

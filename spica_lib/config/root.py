@@ -31,10 +31,10 @@ from spica_lib.config.trace_sample import sample_size
 from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
-# The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks.md, "Answers on fresh traffic").
+# The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks/finish.md, "Answers on fresh traffic").
 DEFAULT_FINISH_TOP = 4
 # `sweep.search_sample` left out: `full` until bench/search_sample.py shows a sample keeps the recommendation
-# (docs/benchmarks.md, "Search on a sample").
+# (docs/benchmarks/real-trace.md, "Search on a sample").
 DEFAULT_SEARCH_SAMPLE = "full"
 DEFAULT_STRESS_TOP = 3
 DEFAULT_CAPACITY_TOP = 3  # the recommendation and the next two, with an SLA coverage floor

@@ -15,7 +15,7 @@ ALGORITHMS: tuple[str, ...] = Algorithm.__args__
 MULTI_OBJECTIVE_ALGORITHMS = ("gp_ucb_pe", "nsga2", "gp_bandit", "random", "quasi_random")
 # Filled in when `algorithm` is left out. With the warm start, NSGA2 reached >= 98 % of the exhaustive
 # best on every seed of four landscapes at 16 evaluations per branch, and beat plain random search on the
-# median and the worst seed on each, for well under a second per round (docs/benchmarks.md).
+# median and the worst seed on each, for well under a second per round (docs/benchmarks/search-efficiency.md).
 DEFAULT_ALGORITHM: Algorithm = "nsga2"
 DEFAULT_PARETO_ALGORITHM: Algorithm = "nsga2"
 
@@ -112,7 +112,7 @@ class SweepConfig(StrictModel):
             raise ValueError(
                 f"screen_margin ({data['screen_margin']!r}) is gone: a replay is no longer stopped at a margin over a "
                 "bound on a prefix (a guess that dropped deployments that would have ranked), only on bounds that "
-                "hold whatever the rest of the traffic does (README, \"Early stops\"); remove it"
+                "hold whatever the rest of the traffic does (docs/trials.md, \"Early stops\"); remove it"
             )
         return data
 

@@ -12,13 +12,13 @@ copy of a window keeps its name only when a different window that uses it was la
 (a system prompt, a popular document: its blocks would be cached on any day); every other id of that copy
 is renamed into the copy's own id space. (Format 1 kept every id used in more than one window of the
 trace, so when those other windows were not drawn, or came later, a repeated copy hit blocks only its
-earlier copy had written: measured in docs/benchmarks.md, "Fresh traffic from a trace".) The first copy
+earlier copy had written: measured in docs/benchmarks/finish.md, "Fresh traffic from a trace".) The first copy
 of each window keeps the trace's ids, so sharing between windows stays as recorded.
 
 The block length: `blocks_for` gives TARGET_BLOCKS windows, each at least MIN_BLOCK_MS long (fewer,
 longer windows on a short trace; at least 2). Ten windows give C(19, 10) = 92,378 distinct
 resamples; a window of at least a minute holds the minute-scale bursts and the seconds-to-minutes
-gaps between a conversation's turns (docs/benchmarks.md, "Fresh traffic from a trace", measures how
+gaps between a conversation's turns (docs/benchmarks/finish.md, "Fresh traffic from a trace", measures how
 far a resample's request count, rate and lengths move).
 
 A resample is written once per (trace content, sample index, blocks), atomically, in the run's

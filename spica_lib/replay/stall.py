@@ -29,7 +29,7 @@ from typing import Any
 
 # 3x: on two traces' sweeps (the shipped Mooncake trace, the 12k conversation trace) every replay that ran to
 # its end used at most 1.58x what its prefix predicted, and none that 3x stopped finished with 10x
-# (bench/pace_ratio.py, docs/benchmarks.md "The pace limit"). 10x let each crawl run three times longer.
+# (bench/pace_ratio.py, docs/benchmarks/replay.md, "The pace limit"). 10x let each crawl run three times longer.
 STALL_FACTOR = 3.0
 STALL_FLOOR_SECONDS = 10.0
 # A round's prefix budget: this many times the slowest prefix told before it (see the module docstring). On the

@@ -133,7 +133,8 @@ def _tallies(view: RunView) -> str:
     tallies = ", ".join(f"{name} {count}" for name, count in summary.tallies.items())
     lines = ["## Outcomes", "", f"{summary.unique_trials} unique replays; observations: {tallies}."]
     if summary.early_stops:  # counted apart from the statuses: which rule stopped how many replays
-        lines += ["", f"Stopped before the end of their replay: {stops_text(summary)} (README, \"Early stops\")."]
+        stops = stops_text(summary)
+        lines += ["", f"Stopped before the end of their replay: {stops} (docs/trials.md, \"Early stops\")."]
     if summary.failure_reasons:
         lines += ["", "| failure reason | count |", "|---|---:|"]
         lines += [f"| {reason[:160]} | {count} |" for reason, count in summary.failure_reasons.items()]

@@ -2,7 +2,7 @@
 
 A replay keeps the token ids of every request it was given, so its peak resident memory grows with
 the workload's input tokens: about 4.1 bytes per input token over some 180 MiB (bench/day_trace.py,
-docs/benchmarks.md "Day-scale traces": 909 MiB at 185 M tokens, 6.2 GiB at 1.5 G). A day of the
+docs/benchmarks/scale.md, "Day-scale traces": 909 MiB at 185 M tokens, 6.2 GiB at 1.5 G). A day of the
 shipped trace's traffic (500k requests, 7.7 G tokens) needs about 30 GiB per replay. Each replay
 running at once in a job needs its own: the job asks for its replays times what the largest workload
 needs, with a quarter on top, and never less than the 4000 MB per replay it always asked for.

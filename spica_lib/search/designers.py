@@ -26,7 +26,7 @@ def configure_vizier_runtime() -> None:
     import jax
 
     # Every round is a new process; the GP designers recompile the same XLA programs each time.
-    # An on-disk cache saves ~40 % of GP-UCB-PE's time per round (docs/benchmarks.md).
+    # An on-disk cache saves ~40 % of GP-UCB-PE's time per round (docs/benchmarks/search-efficiency.md).
     cache = os.environ.get("SPICA_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "spica", "jax"))
     jax.config.update("jax_compilation_cache_dir", cache)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
