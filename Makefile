@@ -6,8 +6,11 @@ CORES  ?= 2
 CONFIG ?= config/default.yaml
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.spica-installed
+# The documentation site's tools live in their own environment, so they never change the tested lock.
+DOCS_VENV  ?= .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.spica-docs-installed
 
-.PHONY: venv run test lock dry-run clean-venv
+.PHONY: venv run test lock dry-run docs docs-lock clean-venv
 
 venv: $(STAMP)
 
@@ -39,5 +42,23 @@ lock: $(STAMP)
 	$(BIN)/uv pip compile pyproject.toml --python-version 3.11 --override requirements/overrides.txt \
 	    --no-header --no-annotate --output-file requirements/lock.txt
 
+## Build the documentation site into site/: the config reference generated from the models first, then
+## mkdocs --strict, so a broken link, anchor or missing page fails.
+docs: $(STAMP) $(DOCS_STAMP)
+	mkdir -p docs/reference
+	$(BIN)/spica schema --markdown > docs/reference/config.md.tmp
+	mv docs/reference/config.md.tmp docs/reference/config.md
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict
+
+$(DOCS_STAMP): requirements/docs.txt | $(STAMP)
+	$(PYTHON) -m venv $(DOCS_VENV)
+	$(BIN)/uv pip install --quiet --python $(DOCS_VENV)/bin/python --no-deps -r requirements/docs.txt
+	touch $(DOCS_STAMP)
+
+## Re-resolve requirements/docs.txt from pyproject.toml's docs extra (needs network to PyPI).
+docs-lock: $(STAMP)
+	$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))' \
+	    | $(BIN)/uv pip compile - --python-version 3.11 --no-header --no-annotate --output-file requirements/docs.txt
+
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(DOCS_VENV)

@@ -5,7 +5,7 @@ spica validate FILE   check a config (a sweep's or a fleet's); print what would 
 spica fleet FILE      several models on one GPU inventory: each model's sweep, then the split between them
 spica rehearse RUN    start a ranked deployment for real (mocker workers), send it traffic, compare with its replay
 spica status RUN      how far a run is (works while it runs); show / report: one deployment, the report
-spica schema          JSON Schema of the config file, for editors
+spica schema          JSON Schema of the config file, for editors (--markdown: the config reference page)
 spica fidelity        the replay and the estimates against measured rows: aiconfigurator's silicon (agg, disagg) or yours (--rows)
 """
 
@@ -87,7 +87,12 @@ def main(argv: list[str] | None = None) -> int:
                        ("python-env", "a Python environment with ai-dynamo and the engine installed")):  # fmt: skip
         rebuild.add_argument(f"--slurm-{flag}", help=f"deploy/<rank>/slurm/deploy.sbatch: {what}")
     add_rehearse_parser(commands)
-    commands.add_parser("schema", help="print the JSON Schema of the config file")
+    schema = commands.add_parser("schema", help="print the JSON Schema of the config file")
+    schema.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print the config reference as Markdown instead (the documentation site's page; make docs)",
+    )
     fidelity = commands.add_parser(
         "fidelity", help="replay measured silicon rows (aiconfigurator's silicon_sample.csv) and report the errors"
     )
@@ -177,7 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "evaluate":
         return _evaluate(args.config, args.candidate, args.json, args.per_request)
     if args.command == "schema":
-        print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
+        if args.markdown:
+            from spica_lib.config.reference import config_reference
+
+            print(config_reference(), end="")
+        else:
+            print(json.dumps(SmartSearchConfig.model_json_schema(), indent=2))
         return EXIT_OK
     if args.command == "pools":
         return _pools(args.config)
