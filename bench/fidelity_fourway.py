@@ -1,4 +1,6 @@
-"""Benchmark: four corrections of the replay side by side on held-out measured rows (docs/fidelity.md, "Four ways").
+"""Benchmark: four corrections of the replay side by side on held-out measured rows.
+
+Results: docs/fidelity/calibration.md, "Four ways".
 
 For a set of replayed rows (a `--json` file of `spica fidelity` or bench/fidelity_prior.py: each row's measured and
 uncalibrated replayed TTFT, TPOT and tokens/s/GPU), the held-out half of the fixed split (fidelity/fit.py) is

@@ -1,5 +1,5 @@
 """Benchmark: the prior correction from aiconfigurator's measured rows, judged by leaving one model out
-(docs/fidelity.md, "A prior, judged on models it was not fitted on"); writes config/calibration/prior.json.
+(docs/fidelity/calibration.md, "A prior, judged on models it was not fitted on"); writes config/calibration/prior.json.
 
 Replays up to --per-model aggregated rows of each (system, backend, model) of aiconfigurator-core's
 silicon_sample.csv (spread over the model's rows: every n-th), uncalibrated, by the default replay protocol, then

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         "--mode",
         choices=("agg", "disagg"),
         default="agg",
-        help="which of silicon_sample.csv's rows: agg (default) or disagg (capped per group: docs/fidelity.md)",
+        help="which of silicon_sample.csv's rows: agg (default) or disagg (capped per group: docs/fidelity/ranking.md)",
     )
     fidelity.add_argument(
         "--system", default=None, help="systems, comma-separated (default: h100_sxm,h200_sxm for agg, all for disagg)"
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rows",
         metavar="FILE",
         help="your own measured rows instead of the shipped ones: a CSV (silicon_sample.csv's layout, or the "
-        "documented one) or an AIPerf profile_export JSON (with --deployment); docs/fidelity.md",
+        "documented one) or an AIPerf profile_export JSON (with --deployment); docs/fidelity/calibration.md",
     )
     fidelity.add_argument(
         "--deployment",

@@ -45,7 +45,7 @@ class HeldOut(BaseModel):
 
     @property
     def step_error(self) -> float:
-        """The larger calibrated TTFT / TPOT MAPE, as a fraction (a step-time band: docs/fidelity.md)."""
+        """The larger calibrated TTFT / TPOT MAPE, as a fraction (a step-time band: docs/fidelity/calibration.md)."""
         return max(self.ttft_mape, self.tpot_mape) / 100.0
 
 

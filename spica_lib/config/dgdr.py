@@ -8,7 +8,7 @@ three steps, every problem named by the DGDR field's path before anything runs:
 1. Spica's own check: `apiVersion: nvidia.com/v1beta1`, the kind, `spec` present, and every key known to
    the wheel's models (an unknown key anywhere is refused by its path);
 2. the wheel's types (`DynamoGraphDeploymentRequest`), for the values: enums, numbers, the SLA's options;
-3. the mapping onto a `SmartSearchConfig` (docs/config.md, "DGDR input"): what a DGDR cannot say (the
+3. the mapping onto a `SmartSearchConfig` (docs/dgdr.md): what a DGDR cannot say (the
    engine, router-weight and planner knob lists, the traffic's length) comes from Spica's default question,
    config/default.yaml, and every defaulted or reinterpreted field is written down, one line each
    ("DGDR field -> Spica setting"), in the config's `dgdr` block, with the DGDR path each setting came from

@@ -125,7 +125,7 @@ class SLATarget(StrictModel):
 
 
 # The finish's equivalence margin when none is given: a deployment within 5 % of the best is as good as the best.
-# Why 5 %: the replay's own error against measured silicon is larger than that (docs/fidelity.md), so a gap
+# Why 5 %: the replay's own error against measured silicon is larger than that (docs/fidelity/index.md), so a gap
 # under it cannot be acted on, and at the spread of paired fresh samples measured in bench/robust_answers.py
 # a 5 % margin is shown within a few looks, where 1-2 % would take far more replays than the search itself.
 DEFAULT_EQUIVALENCE_SHARE = 0.05

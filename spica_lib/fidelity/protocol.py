@@ -7,7 +7,7 @@ step, and every later wave repeats it: each request waits for the whole wave. A 
 takes a few prompts per step next to the running decodes, and the loop drifts out of step.
 
 Three protocols (`bench/fidelity.py` replays every row by each and prints which agrees with the
-silicon; docs/fidelity.md, "TTFT and the replay protocol"):
+silicon; docs/fidelity/index.md, "TTFT and the replay protocol"):
 - `aiconfigurator-benchmark`: the settings aiconfigurator's generator writes for a vLLM agg
   benchmark (its `rule_plugin/benchmark/vllm.rule`): max_num_seqs = the row's batch size and
   max_num_batched_tokens = batch size + ISL + 1500. The rows come from aiconfigurator's own
@@ -17,7 +17,7 @@ silicon; docs/fidelity.md, "TTFT and the replay protocol"):
   before this study.
 
 A disaggregated row (SGLang or vLLM) is replayed by one protocol of its own, `disagg-measured`
-(`disagg_settings`; docs/fidelity.md, "Disaggregated rows"), whichever agg protocol is chosen:
+(`disagg_settings`; docs/fidelity/ranking.md, "Disaggregated rows"), whichever agg protocol is chosen:
 - prefill role: a chunked-prefill budget of max(8192, ISL) tokens (8192 is SGLang's default chunk and
   the search's first prefill value; raised so one prompt is prefilled in one step, as a disagg prefill
   server sized for the row's ISL does), and max_num_seqs = the row's prefill batch size where it records

@@ -1,7 +1,7 @@
 """Your own measured rows: a CSV, or AIPerf exports with the deployment each measured.
 
 Three inputs, each read into the same `SiliconRow`s the shipped rows are, so `spica fidelity --rows`
-prints the same tables (docs/fidelity.md, "Your own measurements"):
+prints the same tables (docs/fidelity/calibration.md, "Your own measurements"):
 
 - a CSV in aiconfigurator's `silicon_sample.csv` layout (told by its `silicon_ttft_ms` column), read
   as the shipped file is, except that a disagg row must write its worker counts;

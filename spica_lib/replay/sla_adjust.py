@@ -10,7 +10,7 @@ in the replay misses `bound` with c added), and the reported TTFT and E2E statis
 the replay. For a closed loop, c also delays each client's next request; this is approximated by scaling the
 throughputs by E / (E + c), E the replay's mean end-to-end latency (a loop of N clients completes N requests
 per E + c instead of per E). The approximation is not checked against a replay: the mocker cannot delay a
-client, so there is no replay to check it with (docs/fidelity.md says so).
+client, so there is no replay to check it with (docs/fidelity/calibration.md says so).
 
 **The safety margin** (`goal.sla_safety: measured`): where a calibration states how far its predictions were
 from held-out silicon, the TTFT and ITL bounds are divided by 1 + the upper quantile of that error (how much

@@ -1,7 +1,7 @@
 """Would the recommendation still win if the simulator is off? The top deployments under perturbed step times.
 
 The replay's step times come from aiconfigurator's perf DB, which is off from measured silicon by a
-known amount per group (docs/fidelity.md). After the finish, the top `sweep.stress_top` deployments
+known amount per group (docs/fidelity/index.md). After the finish, the top `sweep.stress_top` deployments
 (in the finish's order, the recommendation first) are replayed on the search's own traffic with
 their prefill or their decode step times scaled by 1 ± `sweep.stress_band`, one at a time (the
 mocker's `speedup_ratio` and `decode_speedup_ratio`, through the sample's step scales, so an opted-in
