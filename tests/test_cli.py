@@ -77,6 +77,22 @@ def test_schema_is_json_schema(capsys):
     assert "search_space" in schema["properties"] and "$defs" in schema
 
 
+def test_schema_markdown_is_the_config_reference_with_every_field_and_its_real_default(capsys):
+    """The site's reference page (make docs) lists each section's every field, a factory's default included."""
+    from spica_lib.config import SmartSearchConfig
+    from spica_lib.config.reference import SECTIONS, _model
+
+    assert main(["schema", "--markdown"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("# Config reference")
+    for section in SECTIONS:
+        assert f"## `{section}`" in page
+        for name in _model(SmartSearchConfig.model_fields[section].annotation).model_fields:
+            assert f"| `{name}` |" in page, f"{section}.{name} is missing from the reference"
+    assert '| `deployment_mode` | list of one of `disagg`, `agg` | `["disagg", "agg"]` |' in page
+    assert '| `model_name` | string | required |' in page
+
+
 def test_console_script_is_installed():
     spica = shutil.which("spica") or str(REPO / ".venv" / "bin" / "spica")
     done = subprocess.run([spica, "--help"], capture_output=True, text=True, check=False, timeout=60)
