@@ -256,6 +256,23 @@ LEAN_VARIANTS = (
 )
 
 
+def variant_runs(variants):
+    """Each variant of the conversation sweep (its label, its sweep settings, its median run of RUNS and their
+    walls), aiconfigurator's answer cached (a first sweep fills the cache and is not counted)."""
+    with tempfile.TemporaryDirectory() as shared:
+        sweep(conversation_config(), shared)
+        for label, settings in variants:
+            data = conversation_config()
+            data["sweep"].update(settings)
+            runs = sorted((sweep(data, shared) for _ in range(RUNS)), key=lambda r: r["wall"])
+            yield label, runs[len(runs) // 2], [r["wall"] for r in runs]
+
+
+def recommended(run: dict, field: str) -> str:
+    best = next((f for f in run["summary"].get("finish") or [] if f.get("recommended")), None)
+    return f"{best['key'][:12]}, {best[field]:.1f}" if best else "(no finish)"
+
+
 def bench_conversation_lean() -> None:
     """What the work after the search costs on the real-trace sweep, by the settings that size it: the same sweep
     (aiconfigurator's answer cached) with its defaults, with the finish's top cut to the report's top_k, and with
@@ -264,20 +281,12 @@ def bench_conversation_lean() -> None:
           "(s) | search replay CPU (s) | finish / stress / baselines / capacity CPU (s) | recommended (key, search "
           "score) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as shared:
-        sweep(conversation_config(), shared)  # fills the shared cache of aiconfigurator's answer; not counted
-        for label, settings in LEAN_VARIANTS:
-            data = conversation_config()
-            data["sweep"].update(settings)
-            runs = sorted((sweep(data, shared) for _ in range(RUNS)), key=lambda r: r["wall"])
-            run, walls = runs[len(runs) // 2], [r["wall"] for r in runs]
-            cpu = " / ".join(f"{v:.1f}" for v in run["post_search_cpu"].values())
-            best = next((f for f in run["summary"].get("finish") or [] if f.get("recommended")), None)
-            named = f"{best['key'][:12]}, {best['search_score']:.1f}" if best else "(no finish)"
-            print(f"| {label} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
-                  f"| {run['wall'] - run['after_search']:.1f} | {run['after_search']:.1f} "
-                  f"| {sum(t['cpu_seconds'] for t in run['trials']):.1f} | {cpu} "
-                  f"| {named} |", flush=True)  # fmt: skip
+    for label, run, walls in variant_runs(LEAN_VARIANTS):
+        cpu = " / ".join(f"{v:.1f}" for v in run["post_search_cpu"].values())
+        print(f"| {label} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
+              f"| {run['wall'] - run['after_search']:.1f} | {run['after_search']:.1f} "
+              f"| {sum(t['cpu_seconds'] for t in run['trials']):.1f} | {cpu} "
+              f"| {recommended(run, 'search_score')} |", flush=True)  # fmt: skip
 
 
 SAMPLE_VARIANTS = (
@@ -293,17 +302,10 @@ def bench_conversation_sample() -> None:
     print("| sweep settings | trials | wall, median of 3 (s) | runs (s) | search: start to the last tell (s) | after it "
           "(s) | recommended (key, fresh statistic on the whole trace) |")  # fmt: skip
     print("|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as shared:
-        sweep(conversation_config(), shared)  # fills the shared cache of aiconfigurator's answer; not counted
-        for label, settings in SAMPLE_VARIANTS:
-            data = conversation_config()
-            data["sweep"].update(settings)
-            runs = sorted((sweep(data, shared) for _ in range(RUNS)), key=lambda r: r["wall"])
-            run, walls = runs[len(runs) // 2], [r["wall"] for r in runs]
-            best = next((f for f in run["summary"].get("finish") or [] if f.get("recommended")), None)
-            named = f"{best['key'][:12]}, {best['statistic']:.1f}" if best else "(no finish)"
-            print(f"| {label} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
-                  f"| {run['wall'] - run['after_search']:.1f} | {run['after_search']:.1f} | {named} |", flush=True)  # fmt: skip
+    for label, run, walls in variant_runs(SAMPLE_VARIANTS):
+        print(f"| {label} | {len(run['trials'])} | {run['wall']:.1f} | {', '.join(f'{w:.1f}' for w in walls)} "
+              f"| {run['wall'] - run['after_search']:.1f} | {run['after_search']:.1f} "
+              f"| {recommended(run, 'statistic')} |", flush=True)  # fmt: skip
 
 
 def rounds_config(rounds: int) -> dict:

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
+from spica_lib.base.since import without_defaults
 from spica_lib.facts.calibration import read_calibration
 
 MIN_BAND_ROWS = 5  # held-out rows needed before their error, not the default, sets the stress band
@@ -37,11 +38,8 @@ class HeldOut(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_quantiles(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a calibration read before quantiles were measured hashes as it did
-        for name in ("ttft_under_p90", "tpot_under_p90"):
-            if getattr(self, name) is None:
-                data.pop(name, None)
-        return data
+        # A calibration read before quantiles were measured hashes as it did.
+        return without_defaults(handler(self), self, ttft_under_p90=None, tpot_under_p90=None)
 
     @property
     def step_error(self) -> float:
@@ -61,12 +59,8 @@ class BackendScale(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_held_out(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a file without held-out errors or an overhead hashes as it did before they existed
-        if self.held_out is None:
-            data.pop("held_out", None)
-        if self.ttft_overhead_ms == 0:
-            data.pop("ttft_overhead_ms", None)
-        return data
+        # A file without held-out errors or an overhead hashes as it did before they existed.
+        return without_defaults(handler(self), self, held_out=None, ttft_overhead_ms=0)
 
 
 class Calibration(BaseModel):
@@ -85,10 +79,7 @@ class Calibration(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_prior(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a user's calibration hashes as it did before priors existed
-        if not self.prior:
-            data.pop("prior", None)
-        return data
+        return without_defaults(handler(self), self, prior=False)  # a user's calibration hashes as before priors
 
     @property
     def off(self) -> bool:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, field_validator, model_serializer, model_validator
 
+from spica_lib.base.since import without_defaults
 from spica_lib.config.strict import StrictModel
 
 Number = StrictInt | StrictFloat
@@ -182,10 +183,8 @@ class OptimizationGoal(StrictModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_safety(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a goal without a safety margin keeps the run ids and trial keys of before it
-        if self.sla_safety is None:
-            data.pop("sla_safety", None)
-        return data
+        # A goal without a safety margin keeps the run ids and trial keys of before it.
+        return without_defaults(handler(self), self, sla_safety=None)
 
     @field_validator("equivalence_margin", mode="before")
     @classmethod

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_serializer, model_validator
 
+from spica_lib.base.since import without_defaults
 from spica_lib.config.strict import StrictModel
 
 # Vizier designers that work on this stack. gp_ucb_pe is Vizier's DEFAULT designer.
@@ -54,12 +55,6 @@ class SweepConfig(StrictModel):
     # requests. The finish always decides on the whole trace; config/root.py resolves it into the workload.
     search_sample: Literal["auto", "full"] | StrictInt | None = None
 
-    @model_serializer(mode="wrap")
-    def _without_unset_search_sample(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a sweep that did not say keeps the run id of before sampling
-        if self.search_sample is None:
-            data.pop("search_sample", None)
-        return data
     algorithm: Algorithm | None = None  # None: chosen from the goal when the config is validated
     top_k: StrictInt = Field(default=3, ge=1)
     # The finish (results/finish.py): after the last round, the search's top `finish_top` distinct deployments are
@@ -104,6 +99,10 @@ class SweepConfig(StrictModel):
     # the SLA, by bisection with replays. Left out: DEFAULT_CAPACITY_TOP when goal.sla_coverage is set, else off.
     # 0: off.
     capacity_top: StrictInt | None = Field(default=None, ge=0)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_search_sample(self, handler: Any) -> dict[str, Any]:
+        return without_defaults(handler(self), self, search_sample=None)  # a sweep that did not say: as before
 
     @model_validator(mode="before")
     @classmethod

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_serializer, model_validator
 
+from spica_lib.base.since import without_defaults
 from spica_lib.config.strict import StrictModel
 from spica_lib.config.trace import TraceFormatError, check_split, scan_trace, split_trace
 from spica_lib.config.trace_resample import resample_trace
@@ -65,11 +66,8 @@ class Workload(StrictModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_sampling(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a workload searched whole keeps the run id and trial keys of before sampling
-        for name in ("search_requests", "search_seed", "sampled_from"):
-            if getattr(self, name) is None:
-                data.pop(name, None)
-        return data
+        # A workload searched whole keeps the run id and trial keys of before sampling.
+        return without_defaults(handler(self), self, search_requests=None, search_seed=None, sampled_from=None)
 
     @field_validator("concurrency", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from spica_lib.base.since import without_defaults
 from spica_lib.config import SLATarget, Workload
 from spica_lib.config.trace import scan_trace, trace_arrivals, trace_output_lengths
 from spica_lib.config.workload import DEFAULT_ARRIVAL_SEED
@@ -89,10 +90,8 @@ class ReplayRequest(BaseModel):
 
     @model_serializer(mode="wrap")
     def _without_unset_adjust(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)  # a trial without an adjustment keeps the key it had before adjustments existed
-        if self.adjust is None:
-            data.pop("adjust", None)
-        return data
+        # A trial without an adjustment keeps the key it had before adjustments existed.
+        return without_defaults(handler(self), self, adjust=None)
 
     @property
     def judged_sla(self) -> SLATarget | None:
