@@ -41,10 +41,13 @@ def test_a_stratified_sample_keeps_the_traces_shape_over_the_day_and_draws_nothi
     assert sampled_records(records, 2_000 / len(records), np.random.default_rng(1)) == sample
 
 
-def test_the_size_rule_covers_the_slas_tail_and_the_loads_strata_and_searches_small_traces_whole():
-    assert sample_size(12_000, None) == 2_000 and sample_size(3_999, None) is None  # under twice the rule: whole
-    assert sample_size(100_000, 99) == 2_000 and sample_size(100_000, 99.9) == 20_000
-    assert sample_size(20_000, 99.5) == 4_000  # 20 requests beyond the 99.5th percentile
+def test_the_size_rule_covers_the_slas_tail_the_loads_strata_and_long_enough_stretches():
+    day, hour = 86_400_000.0, 3_600_000.0
+    assert sample_size(12_000, None, day) == 2_000 and sample_size(3_999, None, day) is None  # under twice: whole
+    assert sample_size(100_000, 99, day) == 2_778  # stretches of two minutes: 100k x 20 x 2 min / 24 h
+    assert sample_size(100_000, 99.9, day) == 20_000  # 20 requests beyond the 99.9th percentile
+    # A 12k-request hour: two-minute stretches need 8,020 of its requests, more than half: searched whole.
+    assert sample_size(12_031, None, hour) is None
 
 
 def trace_config(tmp_path, **sweep):
@@ -65,10 +68,10 @@ def test_auto_samples_a_long_trace_for_the_search_and_the_finish_resamples_the_w
     assert scan_trace(fresh.trace_path).records > 10_000
     # The search's replay jobs ask for the sample's memory, the others for the whole trace's.
     assert search_input_tokens(cfg) < largest_input_tokens(cfg) / 5
-    # The default searches whole, and its run id is the one of before sampling existed.
-    whole = build(trace_config(tmp_path))
+    # `auto` is the default; `full` searches whole, with the run id of before sampling existed.
+    assert build(trace_config(tmp_path)).workload.search_requests == 2_000
+    whole = build(trace_config(tmp_path, search_sample="full"))
     assert whole.workload.search_requests is None and "search_requests" not in whole.model_dump()["workload"]
-    assert "search_sample" not in whole.model_dump()["sweep"]
 
 
 def test_a_sample_that_cannot_be_taken_or_would_do_nothing_is_refused(tmp_path):

@@ -27,15 +27,16 @@ from spica_lib.config.sweep import (
     SweepConfig,
     default_max_eval_seconds,
 )
+from spica_lib.config.trace import scan_trace
 from spica_lib.config.trace_sample import sample_size
 from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
 # The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks/finish.md, "Answers on fresh traffic").
 DEFAULT_FINISH_TOP = 4
-# `sweep.search_sample` left out: `full` until bench/search_sample.py shows a sample keeps the recommendation
-# (docs/benchmarks/real-trace.md, "Search on a sample").
-DEFAULT_SEARCH_SAMPLE = "full"
+# `sweep.search_sample` left out: `auto`, since bench/search_sample.py showed that where its rule samples (a day
+# trace) the search kept the whole-trace search's recommendation in 10 of 10 seeds (docs/benchmarks/search-sample.md).
+DEFAULT_SEARCH_SAMPLE = "auto"
 DEFAULT_STRESS_TOP = 3
 DEFAULT_CAPACITY_TOP = 3  # the recommendation and the next two, with an SLA coverage floor
 DEFAULT_STRESS_BAND = 0.15  # the error band of the replay's step times where no measured group says otherwise
@@ -282,7 +283,10 @@ class SmartSearchConfig(StrictModel):
             return
         total = workload.expected_requests()
         percentile = self.goal.sla.percentile if self.goal.sla is not None else None
-        size = sample_size(total, percentile) if mode == "auto" else int(mode)
+        # The search part's span, counted, not cut (validation writes nothing): a held-out fraction is the last of it.
+        held = float(workload.holdout) if isinstance(workload.holdout, int | float) else 0.0
+        span = scan_trace(workload.trace_path).duration_ms * (1 - held) if mode == "auto" else 0.0
+        size = sample_size(total, percentile, span) if mode == "auto" else int(mode)
         if size is not None and size >= total:
             raise ValueError(f"sweep.search_sample {size} is not smaller than the {total} requests the search would "
                              "replay: give fewer, or `full`")  # fmt: skip

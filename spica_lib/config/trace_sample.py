@@ -10,11 +10,15 @@ draw 2.4-hour windows at random and lose the diurnal shape. Nothing is drawn twi
 KV block ids. A stretch's first requests find a cache that the trace's earlier requests would have warmed empty:
 the sample is slightly pessimistic on prefix reuse.
 
-**The size rule** (`sample_size`): enough requests for the SLA's statistic and for the load's variation. A
-percentile SLA needs `TAIL_REQUESTS` requests beyond its percentile per replay (2,000 for p99); each of the
-`STRATA` windows needs at least `PER_STRATUM` requests for its own rate to be measured (2,000 in all): the
-sample is the larger of the two, and the trace is sampled only when it holds at least `MIN_RATIO` times that
-(a smaller trace is searched whole: `auto` changes nothing there). A sample is never larger than the trace.
+**The size rule** (`sample_size`): enough requests for the SLA's statistic, for the load's variation, and for
+the traffic's own time structure. A percentile SLA needs `TAIL_REQUESTS` requests beyond its percentile per
+replay (2,000 for p99); each of the `STRATA` windows needs at least `PER_STRATUM` requests for its own rate to be
+measured (2,000 in all); and each stretch must last at least `MIN_STRETCH_MS` (two minutes), or it cuts the
+conversations whose turns come seconds to minutes apart, and with them the prefix reuse between turns that the
+KV router is judged on: on the 12k-request conversation trace, 30-second stretches (2,000 requests) kept the
+whole-trace search's recommendation in 4 of 10 seeds, 90-second ones (6,000) in 5 of 5
+(docs/benchmarks/search-sample.md). The sample is the largest of the three, and the trace is sampled only when
+it holds at least `MIN_RATIO` times that (a smaller trace is searched whole: `auto` changes nothing there).
 
 A sample is written once per (trace content, size, seed), atomically, beside the run's resamples; its seed is
 the sweep's, offset by `SAMPLE_SEED_BASE` so that no sample index of the finish (resamples 0...) or of the
@@ -38,13 +42,17 @@ SAMPLE_FORMAT = 1
 STRATA = 20
 PER_STRATUM = 100
 TAIL_REQUESTS = 20
+MIN_STRETCH_MS = 120_000.0
 MIN_RATIO = 2.0
 SAMPLE_SEED_BASE = 10**9
 
 
-def sample_size(total: int, percentile: float | None) -> int | None:
-    """The requests `auto` samples from a trace of `total` (see the module docstring); None: search it whole."""
+def sample_size(total: int, percentile: float | None, span_ms: float) -> int | None:
+    """The requests `auto` samples from a trace of `total` over `span_ms` (see the module docstring); None: search
+    it whole."""
     need = STRATA * PER_STRATUM
+    if span_ms > 0:
+        need = max(need, math.ceil(total * STRATA * MIN_STRETCH_MS / span_ms))
     if percentile is not None:
         need = max(need, math.ceil(round(TAIL_REQUESTS / (1.0 - percentile / 100.0), 6)))
     return need if total >= MIN_RATIO * need else None
