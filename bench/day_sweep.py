@@ -1,5 +1,5 @@
 """Benchmark: a whole default-space sweep on a day-scale trace, searched on a sample, decided on the whole day
-(docs/benchmarks/real-trace.md, "Search on a sample").
+(docs/benchmarks/search-sample.md).
 
 The trace: bench/day_trace.py's day of --requests arrivals (diurnal, the shipped Mooncake trace's lengths and
 blocks). The sweep: the default space on 16 H200 (vLLM + SGLang, agg + disagg, both routers), goodput per GPU

@@ -1,5 +1,5 @@
 """Benchmark: does a search on a sample of a trace order deployments as a search on the whole trace does?
-(docs/benchmarks/real-trace.md, "Search on a sample")
+(docs/benchmarks/search-sample.md)
 
 For each trace and seed, with early stops and pruning off (every trial gets a full score; `screen_fraction` off):
   1. the sampled search: the default space's rounds (2 branches x 3 rounds x 4, real Vizier, real replays, in this
