@@ -3,8 +3,8 @@
 
 The trace: bench/day_trace.py's day of --requests arrivals (diurnal, the shipped Mooncake trace's lengths and
 blocks). The sweep: the default space on 16 H200 (vLLM + SGLang, agg + disagg, both routers), goodput per GPU
-under a mean TTFT 5 s / ITL 50 ms SLA, 3 rounds x 4 per branch, `sweep.search_sample: auto` (a 2,000-request
-stratified sample searched), the finish on the whole day: one look of 4 resamples of it for each of the top 4
+under a mean TTFT 5 s / ITL 50 ms SLA, 3 rounds x 4 per branch, `sweep.search_sample: auto` (the size rule's
+stratified sample searched: 2,778 of 100,000, taken as whole stretches), the finish on the whole day: one look of 4 resamples of it for each of the top 4
 (`finish_max_samples: 4`, 16 whole-day replays: the finish sized for a day, see the docs), no baselines. Run with
 `spica run --cores 2` from scratch (aiconfigurator's answer searched too). Printed: the wall, the search's part
 (to its last tell) and what follows, the replays of each, the recommendation and its fresh statistic.

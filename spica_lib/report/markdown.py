@@ -9,8 +9,8 @@ from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.compare import comparison_cell
 from spica_lib.config.calibration import prior_verdicts
 from spica_lib.pools.branches import BranchSpec
-from spica_lib.report.dgdr_section import dgdr_section
 from spica_lib.pools.knobs import combinations
+from spica_lib.report.dgdr_section import dgdr_section
 from spica_lib.results.merge import CandidateRow, same_result_as
 from spica_lib.results.stress import StressedScore
 from spica_lib.results.summary import held_out_text, stops_text
