@@ -326,15 +326,16 @@ def test_a_pilot_counts_the_time_slurm_says_it_has_left_and_a_job_no_pilot_can_t
     assert not (tmp_path / "sleep.out").exists()
 
 
+@pytest.mark.parametrize("reason", ["PartitionTimeLimit", "PartitionConfig"])  # too long; more than a node has
 def test_a_pilot_slurm_keeps_pending_for_a_limit_it_exceeds_is_cancelled_and_its_job_fails_saying_why(
-    cluster, tmp_path
+    cluster, tmp_path, reason
 ):
     fake = cluster()
-    (fake.state / "pending_reason").write_text("PartitionTimeLimit")  # accepted, never started
+    (fake.state / "pending_reason").write_text(reason)  # accepted, never started
     script = rule_script(fake.spool, fake_job("sleep", tmp_path, seconds=1), lost_seconds=60)
     _, err = script.communicate(timeout=90)
     assert script.returncode == 1 and "SLURM will not start pilot job 1000" in err, err
-    assert "pending for PartitionTimeLimit" in err
+    assert f"pending for {reason}" in err
     assert fake.calls("scancel") == [["1000"]] and len(fake.calls("sbatch")) == 1
 
 

@@ -236,6 +236,22 @@ def test_a_trials_per_job_that_cannot_work_is_refused_before_anything_runs(tmp_p
     assert not (tmp_path / "results").exists()
 
 
+def test_a_finish_no_node_of_its_partition_can_hold_is_refused_before_the_search(cluster, tmp_path):
+    from spica_lib.run.job_memory import FLOOR_MB_PER_REPLAY, slurm_node_mb
+
+    node_mb = slurm_node_mb("cpu")
+    assert node_mb is not None  # the CI node's RealMemory, read from sinfo
+    replays = node_mb // FLOOR_MB_PER_REPLAY + 1  # one replay of the default workload more than the node holds
+    config = write_yaml(tmp_path, sweep_config())
+    done = subprocess.run([*SPICA, str(config), "--profile", PROFILE, "--", "--set-threads", f"finish={replays}"],
+                          cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said[-3000:]
+    assert f"the finish job asks SLURM for {replays * FLOOR_MB_PER_REPLAY} MB" in said
+    assert f"partition cpu has {node_mb} MB" in said and f"set-threads finish: {replays - 1}" in said
+    assert not (tmp_path / "results").exists() and not list(tmp_path.glob("logs/slurm/**/*.log"))
+
+
 def started(folder: Path) -> list[Path]:
     return sorted(folder.glob("results/*/journal/*.started"))
 

@@ -170,3 +170,41 @@ def test_a_cluster_job_asks_for_the_memory_its_largest_trace_needs(tmp_path, mon
     # A day of it: 100k requests (1.5 G tokens) measured at 6.2 GiB, 500k (7.7 G) past 24 GiB.
     assert 6.2 * 2**30 < replay_mb(1_532_814_016) * 1e6 < 9 * 2**30
     assert replay_mb(7_675_027_057) * 1e6 > 30 * 2**30
+
+
+@pytest.mark.slow
+def test_a_local_sweep_whose_replay_outgrows_the_machine_stops_before_any_job(tmp_path):
+    import psutil
+
+    data = config_data()
+    data["workload"]["num_request_ratio"] = 10**7  # 80 M requests of 2,048 tokens: some 840 GB per replay
+    config = write_yaml(tmp_path, data)
+    done = subprocess.run([sys.executable, "-m", "spica_lib.cli", "run", str(config), "--cores", "1"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False, timeout=300)  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "one replay of the whole traffic needs about" in done.stderr
+    assert f"this machine has {psutil.virtual_memory().total // 10**6} MB" in done.stderr
+    assert not (tmp_path / "results").exists()  # nothing started, nothing written
+
+
+def test_a_replay_no_machine_or_partition_can_hold_is_refused_with_the_size_it_needs():
+    from spica_lib.run.job_memory import JobAsk, cluster_refusal, largest_node_mb, machine_refusal
+
+    assert machine_refusal(39_700, 64_000) is None
+    assert "needs about 39700 MB" in machine_refusal(39_700, 24_000) and "has 24000 MB" in machine_refusal(39_700, 24_000)
+    # sinfo -h -N -o "%P %m": one line per node and partition, the default marked *, a range's floor with +.
+    listed = ["cpu* 64000", "cpu* 128000+", "big 512000", "gpu n/a"]
+    assert (largest_node_mb(listed, None), largest_node_mb(listed, "cpu"), largest_node_mb(listed, "big")) == (
+        128_000, 128_000, 512_000)  # fmt: skip
+    assert largest_node_mb(listed, "gpu") is None and largest_node_mb(listed, "absent") is None
+    nodes = {None: 128_000, "cpu": 128_000, "big": 512_000}.get
+    fits = {"replay": JobAsk(4000, None, 2, 2000), "finish": JobAsk(80_000, "cpu", 2, 40_000)}
+    assert cluster_refusal(fits, nodes) is None
+    two = cluster_refusal({**fits, "finish": JobAsk(160_000, "cpu", 4, 40_000)}, nodes)
+    assert "the finish job asks SLURM for 160000 MB" in two and "partition cpu has 128000 MB" in two
+    assert "set-threads finish: 3" in two  # three of its 40,000 MB replays fit the node
+    whole = cluster_refusal({"stress": JobAsk(300_000, None, 1, 300_000)}, nodes)
+    assert "default partition has 128000 MB" in whole and "alone needs about 300000 MB" in whole
+    asked = cluster_refusal({"finish": JobAsk(200_000, "cpu", 2, 40_000)}, nodes)
+    assert "lower set-resources finish:mem_mb" in asked and "need about 80000 MB" in asked
+    assert cluster_refusal({"finish": JobAsk(10**6, "unknown", 1, 4000)}, nodes) is None  # not known: not judged

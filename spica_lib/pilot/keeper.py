@@ -54,7 +54,15 @@ STOP_WAIT_SECONDS = 10.0  # for the running pilots to end on the stop file befor
 ABANDON_CHECK_SECONDS = 1.0  # how often squeue is asked whether a pilot given up on is gone
 TROUBLE_LOG_SECONDS = 10.0  # the same error of the same step is logged again after this long
 # Why SLURM keeps a job pending when it will never start it as asked (squeue %r): the job exceeds a limit.
-NEVER_STARTS = ("PartitionTimeLimit", "PartitionNodeLimit", "QOSMaxWallDurationPerJobLimit", "AccountNotAllowed")
+# PartitionConfig: it asks more than any node of its partition has (memory or CPUs; seen on SLURM 22.05 for a
+# pilot asking more memory than the node's RealMemory).
+NEVER_STARTS = (
+    "PartitionTimeLimit",
+    "PartitionNodeLimit",
+    "PartitionConfig",
+    "QOSMaxWallDurationPerJobLimit",
+    "AccountNotAllowed",
+)
 
 
 class _Stop(BaseException):

@@ -11,6 +11,9 @@ needs, with a quarter on top, and never less than the 4000 MB per replay it alwa
 from __future__ import annotations
 
 import math
+import subprocess
+from collections.abc import Callable
+from typing import NamedTuple
 
 from spica_lib.config import SmartSearchConfig, Workload
 
@@ -61,3 +64,63 @@ def machine_refusal(replay_mb_needed: int, machine_mb: int) -> str | None:
     return (f"one replay of the whole traffic needs about {replay_mb_needed} MB (run/job_memory.py: {BYTES_PER_INPUT_TOKEN} "
             f"bytes per input token, with a {MARGIN:g}x margin) and this machine has {machine_mb} MB: run it on a "
             "cluster (profiles/slurm asks each job for its size), or replay a shorter trace")  # fmt: skip
+
+
+class JobAsk(NamedTuple):
+    """What one replaying job asks SLURM for: `mem_mb` (its setting, or `replays` x `per_replay_mb`) on
+    `partition` (None: the cluster's default)."""
+
+    mem_mb: int
+    partition: str | None
+    replays: int  # replays at once: the job's threads
+    per_replay_mb: int  # what one of its replays needs (the search's: its sample's; every other job's: the whole)
+
+
+def cluster_refusal(asks: dict[str, JobAsk], node_mb: Callable[[str | None], int | None]) -> str | None:
+    """Why SLURM would never start one of the run's replaying jobs, or None. `node_mb` gives a partition's largest
+    node (None: not known, so not judged). Refused before any compute, with the size it needs, rather than left
+    pending in the queue after the search."""
+    for job, ask in sorted(asks.items()):
+        largest = node_mb(ask.partition)
+        if largest is None or ask.mem_mb <= largest:
+            continue
+        where = f"partition {ask.partition}" if ask.partition else "the cluster's default partition"
+        needs = ask.replays * ask.per_replay_mb
+        if ask.per_replay_mb > largest:
+            fix = (f"one of its replays alone needs about {ask.per_replay_mb} MB ({BYTES_PER_INPUT_TOKEN} bytes per "
+                   f"input token, with a {MARGIN:g}x margin): give it a partition with larger nodes "
+                   f"(set-resources {job}:slurm_partition=...), or replay a shorter trace")  # fmt: skip
+        elif ask.mem_mb > needs:
+            fix = f"lower set-resources {job}:mem_mb (its {ask.replays} replay(s) at once need about {needs} MB)"
+        else:
+            fix = (f"give it fewer replays at once (set-threads {job}: {largest // ask.per_replay_mb}, "
+                   f"{ask.per_replay_mb} MB each) or a partition with larger nodes")  # fmt: skip
+        return (f"the {job} job asks SLURM for {ask.mem_mb} MB and the largest node of {where} has {largest} MB, "
+                f"so it would never start: {fix}")  # fmt: skip
+    return None
+
+
+def largest_node_mb(sinfo_lines: list[str], partition: str | None) -> int | None:
+    """The memory (MB) of a partition's largest node from `sinfo -h -N -o "%P %m"` lines (the default partition
+    is the one SLURM marks with *), or None when it is not listed."""
+    sizes = []
+    for line in sinfo_lines:
+        fields = line.split()
+        if len(fields) != 2:
+            continue
+        name, memory = fields
+        chosen = name.endswith("*") if partition is None else name.rstrip("*") == partition
+        if chosen and memory.rstrip("+").isdigit():
+            sizes.append(int(memory.rstrip("+")))
+    return max(sizes) if sizes else None
+
+
+def slurm_node_mb(partition: str | None) -> int | None:
+    """The largest node's memory in a partition of the cluster this machine submits to, or None when sinfo cannot
+    say (no sinfo here: the submission then fails with SLURM's own error)."""
+    try:
+        listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%P %m"], capture_output=True, text=True, timeout=30,
+                                check=True)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return largest_node_mb(listed.stdout.splitlines(), partition)
