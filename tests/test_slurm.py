@@ -236,6 +236,36 @@ def test_a_trials_per_job_that_cannot_work_is_refused_before_anything_runs(tmp_p
     assert not (tmp_path / "results").exists()
 
 
+def test_a_sigkill_of_spica_run_while_its_pilots_wait_in_the_queue_ends_the_sweep_and_its_slurm_jobs(
+    cluster, tmp_path
+):
+    # Every CPU of the node held, so the sweep's pilots (and aiconfigurator's pick) pend in the queue.
+    cpus = subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True, check=True).stdout.split()[0]
+    holder = subprocess.run(["sbatch", "--parsable", "-p", "cpu", f"--cpus-per-task={cpus}", "-o", "/dev/null",
+                             "--wrap", "sleep 600"], capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    try:
+        config = write_yaml(tmp_path, sweep_config())
+        process = subprocess.Popen([*SPICA, str(config), "--profile", PROFILE, "--", *FAST], cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        deadline = time.time() + 300
+        while time.time() < deadline and not pilot_jobs():
+            assert process.poll() is None, "the sweep ended before its pilots were queued"
+            time.sleep(0.2)
+        assert pilot_jobs() and running_jobs() == [holder]  # pilots pending: their waiting jobs hold Snakemake
+        everything = psutil.Process(process.pid).children(recursive=True)
+        process.kill()  # `spica run` alone: Snakemake is only asked to finish its running jobs, which wait for ever
+        process.wait(timeout=60)
+        deadline = time.time() + 60
+        while time.time() < deadline and ([p for p in everything if p.is_running()] or pilot_jobs()):
+            time.sleep(0.5)
+        assert [p for p in everything if p.is_running()] == []  # Snakemake, its keeper, host and waiting jobs
+        queued = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=True).stdout
+        assert queued.split() == [holder]  # its pilots and its own SLURM job (aiconfigurator's pick) cancelled
+        assert not list(tmp_path.glob("results/*/.pilot"))
+    finally:
+        subprocess.run(["scancel", holder], check=False)
+
+
 def test_a_finish_no_node_of_its_partition_can_hold_is_refused_before_the_search(cluster, tmp_path):
     from spica_lib.run.job_memory import FLOOR_MB_PER_REPLAY, slurm_node_mb
 

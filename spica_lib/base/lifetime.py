@@ -14,6 +14,9 @@ import os
 import subprocess
 
 PR_SET_PDEATHSIG = 1
+# The pid of `spica run`, in its Snakemake's environment: Snakemake's own helpers end the sweep once it is gone
+# (the kernel's SIGTERM only asks Snakemake to finish the jobs it runs, and those may wait on SLURM for ever).
+SWEEP_OWNER_VARIABLE = "SPICA_SWEEP_OWNER"
 
 
 def die_with_parent(parent: int, signum: int) -> None:

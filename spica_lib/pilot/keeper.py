@@ -1,13 +1,16 @@
 """The keeper: the sweep's side of its pilots, a child of the Snakemake process that runs the sweep.
 
-    python -m spica_lib.pilot.keeper OWNER_PID SPOOL --settings JSON --log-dir DIR
+    python -m spica_lib.pilot.keeper OWNER_PID SPOOL --settings JSON --log-dir DIR [--sweep-owner PID]
 
 It rewrites the spool's heartbeat every second (pilots end when it stops), submits a pilot with
 `sbatch` whenever a request waits that no idle or starting pilot of its kind can take (at most
 `pilots` at once), and forgets pilots that ended or that SLURM no longer lists. When the sweep ends,
 or the Snakemake process dies (the kernel sends the keeper SIGTERM then), it writes the stop file,
 `scancel`s every pilot it submitted and removes the spool. It runs in its own session, so a signal
-to the terminal's process group reaches Snakemake, whose death then reaches the keeper.
+to the terminal's process group reaches Snakemake, whose death then reaches the keeper. When `spica run`
+(`--sweep-owner`) dies, even by SIGKILL, Snakemake is only asked to finish the jobs it runs, and a job waiting
+for a pilot SLURM keeps pending would keep it (and every helper) alive for ever: the keeper then stops the
+same way, and sends Snakemake SIGINT, as a Ctrl-C would, so it cancels its own SLURM jobs and ends too.
 
 Only its stop ends it: an I/O error on the shared file system (ESTALE, EIO) is logged and the step
 that met it is tried again on the next pass. A pilot a rule script gave up on (`pilots/<id>.abandon`)
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import signal
 import subprocess
@@ -29,6 +33,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import psutil
 
 from spica_lib.base.lifetime import die_with_parent
 from spica_lib.pilot.settings import PilotSettings
@@ -70,8 +76,13 @@ class _Stop(BaseException):
 
 
 class Keeper:
-    def __init__(self, spool: Spool, settings: PilotSettings, log_dir: Path):
+    def __init__(
+        self, spool: Spool, settings: PilotSettings, log_dir: Path, snakemake: int = 0, sweep_owner: int | None = None
+    ):
         self.spool, self.settings, self.log_dir = spool, settings, log_dir
+        self.snakemake = snakemake  # the Snakemake process running the sweep (the keeper's parent)
+        self.sweep_owner = sweep_owner  # `spica run`'s pid, when it started the sweep
+        self.owner_started = None if sweep_owner is None else _started(sweep_owner)
         self.submitted: dict[str, PilotClass] = {}
         self.minutes_of: dict[str, int] = {}  # each pilot's time limit as submitted
         self.scancelled: dict[str, float] = {}  # pilots given up on -> when they were last scancelled
@@ -85,8 +96,8 @@ class Keeper:
     def serve(self) -> None:
         """Each pass runs every step; an I/O error ends only that step's pass (its next pass tries again)."""
         steps: list[Callable[[float], None]] = [
-            self._beat, self._forget_unlisted_now_and_then, self._end_abandoned, self._fail_refused,
-            self._submit_as_needed,
+            self._end_without_owner, self._beat, self._forget_unlisted_now_and_then, self._end_abandoned,
+            self._fail_refused, self._submit_as_needed,
         ]  # fmt: skip
         while True:
             now = time.monotonic()
@@ -104,6 +115,20 @@ class Keeper:
             print(f"spica keeper: {step.replace('_', ' ')}: {error} (tried again on the next pass)",
                   file=sys.stderr, flush=True)  # fmt: skip
             self.troubles[step] = (str(error), now)
+
+    def _end_without_owner(self, now: float) -> None:
+        """`spica run` is gone: the sweep has no one left to report to, so its pilots end now (see the module)."""
+        if self.sweep_owner is None:
+            return
+        if self.owner_started is not None and _started(self.sweep_owner) == self.owner_started:
+            return
+        print(f"spica keeper: spica run (pid {self.sweep_owner}) is gone: ending the pilots and the sweep",
+              file=sys.stderr, flush=True)  # fmt: skip
+        snakemake = os.getppid()
+        if snakemake == self.snakemake:  # still ours (never init's pid, had Snakemake just died)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(snakemake, signal.SIGINT)  # cancel its SLURM jobs, stop waiting for the rest
+        raise _Stop()
 
     def _beat(self, now: float) -> None:
         if now >= self.next_beat:
@@ -320,6 +345,14 @@ def _squeue(jobs: list[str]) -> dict[str, str] | None:
     return listed
 
 
+def _started(pid: int) -> float | None:
+    """When process `pid` started (None: there is none): a pid reused by another process starts later."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return None
+
+
 def _raise_stop(signum: int, frame: object) -> None:
     raise _Stop()
 
@@ -330,11 +363,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("spool")
     parser.add_argument("--settings", required=True)
     parser.add_argument("--log-dir", required=True)
+    parser.add_argument("--sweep-owner", type=int, help="the pid of `spica run`, when it started the sweep")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _raise_stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(args.owner, signal.SIGTERM)
-    keeper = Keeper(Spool(args.spool), PilotSettings.model_validate_json(args.settings), Path(args.log_dir))
+    settings = PilotSettings.model_validate_json(args.settings)
+    keeper = Keeper(Spool(args.spool), settings, Path(args.log_dir), args.owner, args.sweep_owner)
     try:
         keeper.serve()
     except _Stop:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from spica_lib.base.lifetime import end_child
+from spica_lib.base.lifetime import SWEEP_OWNER_VARIABLE, end_child
 from spica_lib.pilot.settings import SPOOL_VARIABLE, PilotSettings
 from spica_lib.pilot.spool import Spool
 
@@ -30,6 +30,8 @@ def start_keeper(run_dir: str | Path, settings: PilotSettings) -> None:
         sys.executable, "-m", "spica_lib.pilot.keeper", str(os.getpid()), str(spool.root.resolve()),
         "--settings", settings.model_dump_json(), "--log-dir", str((Path(run_dir) / "logs" / "pilots").resolve()),
     ]  # fmt: skip
+    if os.environ.get(SWEEP_OWNER_VARIABLE, "").isdigit():  # started by `spica run`: the keeper watches it too
+        command += ["--sweep-owner", os.environ[SWEEP_OWNER_VARIABLE]]
     _keeper = subprocess.Popen(command, stdin=subprocess.DEVNULL, start_new_session=True)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from spica_lib.base.lifetime import die_with_parent
+from spica_lib.base.lifetime import SWEEP_OWNER_VARIABLE, die_with_parent
 
 SNAKEFILE = Path(__file__).resolve().parents[2] / "workflow" / "Snakefile"
 
@@ -151,6 +151,9 @@ def _stop_with_parent(parent: int) -> None:
     thread, which lives as long as `spica run`.
     """
     die_with_parent(parent, signal.SIGTERM)
+    # A `spica run` started in the background of a script has SIGINT ignored, and its Snakemake would inherit
+    # that: the pilots' keeper ends a sweep whose `spica run` died with a SIGINT to Snakemake (spica_lib/pilot).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_forwarding_signals(command: list[str], cwd: str | Path | None = None) -> int:
@@ -159,7 +162,8 @@ def run_forwarding_signals(command: list[str], cwd: str | Path | None = None) ->
     Snakemake then stops its jobs, and each replay worker its children. (Ctrl-C reaches the whole
     foreground process group by itself.)
     """
-    child = subprocess.Popen(command, cwd=cwd, preexec_fn=functools.partial(_stop_with_parent, os.getpid()))
+    env = {**os.environ, SWEEP_OWNER_VARIABLE: str(os.getpid())}
+    child = subprocess.Popen(command, cwd=cwd, env=env, preexec_fn=functools.partial(_stop_with_parent, os.getpid()))
 
     def forward(signum: int, frame: object) -> None:
         child.send_signal(signum)
