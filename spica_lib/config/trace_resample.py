@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -53,15 +54,23 @@ def blocks_for(duration_ms: float) -> int:
 
 def resample_trace(path: str | Path, index: int) -> str:
     """The path of fresh sample `index` of the trace at `path` (written on first use)."""
+    blocks = blocks_for(scan_trace(path).duration_ms)
+    label = f"resample{index}-b{blocks}-v{RESAMPLE_FORMAT}"
+    return derived_trace(path, label, lambda records, rng: resampled_records(records, blocks, rng), seed=index)
+
+
+def derived_trace(path: str | Path, label: str, derive: Callable[[list[dict], np.random.Generator], list[dict]],
+                  seed: int) -> str:  # fmt: skip
+    """The path of a trace drawn from the one at `path` (a resample, the search's sample), named by the source's
+    content and `label`: written once, atomically, with a generator seeded by the source's hash and `seed`."""
     scan = scan_trace(path)
-    blocks = blocks_for(scan.duration_ms)
     root = Path(os.environ.get(RESAMPLES_ENV) or os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
-    target = root / f"{scan.sha256[:24]}-resample{index}-b{blocks}-v{RESAMPLE_FORMAT}" / "trace.jsonl"
+    target = root / f"{scan.sha256[:24]}-{label}" / "trace.jsonl"
     if target.is_file():
         return str(target)
     # scan_trace has parsed every line: these are Mooncake records.
     records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    lines = resampled_records(records, blocks, np.random.default_rng([int(scan.sha256[:15], 16), index]))
+    lines = derive(records, np.random.default_rng([int(scan.sha256[:15], 16), seed]))
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(target, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
     return str(target)

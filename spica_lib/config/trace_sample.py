@@ -27,16 +27,13 @@ benches (1000...) ever draws the same stretches.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 
-from spica_lib.base.artifacts import atomic_write_text
-from spica_lib.config.trace import DEFAULT_SPLIT_ROOT, SPLIT_ROOT_ENV, scan_trace
-from spica_lib.config.trace_resample import RESAMPLES_ENV
+from spica_lib.config.trace import scan_trace
+from spica_lib.config.trace_resample import derived_trace
 
 SAMPLE_FORMAT = 1
 STRATA = 20
@@ -60,19 +57,13 @@ def sample_size(total: int, percentile: float | None, span_ms: float) -> int | N
 
 def sample_trace(path: str | Path, requests: int, seed: int) -> str:
     """The path of the search's sample of `requests` requests of the trace at `path` (written on first use)."""
-    scan = scan_trace(path)
-    if requests >= scan.records:
+    total = scan_trace(path).records
+    if requests >= total:
         return str(path)
-    root = Path(os.environ.get(RESAMPLES_ENV) or os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
-    target = root / f"{scan.sha256[:24]}-sample{requests}-s{seed}-v{SAMPLE_FORMAT}" / "trace.jsonl"
-    if target.is_file():
-        return str(target)
-    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-    rng = np.random.default_rng([int(scan.sha256[:15], 16), SAMPLE_SEED_BASE + seed])
-    lines = sampled_records(records, requests / len(records), rng)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(target, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
-    return str(target)
+    return derived_trace(
+        path, f"sample{requests}-s{seed}-v{SAMPLE_FORMAT}",
+        lambda records, rng: sampled_records(records, requests / total, rng), seed=SAMPLE_SEED_BASE + seed,
+    )  # fmt: skip
 
 
 def sampled_records(records: list[dict], share: float, rng: np.random.Generator, strata: int = STRATA) -> list[dict]:

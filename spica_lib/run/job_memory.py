@@ -10,6 +10,7 @@ needs, with a quarter on top, and never less than the 4000 MB per replay it alwa
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 from collections.abc import Callable
@@ -118,9 +119,15 @@ def largest_node_mb(sinfo_lines: list[str], partition: str | None) -> int | None
 def slurm_node_mb(partition: str | None) -> int | None:
     """The largest node's memory in a partition of the cluster this machine submits to, or None when sinfo cannot
     say (no sinfo here: the submission then fails with SLURM's own error)."""
+    return largest_node_mb(list(_sinfo_nodes()), partition)
+
+
+@functools.cache
+def _sinfo_nodes() -> tuple[str, ...]:
+    """`sinfo`'s node lines, asked once per process (every replaying job is judged against the same answer)."""
     try:
         listed = subprocess.run(["sinfo", "-h", "-N", "-o", "%P %m"], capture_output=True, text=True, timeout=30,
                                 check=True)  # fmt: skip
     except (OSError, subprocess.SubprocessError):
-        return None
-    return largest_node_mb(listed.stdout.splitlines(), partition)
+        return ()
+    return tuple(listed.stdout.splitlines())
