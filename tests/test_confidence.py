@@ -42,7 +42,7 @@ def test_one_fresh_sample_shows_nothing_so_the_leader_is_kept_not_the_cheaper_on
     assert {r.verdict for r in verdict.ranks} == {"undecided"}  # fewer than 2 paired samples bound nothing
     # One sample bounds nothing, and the sentence says why nothing was shown rather than naming a loser.
     assert "a claim about the mean needs at least 2 paired samples" in verdict.sentence
-    assert "so nothing was shown" in verdict.sentence and verdict.samples_for_a_claim == 2
+    assert verdict.sentence.startswith("Nothing was shown: ") and verdict.samples_for_a_claim == 2
 
 
 def test_a_noisy_deployment_14_percent_behind_is_not_recommended_for_using_fewer_gpus():
@@ -95,7 +95,7 @@ def test_a_deployment_that_held_on_every_sample_ranks_before_one_that_scored_hig
     verdict = verdict_of(bursty, deployment("safe", [100.0] * 3))
     assert [r.key for r in verdict.ranks] == ["safe", "bursty"]
     assert verdict.ranks[1].verdict == "missed" and verdict.ranks[1].scored == 2 and verdict.ranks[1].failed_samples
-    assert "#2 missed the SLA on more samples" in verdict.sentence
+    assert "#2 missed the SLA more often" in verdict.sentence
 
 
 def test_when_none_held_on_every_sample_the_one_that_held_most_is_recommended_and_the_miss_is_said():
@@ -104,7 +104,7 @@ def test_when_none_held_on_every_sample_the_one_that_held_most_is_recommended_an
     once = deployment("once", [900.0] + [0.0] * 5, statuses=["feasible"] + ["infeasible"] * 5)
     verdict = verdict_of(once, mostly)
     assert verdict.ranks[0].key == "mostly" and verdict.ranks[0].recommended
-    assert verdict.sentence.startswith("No finished deployment met the SLA on every sample: #1 met it on 5 of 6")
+    assert verdict.sentence.startswith("#1 missed the SLA on 1 of its 6 compared samples, and no deployment given as")
 
 
 def test_robustness_ranks_by_the_worst_sample():
@@ -198,22 +198,34 @@ def test_a_miss_on_samples_only_the_recommendation_got_is_said_and_never_hands_t
     assert verdict.recommended_meets_sla is False or verdict.recommended_meets_sla is None
 
 
-def test_a_time_limit_is_said_as_a_time_limit_not_an_sla_miss():
+def test_a_time_limit_is_undecided_not_a_miss_and_is_never_compared_with_a_deployment_that_finished_every_sample():
     slow = deployment("slow", [100.0, 0.0, 100.0, 100.0], statuses=["feasible", "timed_out", "feasible", "feasible"])
     steady = deployment("steady", [90.0, 91.0, 89.0, 90.0])
     verdict = verdict_of(slow, steady)
-    assert verdict.ranks[0].key == "steady"
-    assert "#2 hit the replay's time limit on more samples" in verdict.sentence
+    ranks = by_key(verdict)
+    assert verdict.ranks[0].key == "steady" and verdict.ranks[0].recommended
+    assert ranks["slow"].verdict == "undecided" and ranks["slow"].compared_time_limits == 1  # never "missed"
+    assert ranks["slow"].held and ranks["slow"].compared_misses == 0
+    assert "#2 hit the replay's time limit on a compared sample, where it is undecided (not an SLA miss)" in verdict.sentence
     assert "missed the SLA" not in verdict.sentence
-    assert by_key(verdict)["slow"].timed_out == 1
+
+
+def test_when_every_contender_hit_a_time_limit_the_leader_is_recommended_and_not_called_equivalent():
+    statuses = ["feasible", "timed_out", "feasible", "feasible", "feasible", "feasible"]
+    a = deployment("a", [100.0, 0.0, 101.0, 99.0, 100.0, 100.0], statuses=statuses)
+    b = deployment("b", [99.0, 99.5, 0.0, 98.5, 99.0, 99.5], statuses=statuses[:1] + ["feasible", "timed_out"] + statuses[3:])
+    verdict = verdict_of(a, b)
+    assert verdict.ranks[0].key == "a" and all(r.verdict != "equivalent" for r in verdict.ranks)
+    assert verdict.sentence.startswith("Nothing was shown best on 6 fresh samples: #1 has the best mean on the samples")
+    assert "time limit on 1 compared sample, where it is undecided (not an SLA miss)" in verdict.sentence
 
 
 def test_p_best_is_computed_where_the_verdict_is_and_a_deployment_shown_behind_has_none():
-    # Look 1: "early" led on samples 0-3 but was shown behind and stopped there; "a" and "b" went on to 8. The
-    # old P(best) used only the 4 samples all three shared, so "early" read 1.00 and the recommendation 0.00.
+    # Look 1: "early" was shown behind and stopped there; "a" and "b" went on to 8. P(best) is computed among the
+    # deployments given the leader's samples and not shown behind, never on the 4 samples all three shared.
     a = deployment("a", [100.0, 101.0, 99.0, 100.0, 130.0, 131.0, 129.0, 130.0], gpus=4)
     b = deployment("b", [98.0, 99.0, 97.0, 98.0, 128.0, 129.0, 127.0, 128.5], gpus=4)
-    early = deployment("early", [99.0, 100.5, 98.5, 99.5], gpus=4)
+    early = deployment("early", [93.0, 94.5, 92.5, 93.5], gpus=4)  # 6 % behind a on samples 0-3: shown behind there
     verdict = verdict_of(a, b, early, looks=[4, 8, 16])
     ranks = by_key(verdict)
     assert ranks["early"].verdict == "behind" and ranks["early"].p_best is None
@@ -255,10 +267,12 @@ def test_a_tail_statistic_on_few_samples_claims_nothing_and_says_so(robustness):
     verdict = verdict_of(best, close, robustness=robustness, looks=[4, 8, 16])
     assert {r.verdict for r in verdict.ranks} == {"undecided"}
     # The leader is recommended, never the cheaper one on a claim the samples cannot support.
-    assert verdict.ranks[0].leader and "so nothing was shown" in verdict.sentence
+    assert verdict.ranks[0].leader and verdict.sentence.startswith("Nothing was shown: ")
     if robustness == "p10":
-        assert verdict.samples_for_a_claim == 46  # (alpha / 2) / ((K - 1) L) = 0.025 / 3 with K 2, L 3: 0.9^46 < it
-        assert "needs at least 46 paired samples" in verdict.sentence
+        # The equivalence side's level 0.0125 / ((K - 1) L) = 0.0125 / 3 with K 2, L 3, each quantile's bound at half
+        # of it: 0.9^59 < 0.0021.
+        assert verdict.samples_for_a_claim == 59
+        assert "needs at least 59 paired samples" in verdict.sentence
     else:
         assert verdict.samples_for_a_claim is None and "bounds nothing" in verdict.sentence
 

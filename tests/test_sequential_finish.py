@@ -77,7 +77,29 @@ def test_samples_go_only_to_deployments_still_in_contention_and_stop_when_decide
     from spica_lib.results.confidence import judge
 
     verdict = judge(result)
-    assert verdict.decided and verdict.ranks[0].key == "cheap" and verdict.ranks[0].equivalent
+    # "cheap" leads on these samples: it is recommended as the observed leader. Within the margin of "best" on 16,
+    # too few to rule out a failure on 1 window in 10, it is not called equivalent, and no sample is drawn for a
+    # claim that would change nothing.
+    first = verdict.ranks[0]
+    assert verdict.decided and first.key == "cheap" and first.leader and not first.equivalent
+    assert first.too_few_for_rare_events and max(counts.values()) == 16
+
+
+def test_an_equivalence_that_would_favour_the_cheaper_one_draws_the_rare_event_samples_for_that_pair_alone():
+    cfg = config(finish_samples=4, finish_max_samples=16)  # goal.rare_event_share: the default 10 %: 42 samples
+    asked = []
+    top = top_of(cfg, {"best": 4, "cheap": 2, "low": 4})
+    result = run_finish(cfg, top, fake_replayer({"best": 500.0, "cheap": 495.0, "low": 200.0}, 2.0, asked))
+    counts = {d.key: len(d.samples) for d in result.deployments}
+    assert counts == {"best": 42, "cheap": 42, "low": 4} and result.rare_look == 42
+    assert all(name.partition("#")[0] in ("best", "cheap") for batch in asked[1:] for name in batch)
+    from spica_lib.results.confidence import judge
+
+    verdict = judge(result)
+    first = verdict.ranks[0]
+    assert first.key == "cheap" and first.equivalent and not first.leader and verdict.decided
+    assert "uses 2 GPUs fewer than #2" in verdict.sentence
+    assert "on 42 compared samples a failure on fewer than 1 in 10 traffic windows could go unseen" in verdict.sentence
 
 
 def test_an_undecided_finish_stops_at_the_cap_and_says_so():

@@ -9,10 +9,9 @@ from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
 from spica_lib.config.calibration import Calibration, prior_calibration, resolve_calibration, sla_safety_problem
 from spica_lib.config.dgdr import DgdrSource, refuse_written_dgdr, validated_dgdr
+from spica_lib.config.finish_settings import resolve_finish
 from spica_lib.config.goal import (
-    DEFAULT_EQUIVALENCE_SHARE,
     TAIL_REQUESTS,
-    EquivalenceMargin,
     OptimizationGoal,
     OptimizationTarget,
     requests_for_percentile,
@@ -32,17 +31,12 @@ from spica_lib.config.trace_sample import sample_size
 from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
-# The finish's defaults: chosen from bench/robust_answers.py (docs/benchmarks/finish.md, "Answers on fresh traffic").
-DEFAULT_FINISH_TOP = 4
 # `sweep.search_sample` left out: `auto`, since bench/search_sample.py showed that where its rule samples (a day
 # trace) the search kept the whole-trace search's recommendation in 10 of 10 seeds (docs/benchmarks/search-sample.md).
 DEFAULT_SEARCH_SAMPLE = "auto"
 DEFAULT_STRESS_TOP = 3
 DEFAULT_CAPACITY_TOP = 3  # the recommendation and the next two, with an SLA coverage floor
 DEFAULT_STRESS_BAND = 0.15  # the error band of the replay's step times where no measured group says otherwise
-# The sequential finish's first look and its cap per deployment (results/sequential.py): looks at 4, 8 and 16.
-DEFAULT_FINISH_SAMPLES = 4
-DEFAULT_FINISH_MAX_SAMPLES = 16
 
 
 class SmartSearchConfig(StrictModel):
@@ -121,7 +115,7 @@ class SmartSearchConfig(StrictModel):
         if problem:
             raise ValueError(problem)
         self._resolve_search_sample()
-        self._resolve_finish()
+        resolve_finish(self)
         self._resolve_stress()  # after the calibration: its measured held-out error may set the band
         self._resolve_capacity()
         self._resolve_warm_start()
@@ -165,73 +159,6 @@ class SmartSearchConfig(StrictModel):
         listed = {"type": "array", "items": {"$ref": "#/$defs/NamedWorkload"}, "minItems": 1}
         schema["properties"]["workload"] = {"anyOf": [schema["properties"]["workload"], listed]}
         return schema
-
-    def _resolve_finish(self) -> None:
-        """The finish replays the top of a ranking on fresh samples: refused where it would change nothing."""
-        sweep, goal = self.sweep, self.goal
-        why_not = self._why_no_finish()
-        finish_fields = ("finish_top", "finish_samples", "finish_max_samples")
-        if why_not is not None:
-            asked = [f"sweep.{name}" for name in finish_fields if getattr(sweep, name) is not None]
-            asked += [f"goal.{name}" for name in ("robustness", "equivalence_margin") if getattr(goal, name) is not None]
-            asked += self._holdouts()
-            if asked:
-                raise ValueError(f"{' and '.join(asked)}: {why_not}")
-            return  # left at None: no finish
-        if sweep.finish_samples == 0:
-            stray = [f"sweep.{n}" for n in ("finish_top", "finish_max_samples") if getattr(sweep, n) is not None]
-            stray += [f"goal.{n}" for n in ("robustness", "equivalence_margin") if getattr(goal, n) is not None]
-            if stray or self._holdouts():
-                raise ValueError(
-                    f"sweep.finish_samples is 0 (no finish), so {', '.join(stray + self._holdouts())} "
-                    "have nothing to rank or check: remove them, or give finish_samples"
-                )
-            return
-        if self._one_held_out_replay_is_all():
-            for name in ("finish_samples", "finish_max_samples"):
-                if getattr(sweep, name) not in (None, 1):
-                    raise ValueError(
-                        f"sweep.{name} {getattr(sweep, name)}: the held-out trace does not change and round robin "
-                        "replays it exactly, so every sample after the first repeats it: give 1, or leave it out"
-                    )
-            sweep.finish_samples = sweep.finish_max_samples = 1
-        if sweep.finish_samples is None:
-            sweep.finish_samples = min(DEFAULT_FINISH_SAMPLES, sweep.finish_max_samples or DEFAULT_FINISH_SAMPLES)
-        if sweep.finish_max_samples is None:
-            sweep.finish_max_samples = max(DEFAULT_FINISH_MAX_SAMPLES, sweep.finish_samples)
-        elif sweep.finish_max_samples < sweep.finish_samples:
-            raise ValueError(
-                f"sweep.finish_max_samples {sweep.finish_max_samples} is below sweep.finish_samples "
-                f"{sweep.finish_samples}, the samples every finished deployment gets first: give at least "
-                f"{sweep.finish_samples}"
-            )
-        if sweep.finish_top is None:
-            sweep.finish_top = DEFAULT_FINISH_TOP
-        if goal.equivalence_margin is None:
-            goal.equivalence_margin = EquivalenceMargin(relative=DEFAULT_EQUIVALENCE_SHARE)
-        if goal.robustness is None:
-            goal.robustness = "mean"
-        elif goal.robustness != "mean" and sweep.finish_samples < 2:
-            raise ValueError(
-                f"goal.robustness {goal.robustness!r} is a statistic of several fresh samples, but "
-                f"sweep.finish_samples is {sweep.finish_samples}: give at least 2"
-            )
-
-    def _holdouts(self) -> list[str]:
-        """The workloads with a held-out part, by their field path."""
-        if self.workloads:
-            return [f"workload[{i}].holdout" for i, w in enumerate(self.workloads) if w.holdout is not None]
-        return ["workload.holdout"] if self.workload.holdout is not None else []
-
-    def _one_held_out_replay_is_all(self) -> bool:
-        """Held-out traffic that does not change, replayed by exact round robin: one sample says everything."""
-        workloads = self.workloads or [self.workload]
-        return (
-            bool(self._holdouts())
-            and all(w.holdout is not None for w in workloads if w.is_trace_based)  # no trace resampled instead
-            and not any(w.draws_arrivals for w in workloads)
-            and "kv_router" not in self.search_space.router_mode
-        )
 
     def _resolve_stress(self) -> None:
         """The top deployments under perturbed step times: refused where there is no single order to check."""
@@ -313,20 +240,6 @@ class SmartSearchConfig(StrictModel):
                 return "a closed-loop workload (concurrency, kv_load_ratio) has no arrival rate to raise"
             if workload.is_trace_based and workload.replay_concurrency is not None:
                 return "a closed-loop trace (replay_concurrency) has no arrival rate to raise"
-        return None
-
-    def _why_no_finish(self) -> str | None:
-        """Why a finish could not change a ranking here, or None when it can."""
-        if self.goal.is_pareto:
-            return "the finish ranks the top deployments by fresh scores; a 'pareto' goal has a front, not a ranking"
-        workloads = self.workloads or [self.workload]
-        # Fresh traffic exists for open-loop synthetic arrivals, a trace's held-out part and a trace's resamples.
-        fresh = any(w.draws_arrivals or w.is_trace_based for w in workloads)
-        if not fresh and "kv_router" not in self.search_space.router_mode:
-            return (
-                "every replay here is exact (a closed-loop synthetic workload has no arrival draw and round robin "
-                "breaks no ties), so a fresh sample repeats the search's score: remove it"
-            )
         return None
 
     def _resolve_warm_start(self) -> None:

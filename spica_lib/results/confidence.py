@@ -47,6 +47,7 @@ import numpy as np
 
 from spica_lib.results.finish import FinishedDeployment, FinishResult
 from spica_lib.results.finish_sentence import SentenceFacts, finish_sentence, samples_words
+from spica_lib.results.held import fell_behind_on_held, misses, time_limits
 from spica_lib.results.pair_bounds import (
     draws,
     pair_bounds,
@@ -55,6 +56,7 @@ from spica_lib.results.pair_bounds import (
     statistic,
     statistics_along,
 )
+from spica_lib.results.rare_events import RARE_ALPHA
 from spica_lib.results.verdict import CONFIDENCE, COST_TOLERANCE, FinishedRank, FinishVerdict, Verdict
 from spica_lib.trial.outcome import SAME_RELATIVE, at_least, same_value
 
@@ -64,13 +66,13 @@ __all__ = ["FinishVerdict", "FinishedRank", "judge", "statistic"]
 def judge(finish: FinishResult) -> FinishVerdict:
     """The finished top ranked by its fresh samples (see the module docstring)."""
     robustness = finish.robustness
-    compared, shared = _compared_views(finish.deployments), _shared_views(finish.deployments)
+    compared = _compared_views(finish.deployments)
     scored = [d for d in finish.deployments if compared[d.key].scores]
     unscored = [d for d in finish.deployments if not compared[d.key].scores]
     low, high = finish.samples_used
     base = {"robustness": robustness, "kind": finish.kind or "", "samples_min": low, "samples_max": high}
     if not scored:
-        ranks = [_rank(d, compared[d.key], shared[d.key], robustness, "unscored") for d in unscored]
+        ranks = [_rank(d, compared[d.key], robustness, "unscored") for d in unscored]
         return FinishVerdict(
             **base, ranks=ranks, decided=True,
             sentence=f"No top deployment was feasible on any of its {samples_words(finish)}.",
@@ -81,46 +83,76 @@ def judge(finish: FinishResult) -> FinishVerdict:
             "a validated config's goal.equivalence_margin; build the finish result with it"
         )
     stat = {d.key: statistic(compared[d.key].scores, robustness) for d in scored}
-    best_share = max(shared[d.key].held_share for d in scored)
-    contenders = [d for d in scored if shared[d.key].held_share == best_share]
+    fell = fell_behind_on_held({d.key: compared[d.key] for d in scored}, finish.looks)
+    contenders = [d for d in scored if d.key not in fell]
+    # A time limit on a compared sample leaves the deployment undecided there: it is compared with no one while a
+    # deployment that finished every compared sample is in contention (results/held.py).
+    finished_all = [d for d in contenders if not time_limits(compared[d.key])]
+    limited = [d for d in contenders if d not in finished_all] if finished_all else []
+    contenders = finished_all or contenders
     most = max(len(compared[d.key].samples) for d in contenders)
     in_step = [d for d in contenders if len(compared[d.key].samples) == most]
     leader = _best(in_step, stat)
     margin = finish.margin.of(stat[leader.key])
-    looks = max(1, len(finish.looks))
-    upper_alpha, lower_alpha = _alphas(len(contenders), looks)
+    upper_alpha, lower_alpha = _alphas(len(contenders), finish.look_count)
     bounds = _behind_the_best([compared[d.key] for d in contenders], robustness, upper_alpha, lower_alpha)
     on_this_traffic = all(d.exact for d in contenders)
+    rare_samples = None if on_this_traffic or len(contenders) < 2 else finish.rare_samples
+    within = {
+        d.key: (upper := bounds.get(d.key, (None, None))[1]) is not None and upper <= margin
+        and not time_limits(compared[d.key])
+        for d in contenders
+    }  # fmt: skip
     ranks: dict[str, FinishedRank] = {}
     for d in contenders:
         lower, upper = bounds.get(d.key, (None, None))
+        resolved = rare_samples is None or len(compared[d.key].samples) >= rare_samples
+        # One given fewer samples than the leader is judged on the samples it has: the pairs that stopped it.
         verdict: Verdict = "undecided"
-        if d not in in_step:
-            verdict = "behind"  # it stopped at an earlier look, where it was shown behind (the claim stands)
-        elif upper is not None and upper <= margin:
+        if within[d.key] and resolved:
             verdict = "equivalent"
-        elif lower is not None and lower > 0:
+        elif lower is not None and lower > 0 and not within[d.key]:
             verdict = "behind"
-        ranks[d.key] = _rank(d, compared[d.key], shared[d.key], robustness, verdict).model_copy(
+        ranks[d.key] = _rank(d, compared[d.key], robustness, verdict).model_copy(
             update={"behind": stat[leader.key] - stat[d.key], "behind_low": lower, "behind_high": upper,
                     "leader": d.key == leader.key, "beyond_margin": lower is not None and lower > margin,
-                    "on_this_traffic": on_this_traffic and len(contenders) > 1}
+                    "on_this_traffic": on_this_traffic and len(contenders) > 1,
+                    "too_few_for_rare_events": verdict == "undecided" and within[d.key]}
         )  # fmt: skip
+    equivalent = [d for d in contenders if ranks[d.key].equivalent]
+    chosen = _preferred(equivalent, stat) if equivalent else leader
+    # The rare-event check: samples only for a deployment the equivalence would favour over the recommendation. One
+    # within the margin on too few samples that it would not favour is what its bounds show: behind, or undecided.
+    favoured = [d for d in in_step if ranks[d.key].too_few_for_rare_events and _prefers(d, chosen, stat)]
+    for d in contenders:
+        rank = ranks[d.key]
+        if rank.too_few_for_rare_events and d not in favoured and rank.behind_low is not None and rank.behind_low > 0:
+            rank.verdict, rank.too_few_for_rare_events = "behind", False
     if len(contenders) == 1:
         ranks[leader.key].verdict = "equivalent"  # nothing else held as often: the best of one, with no interval
+    elif within[leader.key] and all(ranks[d.key].verdict == "behind" for d in contenders if d is not leader):
+        # Every other is shown behind it: it is the best by those claims, not by an equivalence a failure could hide in.
+        ranks[leader.key].verdict, ranks[leader.key].too_few_for_rare_events = "equivalent", False
+    ranks[chosen.key].recommended = True
     in_play = [d for d in in_step if ranks[d.key].verdict != "behind"]
     for key, p in _p_best([compared[d.key] for d in in_play], robustness).items():
         ranks[key].p_best = p
-    equivalent = [d for d in contenders if ranks[d.key].equivalent]
-    chosen = _preferred(equivalent, stat) if equivalent else leader
-    ranks[chosen.key].recommended = True
-    undecided = [d for d in contenders if ranks[d.key].verdict == "undecided"]
-    open_ = [d for d in undecided if not equivalent or _prefers(d, chosen, stat)]
+    # What more samples could change. The bounds: an undecided contender that could still be shown within the
+    # margin and be preferred (or any, while none is within it), as the samples' bounds alone would decide.
+    bounded = [d for d in in_play if within[d.key]]
+    chosen_by_bounds = _preferred(bounded, stat) if bounded else leader
+    open_ = [
+        d for d in in_play
+        if ranks[d.key].verdict == "undecided" and not within[d.key] and (not bounded or _prefers(d, chosen_by_bounds, stat))
+    ]  # fmt: skip
+    partners = [p for p in (leader, chosen) if favoured and p not in favoured]
     rest = sorted((d for d in contenders if d.key != chosen.key), key=lambda d: (-stat[d.key], d.used_gpus))
-    missed = sorted((d for d in scored if d not in contenders), key=lambda d: (-shared[d.key].held_share, -stat[d.key]))
+    # Those that fell behind on held: the later they fell, the longer they held.
+    missed = sorted((d for d in scored if d.key in fell), key=lambda d: (-fell[d.key], -stat[d.key]))
     order = [ranks[d.key] for d in [chosen, *rest]]
-    order += [_rank(d, compared[d.key], shared[d.key], robustness, "missed") for d in missed]
-    order += [_rank(d, compared[d.key], shared[d.key], robustness, "unscored") for d in unscored]
+    order += [_rank(d, compared[d.key], robustness, "undecided") for d in sorted(limited, key=lambda d: -stat[d.key])]
+    order += [_rank(d, compared[d.key], robustness, "missed") for d in missed]
+    order += [_rank(d, compared[d.key], robustness, "unscored") for d in unscored]
     # With one contender nothing is compared, and exact replays compare by facts: one sample is enough for those.
     needed = samples_for_a_claim(robustness, upper_alpha) if len(contenders) > 1 and not on_this_traffic else 1
     facts = SentenceFacts(
@@ -129,6 +161,8 @@ def judge(finish: FinishResult) -> FinishVerdict:
         margin_text=finish.margin.text(),
         best=stat[leader.key],
         samples_for_a_claim=needed,
+        rare_samples=rare_samples,
+        time_limited=[d.key for d in limited],
         why_preferred={r.key: _why_preferred(chosen, d, stat) for d in contenders if (r := ranks[d.key]).equivalent},
     )
     return FinishVerdict(
@@ -136,9 +170,11 @@ def judge(finish: FinishResult) -> FinishVerdict:
         margin=margin,
         margin_text=facts.margin_text,
         ranks=order,
-        decided=not open_,
-        open_keys=[d.key for d in open_],
-        contender_keys=[d.key for d in contenders if ranks[d.key].verdict != "behind"],
+        decided=not open_ and not favoured,
+        open_keys=[d.key for d in [*open_, *favoured]],
+        contender_keys=[d.key for d in in_play],
+        rare_keys=list(dict.fromkeys(d.key for d in [*favoured, *partners])),
+        rare_samples=rare_samples,
         samples_for_a_claim=needed,
         sentence=finish_sentence(order, facts),
         kendall_tau=_kendall_tau(scored, stat),
@@ -151,12 +187,6 @@ def _compared_views(deployments: list[FinishedDeployment]) -> dict[str, Finished
     counts = sorted((len(d.samples) for d in deployments), reverse=True)
     shared_by_two = counts[1] if len(counts) > 1 else counts[0] if counts else 0
     return {d.key: _first(d, shared_by_two) for d in deployments}
-
-
-def _shared_views(deployments: list[FinishedDeployment]) -> dict[str, FinishedDeployment]:
-    """Each deployment on the samples every finished deployment was given."""
-    fewest = min((len(d.samples) for d in deployments), default=0)
-    return {d.key: _first(d, fewest) for d in deployments}
 
 
 def _first(d: FinishedDeployment, count: int) -> FinishedDeployment:
@@ -203,9 +233,11 @@ def _why_preferred(chosen: FinishedDeployment, other: FinishedDeployment, stat: 
 
 
 def _alphas(count: int, looks: int) -> tuple[float, float]:
-    """Each pair bound's level, upper and lower (module docstring, 2.)."""
+    """Each pair bound's level, upper and lower (module docstring, 2.): the equivalence side has half the family's
+    error less the rare-event check's share (results/rare_events.py), the "behind" side half."""
     pairs = max(1, count - 1)
-    return (1 - CONFIDENCE) / 2 / (pairs * looks), (1 - CONFIDENCE) / 2 / (max(1, count) * pairs * looks)
+    upper = (1 - CONFIDENCE) / 2 - RARE_ALPHA
+    return upper / (pairs * looks), (1 - CONFIDENCE) / 2 / (max(1, count) * pairs * looks)
 
 
 def _behind_the_best(
@@ -257,9 +289,7 @@ def _meets_sla(d: FinishedDeployment) -> bool | None:
     return d.held and max(misses) <= 1.0
 
 
-def _rank(
-    d: FinishedDeployment, compared: FinishedDeployment, shared: FinishedDeployment, robustness: str, verdict: Verdict
-) -> FinishedRank:
+def _rank(d: FinishedDeployment, compared: FinishedDeployment, robustness: str, verdict: Verdict) -> FinishedRank:
     scores = d.scores
     names = sorted({name for s in d.samples for name in s.metrics})
     return FinishedRank(
@@ -273,8 +303,10 @@ def _rank(
         scored=len(scores),
         samples=len(d.samples),
         compared=len(compared.samples),
-        timed_out=sum(s.status == "timed_out" for s in d.samples),
-        held=shared.held,
+        timed_out=time_limits(d),
+        compared_misses=misses(compared),
+        compared_time_limits=time_limits(compared),
+        held=not misses(compared),
         verdict=verdict,
         failed_samples=d.failed_samples,
         sla_miss=d.sla_miss_mean,

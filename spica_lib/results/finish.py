@@ -31,9 +31,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SmartSearchConfig
 from spica_lib.config.goal import EquivalenceMargin
+from spica_lib.results.rare_events import samples_to_see
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
 
-SCHEMA_VERSION = 3  # 3: a sequential finish (samples per deployment), an equivalence margin, sample metrics
+# 3: a sequential finish (samples per deployment), an equivalence margin, sample metrics; 4: a rare-event share
+SCHEMA_VERSION = 4
 SAMPLE_SEPARATOR = "#"  # "<trial key>#<i>": the deployment's replay on fresh sample i
 SampleKind = Literal["arrival", "bootstrap", "holdout", "repeat"]
 # What the report shows of a finished row, as means over its fresh samples (the rest are the search's).
@@ -130,6 +132,9 @@ class FinishResult(BaseModel):
     looks: list[int] = Field(default_factory=list)  # the samples per deployment at each planned look
     robustness: Literal["mean", "p10", "worst"] = "mean"
     margin: EquivalenceMargin | None = None  # goal.equivalence_margin: None only with no finish
+    # goal.rare_event_share: an equivalence needs enough compared samples that a failure on this share of traffic
+    # windows would have shown (results/rare_events.py). None: no such check (exact replays, or a file of before it).
+    rare_event_share: float | None = None
     deployments: list[FinishedDeployment] = Field(default_factory=list)
     stopped: str | None = None  # why no more samples were drawn
 
@@ -139,6 +144,22 @@ class FinishResult(BaseModel):
     @property
     def first_samples(self) -> int:
         return self.looks[0] if self.looks else 0
+
+    @property
+    def rare_samples(self) -> int | None:
+        """The compared samples an equivalence needs for goal.rare_event_share (None: no such check)."""
+        return samples_to_see(self.rare_event_share) if self.rare_event_share is not None else None
+
+    @property
+    def rare_look(self) -> int | None:
+        """The look past sweep.finish_max_samples that only an equivalence's rare-event check may take (None: none)."""
+        needed = self.rare_samples
+        return needed if needed is not None and self.looks and needed > self.looks[-1] else None
+
+    @property
+    def look_count(self) -> int:
+        """The looks every claim is corrected for (Bonferroni): the planned ones, and the rare-event check's."""
+        return max(1, len(self.looks) + (self.rare_look is not None))
 
     @property
     def samples_used(self) -> tuple[int, int]:
@@ -250,6 +271,7 @@ def finished(
         looks=looks,
         robustness=config.goal.robustness or "mean",
         margin=config.goal.equivalence_margin,
+        rare_event_share=config.goal.rare_event_share,
         deployments=deployments,
         stopped=stopped,
     )

@@ -2,7 +2,9 @@
 
 It claims no more than results/confidence.py decided: "at 95 % (simultaneously)" only for bounds from samples
 that vary; "on this traffic" for exact replays of one trace; "nothing was shown" when the statistic cannot
-support a claim with the finish's samples; a replay's time limit is never called an SLA miss.
+support a claim with the finish's samples, and "nothing was shown best" before it names an observed leader; a
+replay's time limit is never called an SLA miss, and an SLA miss on a compared sample is always said; every sentence
+ends with what its sample count could not see (results/rare_events.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spica_lib.results.finish import FinishedDeployment, FinishResult
+from spica_lib.results.rare_events import resolution_words
 from spica_lib.results.verdict import CONFIDENCE, FinishedRank
 
 SAMPLE_WORDS = {
@@ -30,6 +33,8 @@ class SentenceFacts:
     margin_text: str
     best: float  # the leader's statistic on the compared samples
     samples_for_a_claim: int | None  # paired samples a claim needs (None: the statistic supports none)
+    rare_samples: int | None = None  # compared samples an equivalence needs (goal.rare_event_share; None: no check)
+    time_limited: list[str] = field(default_factory=list)  # undecided on a time-limited sample, compared with no one
     why_preferred: dict[str, str] = field(default_factory=dict)  # equivalent rank key -> why #1 was preferred to it
 
 
@@ -41,28 +46,29 @@ def samples_words(finish: FinishResult) -> str:
 
 
 def finish_sentence(order: list[FinishedRank], facts: SentenceFacts) -> str:
-    finish, best = facts.finish, facts.best
+    finish = facts.finish
     samples = samples_words(finish)
     first = order[0]
-    contenders = [r for r in order if r.verdict not in ("missed", "unscored")]
+    contenders = [r for r in order if r.verdict not in ("missed", "unscored") and r.key not in facts.time_limited]
     leader = next(r for r in contenders if r.leader) if len(contenders) > 1 else first
     statistic_name = STATISTIC_NAMES[finish.robustness]
     most = finish.looks[-1] if finish.looks else first.samples
     no_claim = len(contenders) > 1 and (facts.samples_for_a_claim is None or facts.samples_for_a_claim > most)
     exact = first.on_this_traffic
+    short = "on this traffic" if exact else f"at {100 * CONFIDENCE:.0f} %"
     level = "on this traffic (exact replays of one trace: a fact about it, not a claim about other traffic)" if exact \
         else f"at {100 * CONFIDENCE:.0f} % (simultaneously)"  # fmt: skip
     parts = []
-    if not first.held:
-        every = "every sample" + (" they all had" if finish.samples_used[0] < finish.samples_used[1] else "")
-        parts.append(f"No finished deployment met the SLA on {every}: #1 {_held_on(facts, first, finish)}")
+    if first.compared_misses:
+        parts.append(
+            f"#1 missed the SLA on {first.compared_misses} of its {first.compared} compared samples, and no deployment "
+            f"given as many met it more often" + (f"; it {_time_limits(first)}" if first.compared_time_limits else "")
+        )
     position = {r.key: p for p, r in enumerate(order, start=1)}
     missed = [r for r in order if r.verdict == "missed"]
-    missed_text = (
-        f"{_names([position[r.key] for r in missed])} {_failed_words(missed)} on more samples" if missed else None
-    )
+    missed_text = f"{_names([position[r.key] for r in missed])} missed the SLA more often" if missed else None
     if len(contenders) == 1:
-        held = "met the SLA on as many" if not first.held else "held on all"
+        held = "met the SLA as often" if not first.held else "held on all"
         parts.append(
             f"#1 is the only finished deployment that {held} of its {samples}" if len(order) > 1 else
             f"#1 is the only finished deployment ({samples})"
@@ -75,28 +81,80 @@ def finish_sentence(order: list[FinishedRank], facts: SentenceFacts) -> str:
             else "the worst sample bounds nothing without assuming the distribution's shape"
         )
         parts.append(
-            f"#1 has the best {statistic_name} on {samples}; {needs}, so nothing was shown: no deployment is "
-            "equivalent or behind, all are undecided"
+            f"Nothing was shown: {needs}, so no deployment is equivalent or behind, all are undecided; #1 has the "
+            f"best {statistic_name} on {samples}"
         )
     elif first.leader and first.equivalent:
         parts.append(
             f"#1 has the best {statistic_name} on {samples} and is shown within {facts.margin_text} of the best {level}"
         )
     elif first.leader:
-        parts.append(
-            f"#1 has the best {statistic_name} on {samples}; no deployment was shown within {facts.margin_text} of "
-            "the best, so none replaces it"
-        )
+        parts.append(f"Nothing was shown best on {samples}: " + _observed_leader(first, facts, statistic_name, short))
     else:
-        short = "on this traffic" if exact else f"at {100 * CONFIDENCE:.0f} %"
         parts.append(_not_the_leader(first, leader, position, facts, samples, short))
+    said = first.compared_misses or (first.leader and not first.equivalent and len(contenders) > 1 and not no_claim)
+    if first.compared_time_limits and not said:
+        parts.append(f"#1 {_time_limits(first)}")
     if len(contenders) > 1 and not no_claim:
-        parts += _others(contenders, position, facts, best)
+        parts += _others(contenders, position, facts, facts.best)
+    if not exact:
+        parts.append(resolution_words(first.compared))
+    limited = [r for r in order if r.key in facts.time_limited]
+    if limited:
+        parts.append(
+            f"{_names([position[r.key] for r in limited])} hit the replay's time limit on a compared sample, where "
+            f"{'it is' if len(limited) == 1 else 'they are'} undecided (not an SLA miss): compared with no deployment "
+            "that finished every sample, not recommended"
+        )
     if first.own_samples:
         parts.append(_own_samples(facts.deployments[first.key], first))
     if missed_text:
         parts.append(missed_text)
+    parts += [f"#{position[r.key]} {_unscored(r)}" for r in order if r.verdict == "unscored"]
     return "; ".join(parts) + "."
+
+
+def _unscored(rank: FinishedRank) -> str:
+    """A deployment with no score on any compared sample: why, a time limit said as such."""
+    limits, misses = rank.compared_time_limits, rank.compared_misses
+    if limits and not misses:
+        return f"hit the replay's time limit on all {limits} of its compared samples: undecided, not scored"
+    if limits:
+        return f"met the SLA on none of its compared samples ({misses} missed, {limits} hit the replay's time limit)"
+    return "met the SLA on none of its compared samples"
+
+
+def _observed_leader(first: FinishedRank, facts: SentenceFacts, statistic_name: str, level: str) -> str:
+    """Why the leader is recommended without being shown best (the sentence's lead says nothing was)."""
+    if first.too_few_for_rare_events:
+        return (
+            f"#1 has the best {statistic_name} and is within {facts.margin_text} of the best on them {level}, but an "
+            f"equivalence needs {facts.rare_samples} compared samples (goal.rare_event_share "
+            f"{_percent(facts.finish.rare_event_share)}) and it has {first.compared}, so it is recommended as the "
+            "observed leader"
+        )
+    if first.compared_time_limits:
+        return (
+            f"#1 has the best {statistic_name} on the samples it finished but {_time_limits(first)}; it is "
+            "recommended as the observed leader"
+        )
+    return (
+        f"no deployment was shown within {facts.margin_text} of the best {level}, so #1 is recommended as the "
+        f"observed leader (the best {statistic_name})"
+    )
+
+
+def _time_limits(rank: FinishedRank) -> str:
+    """A time limit on a compared sample: no verdict on that sample, so no equivalence either."""
+    count = rank.compared_time_limits
+    return (
+        f"hit the replay's time limit on {count} compared sample{'s' if count != 1 else ''}, where it is undecided "
+        "(not an SLA miss), so it is not called equivalent"
+    )
+
+
+def _percent(share: float | None) -> str:
+    return f"{100 * share:g} %" if share is not None else "unset"
 
 
 def _not_the_leader(
@@ -124,7 +182,14 @@ def _others(contenders: list[FinishedRank], position: dict[str, int], facts: Sen
     if behind:
         parts.append(f"{_names(behind)} {'is' if len(behind) == 1 else 'are'} shown behind the best")
     for r in contenders[1:]:
-        if r.verdict == "undecided":
+        if r.too_few_for_rare_events:
+            parts.append(
+                f"#{position[r.key]} is within the margin on these samples too, but on {r.compared}, too few to be "
+                f"called equivalent (an equivalence needs {facts.rare_samples}): not recommended for it"
+            )
+        elif r.verdict == "undecided" and r.compared_time_limits:
+            parts.append(f"#{position[r.key]} {_time_limits(r)}")
+        elif r.verdict == "undecided":
             parts.append(
                 f"#{position[r.key]} may be up to {_share(r.behind_high, best)} behind: not shown within the margin, "
                 "not recommended"
@@ -150,23 +215,6 @@ def _own_samples(d: FinishedDeployment, first: FinishedRank) -> str:
         parts += [f"hit the replay's time limit on {timed}"] if timed else []
         text += f" ({' and '.join(parts)} of them: said, not acted on)"
     return text
-
-
-def _held_on(facts: SentenceFacts, first: FinishedRank, finish: FinishResult) -> str:
-    """How #1 did on the samples every deployment had, a time limit said as such."""
-    shared = finish.samples_used[0]
-    failed = [s.status for s in facts.deployments[first.key].samples if s.index < shared and s.status != "feasible"]
-    timed = failed.count("timed_out")
-    text = f"met it on {shared - len(failed)} of {shared}"
-    return text + (f" ({timed} hit the replay's time limit)" if timed else "")
-
-
-def _failed_words(ranks: list[FinishedRank]) -> str:
-    timed = any(r.timed_out for r in ranks)
-    missed = any(len(r.failed_samples) > r.timed_out for r in ranks)
-    if timed and missed:
-        return "missed the SLA or hit the replay's time limit"
-    return "hit the replay's time limit" if timed else "missed the SLA"
 
 
 def _names(positions: list[int]) -> str:

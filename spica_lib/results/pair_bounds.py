@@ -7,8 +7,8 @@ The statistic is `goal.robustness`:
   (upper(b) - lower(a)). A percentile bootstrap cannot reach the tails these levels ask for
   ((alpha / 2) / ((K - 1) L) ~ 0.003) with 4-16 samples, and it claimed "equivalent" for a deployment truly
   beyond the margin 3-4 times as often as its nominal rate (bench/decision_errors.py). The order statistics
-  hold at any sample size, and below the size they need (about 56 samples at the defaults) they bound
-  nothing: no claim is made, and the finish says so.
+  hold at any sample size, and below the size they need (68-81 samples with 4 deployments, each quantile's
+  bound at half the pair's level) they bound nothing: no claim is made, and the finish says so.
 - **worst**: the worst of n samples has no population value a finite sample can bound without assuming the
   distribution's shape, so it bounds nothing: the finish recommends the best worst sample and claims nothing.
 
@@ -61,17 +61,37 @@ def pair_bounds(a: FinishedDeployment, b: FinishedDeployment, robustness: str, a
 
         # A difference within float noise (the simulator's summation order) is no difference: twins differ by 0.
         differences = np.where(_same(theirs, ours), 0.0, theirs - ours)
-        half = float(t.ppf(1 - alpha, n - 1)) * float(differences.std(ddof=1)) / math.sqrt(n)
+        sd = float(differences.std(ddof=1))
+        half = float(t.ppf(1 - alpha, n - 1)) * sd / math.sqrt(n)
         centre = float(differences.mean())
-        return centre - half, centre + half
+        skew = _skew_widening(differences, sd, half)
+        return centre - half + min(skew, 0.0), centre + half + max(skew, 0.0)
     if robustness in QUANTILE:
+        # Each bound on stat(b) - stat(a) needs one bound on each quantile to hold: each at alpha / 2, so that
+        # both hold together at 1 - alpha (Bonferroni).
         q = QUANTILE[robustness]
-        low_b, high_b = quantile_bounds(theirs, q, alpha)
-        low_a, high_a = quantile_bounds(ours, q, alpha)
+        low_b, high_b = quantile_bounds(theirs, q, alpha / 2)
+        low_a, high_a = quantile_bounds(ours, q, alpha / 2)
         if bool(np.all(_same(theirs, ours))):
             low_b, high_b = low_a, high_a  # twins: the same order statistics, not two draws of them
         return low_b - high_a, high_b - low_a
     return UNBOUNDED
+
+
+def _skew_widening(differences: np.ndarray, sd: float, half: float) -> float:
+    """How far a skewed sample moves the t bounds (Johnson's modified t, 1978), applied only on the side it widens.
+
+    Student's t assumes the mean and the spread of the differences vary independently. When one deployment collapses
+    on a few samples, its differences are skewed: the samples that missed the collapse show both a small gap and a
+    small spread, so the t bound on that side is too tight exactly when it is wrong (bench/decision_errors.py,
+    "collapse"). Johnson's correction shifts the interval by the third moment, mu3 / (6 s^2 n) + mu3 / (3 s^4) x
+    half^2; it is added where it widens a bound, never where it would narrow one, so it costs claims only on skewed
+    samples."""
+    if sd <= 0 or len(differences) < 3:
+        return 0.0
+    n = len(differences)
+    third = float(np.mean((differences - differences.mean()) ** 3))
+    return third / (6 * sd**2 * n) + third / (3 * sd**4) * half**2
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -85,12 +105,13 @@ def quantile_bounds(values: np.ndarray, q: float, alpha: float) -> tuple[float, 
 
     ordered = np.sort(values)
     n = len(ordered)
+    below_count = binom.cdf(np.arange(n), n, q)  # [r - 1] -> P(Bin(n, q) <= r - 1), for r = 1 .. n
     # Lower: the r-th smallest with P(Bin(n, q) >= r) >= 1 - alpha, the largest such r.
-    below = [r for r in range(1, n + 1) if binom.cdf(r - 1, n, q) <= alpha]
-    low = float(ordered[below[-1] - 1]) if below else -math.inf
+    below = np.flatnonzero(below_count <= alpha)
+    low = float(ordered[below[-1]]) if below.size else -math.inf
     # Upper: the s-th smallest with P(Bin(n, q) <= s - 1) >= 1 - alpha, the smallest such s.
-    above = [s for s in range(1, n + 1) if binom.cdf(s - 1, n, q) >= 1 - alpha]
-    high = float(ordered[above[0] - 1]) if above else math.inf
+    above = np.flatnonzero(below_count >= 1 - alpha)
+    high = float(ordered[above[0]]) if above.size else math.inf
     return low, high
 
 
@@ -98,8 +119,8 @@ def samples_for_a_claim(robustness: str, alpha: float) -> int | None:
     """The fewest paired samples with which a pair bound at level 1 - alpha can be finite (None: never)."""
     if robustness == "mean":
         return 2
-    if robustness in QUANTILE:
-        return math.ceil(math.log(alpha) / math.log(1 - QUANTILE[robustness]))
+    if robustness in QUANTILE:  # the lower bound of each quantile at alpha / 2 (pair_bounds) is the first finite
+        return math.ceil(math.log(alpha / 2) / math.log(1 - QUANTILE[robustness]))
     return None
 
 

@@ -63,18 +63,34 @@ def precise(verdict: FinishVerdict) -> bool:
 
 def next_counts(finish: FinishResult, verdict: FinishVerdict) -> dict[str, int]:
     """The samples each deployment should have after the next look ({}: stop here)."""
-    settled = verdict.decided or not can_claim(finish, verdict)
-    if settled and precise(verdict):
-        return {}
     counts = {d.key: len(d.samples) for d in finish.deployments}
+    settled = verdict.decided or not can_claim(finish, verdict)
+    if not settled:
+        # The bounds' looks (up to sweep.finish_max_samples) go to every deployment in contention while a bound
+        # could still change the answer; the rare-event check's samples only to the deployments an equivalence
+        # would favour and those they are compared with, past the cap if it must (FinishResult.rare_look).
+        if set(verdict.open_keys) - set(verdict.rare_keys):
+            look = _next_look(finish.looks, counts, verdict.contender_keys)
+            if look is not None:
+                return {key: look for key in verdict.contender_keys}
+        rare_looks = [*finish.looks, *([finish.rare_look] if finish.rare_look is not None else [])]
+        look = _next_look(rare_looks, counts, verdict.rare_keys)
+        return {key: look for key in verdict.rare_keys} if look is not None else {}
+    if precise(verdict):
+        return {}
     # Settled but imprecise: only the recommendation's level is wanted; its new samples pair with nothing, so no
     # comparison changes (they are left out of every pair), only its statistic and standard error.
-    wanted = [verdict.recommended.key] if settled else verdict.contender_keys
-    current = max(counts[key] for key in wanted)
-    later = [n for n in finish.looks if n > current]
-    if not later:
-        return {}
-    return {key: later[0] for key in wanted}
+    key = verdict.recommended.key
+    look = _next_look(finish.looks, counts, [key])
+    return {key: look} if look is not None else {}
+
+
+def _next_look(looks: list[int], counts: dict[str, int], keys: list[str]) -> int | None:
+    """The first planned look past the most samples any of `keys` has (None: no such look, or no keys)."""
+    if not keys:
+        return None
+    current = max(counts[key] for key in keys)
+    return next((n for n in looks if n > current), None)
 
 
 def can_claim(finish: FinishResult, verdict: FinishVerdict) -> bool:
@@ -102,9 +118,12 @@ def stop_reason(finish: FinishResult, verdict: FinishVerdict) -> str:
             else f"the {finish.robustness} statistic supports no claim"
         )
         return f"no claim possible after {high} sample(s): {needs}{behind}{error}"
+    cap = f"sweep.finish_max_samples ({finish.looks[-1] if finish.looks else high})"
     if verdict.decided:
-        return f"decided; reached sweep.finish_max_samples ({high}) before the statistic's precision{behind}{error}"
-    return f"reached sweep.finish_max_samples ({high}) with {len(verdict.open_keys)} deployment(s) undecided{error}"
+        return f"decided; reached {cap} before the statistic's precision{behind}{error}"
+    if finish.rare_look is not None and high >= finish.rare_look:
+        cap += f" and the rare-event check's {finish.rare_look} (goal.rare_event_share)"
+    return f"reached {cap} with {len(verdict.open_keys)} deployment(s) undecided{error}"
 
 
 def run_finish(config: SmartSearchConfig, top: dict[str, tuple[TrialSpec, TrialResult]], replay: Replayer) -> FinishResult:

@@ -34,7 +34,11 @@ class FinishedRank(BaseModel):
     samples: int  # samples it was given
     compared: int = 0  # of them, the samples it shares with another finished deployment (every comparison's)
     timed_out: int = 0  # samples whose replay hit its time limit (not an SLA miss: the replay did not finish)
-    held: bool  # feasible on every sample all finished deployments were given
+    # Of its compared samples: those it finished without meeting the SLA, and those that hit the time limit (on
+    # which it is undecided: results/held.py).
+    compared_misses: int = 0
+    compared_time_limits: int = 0
+    held: bool  # met the SLA on every compared sample it finished
     behind: float | None = None  # the leader's statistic minus this one's, on the compared samples (0: the leader)
     # Simultaneous 95 % bounds on how far it is behind the best of the others (None: not bounded that way).
     behind_low: float | None = None
@@ -43,6 +47,9 @@ class FinishedRank(BaseModel):
     on_this_traffic: bool = False
     verdict: Verdict = "undecided"
     beyond_margin: bool = False  # shown more than the equivalence margin behind the best
+    # Its bounds put it within the margin of the best, but on too few compared samples to rule out a failure on
+    # goal.rare_event_share of traffic windows (results/rare_events.py): not separated, so not called equivalent.
+    too_few_for_rare_events: bool = False
     # Among the deployments not shown behind, the share of resamples in which it has the best statistic (None:
     # shown behind, so not in contention).
     p_best: float | None = None
@@ -80,6 +87,10 @@ class FinishVerdict(BaseModel):
     decided: bool = True
     open_keys: list[str] = Field(default_factory=list)  # the contenders still undecided that could change it
     contender_keys: list[str] = Field(default_factory=list)  # not shown behind: they get the next look's samples
+    # Within the margin on too few samples, and preferred to the recommendation were they shown equivalent: they and
+    # the deployments they are compared with get samples up to `rare_samples`, and no other deployment does.
+    rare_keys: list[str] = Field(default_factory=list)
+    rare_samples: int | None = None  # compared samples an equivalence needs (goal.rare_event_share; None: no check)
     # How many paired samples a claim needs with this statistic at this family's level (None: none can be made);
     # when the finish's most samples are fewer, more samples cannot decide anything and none are drawn for that.
     samples_for_a_claim: int | None = None

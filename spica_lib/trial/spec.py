@@ -82,7 +82,8 @@ class TrialSpec(BaseModel):
             data.pop("workloads", None)  # a one-workload trial keeps the key it had before workload lists
         if data["goal"].get("sla_coverage") is None:
             data["goal"].pop("sla_coverage", None)  # no coverage floor: the key of before the floor existed
-        data["goal"].pop("equivalence_margin", None)  # how the finish compares replays, not what one replays
+        for name in ("equivalence_margin", "rare_event_share"):
+            data["goal"].pop(name, None)  # how the finish compares replays, not what one replays
         return sha256_of(data)
 
     def on_fresh_sample(self, index: int) -> TrialSpec:
