@@ -10,6 +10,7 @@ from spica_lib.pools.knobs import branch_knob_choices, combinations
 from spica_lib.predictor.plan import window_warnings
 from spica_lib.replay.stall import STALL_FACTOR
 from spica_lib.results.finish import sample_kind
+from spica_lib.results.rare_events import samples_to_see
 
 
 def pools_report(validated: ValidatedConfig, branches: list[Branch]) -> str:
@@ -114,9 +115,15 @@ def _finish_line(config: SmartSearchConfig) -> str:
     most = sweep.finish_max_samples
     count = f"{sweep.finish_samples}" if most == sweep.finish_samples else f"{sweep.finish_samples} to {most}"
     margin = goal.equivalence_margin.text() if goal.equivalence_margin is not None else "—"
+    rare = (
+        f", on at least {samples_to_see(goal.rare_event_share)} compared samples (goal.rare_event_share "
+        f"{100 * goal.rare_event_share:g} %: a failure on that share of windows would have shown)"
+        if goal.rare_event_share is not None
+        else ""
+    )
     return (
         f"the top {sweep.finish_top} distinct deployments on {count} {samples} each (sequential), ranked by "
-        f"their {goal.robustness}; equivalent within {margin} of the best at 95 %"
+        f"their {goal.robustness}; equivalent within {margin} of the best at 95 %{rare}"
     )
 
 

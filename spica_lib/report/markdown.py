@@ -331,7 +331,9 @@ def _finish_section(view: RunView, rows: list[CandidateRow]) -> list[str]:
              "the others, simultaneous at 95 % for the whole table (Hsu's multiple comparisons with the best, "
              "Bonferroni over the comparisons and the looks); bounds from exact replays of one trace are facts about "
              "that traffic, marked *on this traffic*. *equivalent*: shown within the margin "
-             f"({summary.equivalence_margin}) of the best; *behind*: shown worse than the best; *undecided*: "
+             f"({summary.equivalence_margin}) of the best on enough samples that a failure on "
+             f"{summary.rare_event_share or 'a share'} of traffic windows would have shown (goal.rare_event_share; "
+             "*too few*: within the margin on fewer); *behind*: shown worse than the best; *undecided*: "
              "neither, which is not a tie. P(best), among those not shown behind, is the share of resamples of their "
              "shared samples in which each leads (values equal up to float noise tie, and a tie is split).", "",
              "| # | verdict | behind the leader | bounds on the gap to the best | P(best) | feasible samples | sd |",
@@ -343,11 +345,12 @@ def _finish_section(view: RunView, rows: list[CandidateRow]) -> list[str]:
         bounds += " (on this traffic)" if rank.on_this_traffic and bounds != "—" else ""
         behind = "leader" if rank.leader else ("—" if rank.behind is None else f"{rank.behind:.4g}")
         sd = "—" if rank.sd is None else f"{rank.sd:.3g}"
-        verdict = rank.verdict + (" (recommended)" if rank.recommended else "")
+        verdict = rank.verdict + (" (too few)" if rank.too_few_for_rare_events else "")
+        verdict += " (recommended)" if rank.recommended else ""
         p_best = "—" if rank.p_best is None else f"{rank.p_best:.0%}"
         feasible = f"{rank.scored}/{rank.samples}"
         feasible += f" ({rank.own_samples} its own)" if rank.own_samples else ""
-        feasible += f" ({rank.timed_out} hit the time limit)" if rank.timed_out else ""
+        feasible += f" ({rank.timed_out} hit the time limit: undecided there)" if rank.timed_out else ""
         lines.append(f"| {position} | {verdict} | {behind} | {bounds} | {p_best} | {feasible} | {sd} |")
     lines += ["", summary.finish_note or ""]
     if summary.finish_kind == "holdout":

@@ -5,32 +5,37 @@ so two of them are compared sample by sample. The statistic is `goal.robustness`
 10th percentile or the worst sample.
 
 0. **Only what they share is compared.** The sequential finish (results/sequential.py) gives more samples
-   only to the deployments not yet shown behind, and, once decided, to the recommendation alone:
-   - "held" is judged on the samples every finished deployment was given;
-   - a contender given fewer samples than the others was shown behind at the look where it stopped. That
-     claim holds for the family whichever look stopped, so it stands;
+   only to the deployments not yet shown behind, past its cap only to the pair a rare-event check needs, and,
+   once decided, to the recommendation alone:
+   - a deployment given fewer samples than the leader is judged on the samples it has (its pairs are the ones
+     that stopped it);
    - samples only one deployment was given (the recommendation's, for its level's precision) refine its
      reported statistic and are compared with nothing: a miss there is said, never acted on.
-1. **Held first.** The contenders are the deployments that met the SLA on the largest share of the shared
-   samples (every sample, when any did); the others rank after them, by that share, then by the statistic. A
-   sample that hit the replay's time limit is said as such, not as an SLA miss.
+1. **Held first, look by look** (results/held.py). At every look, among the deployments given its samples,
+   one that met the SLA on a smaller share of the samples it finished falls to *missed*; the contenders are the
+   rest. A miss costs only the deployment that missed, and the recommendation's compared misses are said. A
+   sample that hit the replay's time limit is no miss: the deployment is undecided there, never equivalent, and
+   compared with no one while a deployment that finished every compared sample is in contention.
 2. **Simultaneous bounds.** For each contender i, bounds on how far it is behind the best of the others,
    max_j mu_j - mu_i: from the paired comparison with each other contender j, one-sided bounds on
    stat_j - stat_i (results/pair_bounds.py), and the bounds are [max_j lower_ij, max_j upper_ij]. The upper
    bounds are Hsu's multiple comparisons with the best (they need only the K - 1 comparisons with the true
-   best): each at (alpha / 2) / ((K - 1) L). The lower bounds must hold when several deployments are equal,
+   best): each at (alpha / 4) / ((K - 1) L). The lower bounds must hold when several deployments are equal,
    so they cover every ordered pair: each at (alpha / 2) / (K (K - 1) L). Bonferroni, with L the looks the
-   sequential finish may take: every claim holds at 95 % for the whole family, whichever look stopped.
+   sequential finish may take (the rare-event check's included): every claim holds at 95 % for the whole
+   family, whichever look stopped; the last alpha / 4 is the rare-event check's (results/rare_events.py).
    Exact replays (round robin on one trace) give facts about that traffic, not 95 % claims about another.
-3. **Verdicts.** A contender is *behind* when its lower bound is above 0 (shown worse than the best;
-   `beyond_margin` when it is above the margin too); *equivalent* when its upper bound is at most the
-   equivalence margin (`goal.equivalence_margin`, a share of the leader's statistic or a value in the goal's
-   unit): shown within the margin of the best, whichever that is; otherwise *undecided*. "Not separated" is
-   not equivalence.
+3. **Verdicts.** A contender is *equivalent* when its upper bound is at most the equivalence margin
+   (`goal.equivalence_margin`, a share of the leader's statistic or a value in the goal's unit) and it was
+   compared on enough samples that a failure on `goal.rare_event_share` of traffic windows would have shown;
+   within the margin on fewer, it is *undecided* ("too few for rare events") if an equivalence would favour it
+   over the recommendation (it then gets those samples), and otherwise what its bounds show. It is *behind*
+   when its lower bound is above 0 (`beyond_margin` when above the margin too), otherwise *undecided*. "Not
+   separated" is not equivalence. A leader every other contender is shown behind is the best by those claims.
 4. **The recommendation.** Among the equivalent contenders: the fewest GPUs, then the lowest cost (US$ per
    million tokens when priced, else average GPUs; costs within COST_TOLERANCE of each other are equal), then
-   the higher statistic. When none is shown equivalent, the **leader** (the best statistic on the compared
-   samples) is recommended, and the sentence says that nothing was shown.
+   the higher statistic. When none is shown equivalent, the **observed leader** (the best statistic on the
+   compared samples), and the sentence leads with "nothing was shown best".
 5. **P(best)**: among the contenders not shown behind, the share of paired bootstrap resamples of their
    shared samples in which each has the best statistic, a tie split evenly (fixed seed: the same files give
    the same numbers). A deployment shown behind has none: it is not in contention.

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from spica_lib.config import SmartSearchConfig
 from spica_lib.results.confidence import FinishVerdict, judge
 from spica_lib.results.finish import FinishResult, finished, sample_kind, sample_specs
+from spica_lib.results.rare_events import samples_to_see
 from spica_lib.trial.spec import TrialResult, TrialSpec
 
 Replayer = Callable[[dict[str, TrialSpec]], dict[str, TrialResult]]
@@ -83,6 +84,14 @@ def next_counts(finish: FinishResult, verdict: FinishVerdict) -> dict[str, int]:
     key = verdict.recommended.key
     look = _next_look(finish.looks, counts, [key])
     return {key: look} if look is not None else {}
+
+
+def most_finish_replays(config: SmartSearchConfig) -> int:
+    """The finish's trial replays at most (for its job's time limit): every finished deployment at the cap, or at the
+    rare-event check's look where that is past it."""
+    sweep, share = config.sweep, config.goal.rare_event_share
+    most = max(sweep.finish_max_samples or 0, samples_to_see(share) if share is not None else 0)
+    return (sweep.finish_top or 0) * most if sweep.finish_max_samples else 0
 
 
 def _next_look(looks: list[int], counts: dict[str, int], keys: list[str]) -> int | None:

@@ -69,6 +69,7 @@ class SweepSummary(BaseModel):
     finish_stopped: str | None = None  # why the sequential finish drew no more samples
     finish_decided: bool | None = None  # False: more samples could still have changed the recommendation
     equivalence_margin: str | None = None  # as configured ("5 %", or a value in the goal's unit)
+    rare_event_share: str | None = None  # goal.rare_event_share, as a share ("10 %"; None: no such check)
     finish_kendall_tau: float | None = None  # the search's order of the finished top against their fresh order
     finish_meets_sla: bool | None = None  # the recommendation met the SLA on every fresh sample (None: no SLA)
     # The winner's score over each baseline's, both on the search's traffic sample (baselines/).
@@ -145,6 +146,7 @@ def summarise(
         summary.finish_note = verdict.sentence
         summary.finish_stopped, summary.finish_decided = finish.stopped, verdict.decided
         summary.equivalence_margin = verdict.margin_text
+        summary.rare_event_share = f"{100 * finish.rare_event_share:g} %" if finish.rare_event_share else None
         summary.finish_kendall_tau = verdict.kendall_tau
         summary.finish_meets_sla = verdict.recommended_meets_sla
     if best and config.goal.sla is not None and not is_pareto:

@@ -19,6 +19,7 @@ from spica_lib.config.validate import ValidatedConfig, build_validated_config
 from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.predictor.plan import plan_predictor_jobs
 from spica_lib.results.capacity import MAX_REPLAYS as CAPACITY_REPLAYS
+from spica_lib.results.sequential import most_finish_replays
 from spica_lib.run.job_memory import largest_input_tokens, replay_mb, search_input_tokens
 
 RESULTS_ROOT = "results"
@@ -199,7 +200,7 @@ class RunLayout(RunFiles):
     replay_mb: int = 4000  # SLURM mem_mb per replay running at once, from the largest workload (run/job_memory.py)
     search_replay_mb: int = 4000  # the same for the search's replay jobs (a sampled trace's share)
     workloads: int = 1  # each is its own replay of every trial
-    finish_trials: int = 0  # the finish's trial replays at most: finish_top x finish_max_samples
+    finish_trials: int = 0  # the finish's trial replays at most (results/sequential.py: most_finish_replays)
     baselines: bool = False  # sweep.baselines: replay the baselines next to the search
     stress_trials: int = 0  # the stress test's trial replays: stress_top x 4 perturbations (0: off)
     capacity_trials: int = 0  # the capacity bisection's replays at most: capacity_top x MAX_REPLAYS (0: off)
@@ -272,7 +273,7 @@ def prepare_run(
         replay_mb=replay_mb(largest_input_tokens(config)),
         search_replay_mb=replay_mb(search_input_tokens(config)),
         workloads=len(config.workloads or [config.workload]),
-        finish_trials=(config.sweep.finish_top or 0) * (config.sweep.finish_max_samples or 0),
+        finish_trials=most_finish_replays(config),
         baselines=bool(config.sweep.baselines),
         stress_trials=config.sweep.stress_top * 4,
         capacity_trials=config.sweep.capacity_top * CAPACITY_REPLAYS,
