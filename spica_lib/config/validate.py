@@ -69,6 +69,8 @@ def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSe
     except ConfigError as error:  # named by the fields the user wrote, where Spica read them under its own names
         if config.dgdr is not None:
             raise relabel(error, config.dgdr.origins, DGDR_SUBJECT, UNMAPPED) from None
+        if config.adapters_alias is not None:
+            raise relabel(error, config.adapters_alias.origins, error.subject) from None
         raise
 
 
@@ -133,6 +135,7 @@ def config_sha256(config: SmartSearchConfig) -> str:
     else:  # the request is hashed; how it was read (notes, path table) says where the settings came from
         data["dgdr"].pop("mapping")
         data["dgdr"].pop("origins")
+    data.pop("adapters_alias", None)  # says where settings came from; they are hashed where they were set
     if data["search_space"].get("aic_fmha_dtype") is None:
         data["search_space"].pop("aic_fmha_dtype", None)  # the checkpoint's attention precision: the run id of before
     data["sweep"].pop("stress_band_source", None)  # says where the band came from; the band itself is hashed
