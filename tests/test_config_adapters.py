@@ -135,8 +135,9 @@ def test_a_policy_the_goal_cannot_use_is_named_by_the_adapter_path(tmp_path):
 def test_an_adapter_left_out_is_said_to_take_spica_s_defaults_and_the_alias_block_is_spica_s(tmp_path):
     config = SmartSearchConfig.from_yaml(write_yaml(tmp_path, _with(**{"dynamo.router": GOOD_ROUTER})))
     assert config.search_space.router_mode == ["kv_router"]
-    assert "adapters.dynamo.planner (not given) -> Spica's defaults of search_space ['planner_scaling_policy', " \
-           "'planner_fpm_sampling', 'planner_load_sensitivity', 'load_predictor_candidates']" in config.adapters_alias.mapping
+    defaults = ("adapters.dynamo.planner (not given) -> Spica's defaults of search_space ['planner_scaling_policy', "
+                "'planner_fpm_sampling', 'planner_load_sensitivity', 'load_predictor_candidates']")
+    assert defaults in config.adapters_alias.mapping
     assert SmartSearchConfig.from_yaml(REPO / "config" / "default.yaml").adapters_alias is None
     data = smart()
     data["adapters_alias"] = {"given": {}, "mapping": [], "origins": {}}

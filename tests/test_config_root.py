@@ -174,5 +174,6 @@ def test_a_null_is_the_key_left_out_where_the_default_is_unset_and_refused_by_it
     refused["goal"] = None
     with pytest.raises(ConfigError) as caught:
         build(refused)
-    assert {path for path, _ in caught.value.problems} == {"search_space.gpu_budget", "search_space.router_mode", "goal"}
+    paths = {path for path, _ in caught.value.problems}
+    assert paths == {"search_space.gpu_budget", "search_space.router_mode", "goal"}
     assert "(got None)" in dict(caught.value.problems)["search_space.gpu_budget"]

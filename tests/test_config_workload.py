@@ -210,8 +210,10 @@ def test_settings_a_workload_shape_cannot_use_are_refused():
     # means nothing to synthetic traffic, whose load is its request rate or concurrency.
     for field, value in (("shared_prefix_ratio", 0.5), ("num_prefix_groups", 4), ("turns_per_session", 3),
                          ("inter_turn_delay_ms", 100.0)):  # fmt: skip
-        rejected(config_data(workload={**trace_workload(TRACE), field: value}), f"workload.{field}", "would change nothing")
-    rejected(config_data(workload={"arrival_speedup_ratio": 2.0}), "workload.arrival_speedup_ratio", "would change nothing")
+        rejected(config_data(workload={**trace_workload(TRACE), field: value}), f"workload.{field}",
+                 "would change nothing")  # fmt: skip
+    rejected(config_data(workload={"arrival_speedup_ratio": 2.0}), "workload.arrival_speedup_ratio",
+             "would change nothing")  # fmt: skip
     # Their defaults are what a dumped config holds: it reads back.
     config = build(config_data(workload=trace_workload(TRACE)))
     assert build(config.model_dump(mode="json")) == config

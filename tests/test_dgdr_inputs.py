@@ -173,7 +173,8 @@ def test_a_request_written_with_only_what_it_says_validates_and_dry_runs(case, t
     path = write_yaml(tmp_path, done_when(case))
     assert main(["validate", str(path)]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert ": valid" in out and "metadata.name qwen-chat -> the DynamoGraphDeployment of each rank, qwen-chat-<rank>" in out
+    assert ": valid" in out
+    assert "metadata.name qwen-chat -> the DynamoGraphDeployment of each rank, qwen-chat-<rank>" in out
     config = SmartSearchConfig.from_yaml(path)
     usable = [b for b in BACKENDS if resolve_backend_version("h200_sxm", b)]
     assert list(config.search_space.backend) == usable  # `auto`, the wheel's default, as a string
@@ -226,7 +227,8 @@ def test_every_problem_of_every_step_is_said_once_in_one_pass(tmp_path):
     """An unknown key (Spica's check), a value of the wrong type (the wheel), a GPU budget (the mapping), a negative
     length (the mapped config) and a bad label (the metadata): five problems, none said twice."""
     data = request({**MINIMAL, "hardware": {"gpuSku": "h200_sxm", "totalGpus": 0},
-                    "workload": {"isl": "long", "osl": -2, "concurrency": 8}, "sla": {"ttft": 500, "itl": 20, "tfft": 1}})
+                    "workload": {"isl": "long", "osl": -2, "concurrency": 8},
+                    "sla": {"ttft": 500, "itl": 20, "tfft": 1}})  # fmt: skip
     data["metadata"]["labels"] = {"version": 2}
     with pytest.raises(ConfigError) as caught:
         check_config(write_yaml(tmp_path, data))
@@ -277,7 +279,8 @@ def test_the_request_s_name_names_each_rank_s_deployment_within_kubernetes_limit
     assert names[0] != names[1] and all(name.endswith(f"-{rank}") for name, rank in zip(names, (1, 2)))
     assert all(name_problems(name, "team-a", ["frontend", "worker", "prefill", "decode", "planner"]) == []
                for name in names)  # fmt: skip
-    assert deployment_name("r", 1, "team-a", request="qwen.chat") != deployment_name("r", 1, "team-a", request="qwen-chat")
+    dotted, dashed = (deployment_name("r", 1, "team-a", request=name) for name in ("qwen.chat", "qwen-chat"))
+    assert dotted != dashed  # a name made a DNS label carries a hash of the exact name
 
 
 @pytest.mark.parametrize(

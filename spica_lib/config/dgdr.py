@@ -98,8 +98,8 @@ def validated_dgdr(data: dict[str, Any], source: str, validate: Callable[[dict[s
         validated = validate(config)
     except ConfigError as error:
         # Not said again: a problem at a setting the mapping refused, or inside a DGDR field already refused.
-        later = [(path, message) for path, message in error.problems
-                 if not _said(path, mapper.refused) and not _said(origin_of(path, origins) or "", read.said)]  # fmt: skip
+        later = [(path, message) for path, message in error.problems if not _said(path, mapper.refused)
+                 and not _said(origin_of(path, origins) or "", read.said)]  # fmt: skip
         problems += relabel(ConfigError(later), origins, SUBJECT, UNMAPPED).problems
     else:
         if not problems:
@@ -183,7 +183,8 @@ class _Mapper:
         hardware = self.spec.hardware or wheel_types().HardwareSpec()
         space: dict[str, Any] = {"model_name": self.spec.model}
         self.origins["search_space.model_name"] = "spec.model"
-        self.origins.update({"search_space.hardware_sku": "spec.hardware.gpuSku", "search_space.backend": "spec.backend",
+        self.origins.update({"search_space.hardware_sku": "spec.hardware.gpuSku",
+                             "search_space.backend": "spec.backend",
                              "search_space.gpu_budget": "spec.hardware.totalGpus"})  # fmt: skip
         sku = wheel_value(hardware.gpuSku)
         system = SKU_SYSTEMS.get(sku)
@@ -358,7 +359,8 @@ class _Mapper:
         else:
             self.note("metadata.name (not given)", "the DynamoGraphDeployment of each rank, spica-<run>-<rank>")
         if labels:
-            self.note(f"metadata.labels {sorted(map(str, labels))}", "metadata.labels of every DynamoGraphDeployment written",
+            self.note(f"metadata.labels {sorted(map(str, labels))}",
+                      "metadata.labels of every DynamoGraphDeployment written",
                       "merged under the labels of overrides.dgd")  # fmt: skip
         others = sorted(map(str, set(_mapping(self.metadata.get("annotations"))) - {SWEEP_ANNOTATION}))
         if others:

@@ -36,7 +36,9 @@ def input_kind(data: dict[str, Any], source: str | None = None) -> InputKind:
             return InputKind.DGDR
         # Named as what it is (a Kubernetes document), not as an invalid Spica config it never claimed to be.
         what = "missing" if kind is None else f"{kind!r} is a Kubernetes kind Spica does not read"
-        hint = "; Spica writes DynamoGraphDeployments itself (deploy/<rank>/k8s_deploy.yaml)" if kind == DGD_KIND else ""
+        hint = ""
+        if kind == DGD_KIND:
+            hint = "; Spica writes DynamoGraphDeployments itself (deploy/<rank>/k8s_deploy.yaml)"
         raise ConfigError([("kind", f"{what}; allowed: {DGDR_KIND!r}{hint}")], source=source, subject=K8S_SUBJECT)
     if "models" in data:
         return InputKind.FLEET

@@ -76,7 +76,8 @@ def _key_problem(key: Any) -> str | None:
     prefix, _, name = key.rpartition("/")
     if not (QUALIFIED_NAME.match(name) and len(name) <= MAX_LABEL) or ("/" in key and not _is_subdomain(prefix)):
         return (f"the key {key!r} is not a qualified name: an optional DNS subdomain and '/', then at most "
-                f"{MAX_LABEL} letters, digits, '-', '_' and '.', starting and ending with a letter or digit")  # fmt: skip
+                f"{MAX_LABEL} letters, digits, '-', '_' and '.', starting and ending with a letter or "
+                "digit")  # fmt: skip
     return None
 
 

@@ -198,9 +198,10 @@ class SearchSpace(StrictModel):
     def _cross_field_rules(self) -> SearchSpace:
         # Each rule is checked whatever the others found, so that every problem is said in one pass.
         found = []
-        for rule in (self._check_budget_floor, self._check_offload_unused, self._check_admission_pins,
-                     self._check_min_endpoint, self._check_planner_knobs_used, self._check_role_knobs_used,
-                     self._check_kv_router_weights_used, self._check_parallel_pins_mode, self._check_inventory_pins):  # fmt: skip
+        rules = (self._check_budget_floor, self._check_offload_unused, self._check_admission_pins,
+                 self._check_min_endpoint, self._check_planner_knobs_used, self._check_role_knobs_used,
+                 self._check_kv_router_weights_used, self._check_parallel_pins_mode, self._check_inventory_pins)
+        for rule in rules:
             try:
                 rule()
             except ValueError as problem:

@@ -224,7 +224,8 @@ class Workload(StrictModel):
         stray = [name for name in SYNTHETIC_ONLY if getattr(self, name) is not None]
         stray += [name for name in SYNTHETIC_SHAPE if getattr(self, name) != Workload.model_fields[name].default]
         found = [(name, f"{getattr(self, name)!r}: a trace workload (trace_path set) takes its lengths, prefixes, "
-                  "sessions and timing from the trace, so it would change nothing: remove it") for name in stray]  # fmt: skip
+                  "sessions and timing from the trace, so it would change nothing: remove it")
+                 for name in stray]  # fmt: skip
         if self.replay_concurrency is not None and self.replay_concurrency <= 0:
             found.append(("replay_concurrency", f"must be a positive integer, got {self.replay_concurrency}"))
         if isinstance(self.holdout, int | float):
