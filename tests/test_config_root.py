@@ -161,3 +161,19 @@ def test_a_nan_or_null_number_is_one_problem_with_one_message():
     paths = [path for path, _ in caught.value.problems]
     assert paths.count("workload.num_request_ratio") == 1 and "valid integer" not in dict(caught.value.problems)["workload.num_request_ratio"]
     assert paths.count("search_space.gpu_budget") == 1  # an int field: its own message stands
+
+
+def test_a_null_is_the_key_left_out_where_the_default_is_unset_and_refused_by_its_path_elsewhere():
+    """The null rule of docs/config.md: `key: null` is `key` left out where the default is "not set"."""
+    nulls = config_data()
+    nulls["search_space"]["gpus_per_node"] = None
+    nulls["sweep"] = {"stress_top": None, "max_rounds": 2}
+    assert build(nulls) == build(config_data(sweep={"max_rounds": 2}))
+    refused = config_data()
+    refused["search_space"].update(gpu_budget=None, router_mode=None)
+    refused["goal"] = None
+    with pytest.raises(ConfigError) as caught:
+        build(refused)
+    paths = {path for path, _ in caught.value.problems}
+    assert paths == {"search_space.gpu_budget", "search_space.router_mode", "goal"}
+    assert "(got None)" in dict(caught.value.problems)["search_space.gpu_budget"]

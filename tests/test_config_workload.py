@@ -5,6 +5,8 @@ import json
 import pytest
 from conftest import TRACE, build, config_data, rejected
 
+from spica_lib.config import ConfigError
+
 SYNTH = {"isl": None, "osl": None, "request_rate": None, "num_request_ratio": None}
 
 
@@ -31,7 +33,7 @@ def test_concurrency_must_be_a_positive_whole_number():
     rejected(config_data(workload={**base, "concurrency": 1.9}), "workload.concurrency")
     assert build(config_data(workload={**base, "concurrency": 4.0})).workload.concurrency == 4
     assert isinstance(build(config_data(workload={**base, "concurrency": 4})).workload.concurrency, int)
-    rejected(config_data(workload={**base, "concurrency": 0}), "workload", "concurrency must be a positive integer")
+    rejected(config_data(workload={**base, "concurrency": 0}), "workload.concurrency", "must be a positive integer, got 0")
     rejected(config_data(workload={**base, "concurrency": [4, 8]}), "workload.concurrency")
     rejected(config_data(workload={**base, "concurrency": True}), "workload.concurrency")
 
@@ -46,17 +48,28 @@ def test_synthetic_needs_exactly_one_load_driver():
 
 
 def test_synthetic_needs_lengths_and_request_ratio():
-    rejected(config_data(workload={"num_request_ratio": None}), "workload", "requires ['num_request_ratio']")
-    rejected(config_data(workload={"isl": None, "osl": None}), "workload", "requires ['isl', 'osl']")
+    rejected(config_data(workload={"num_request_ratio": None}), "workload.num_request_ratio", "required by a synthetic")
+    rejected(config_data(workload={"isl": None, "osl": None}), "workload.isl", "required by a synthetic")
+    rejected(config_data(workload={"isl": None, "osl": None}), "workload.osl", "required by a synthetic")
 
 
 @pytest.mark.parametrize("field", ["request_rate", "isl", "osl", "num_request_ratio"])
 def test_synthetic_sizes_must_be_positive(field):
-    rejected(config_data(workload={field: 0}), "workload", f"{field} must be positive")
+    rejected(config_data(workload={field: 0}), f"workload.{field}", "must be positive, got 0")
+
+
+def test_every_problem_of_a_workload_is_reported_at_once_each_at_its_field():
+    """The README promises every problem in one pass: four bad numbers and a stray setting, five messages."""
+    workload = {"isl": -1, "osl": 0, "request_rate": -3.0, "num_request_ratio": -2, "arrival_speedup_ratio": 2.0}
+    with pytest.raises(ConfigError) as caught:
+        build(config_data(workload=workload))
+    paths = [path for path, _ in caught.value.problems]
+    assert sorted(paths) == sorted(f"workload.{name}" for name in workload), caught.value.problems
+    assert dict(caught.value.problems)["workload.request_rate"] == "must be positive, got -3.0"
 
 
 def test_replay_concurrency_is_for_traces_only():
-    rejected(config_data(workload={"replay_concurrency": 8}), "workload", "replay_concurrency is for trace workloads")
+    rejected(config_data(workload={"replay_concurrency": 8}), "workload.replay_concurrency", "is for trace workloads")
 
 
 def test_scalar_kv_load_ratio_for_any_goal_and_ranges_only_for_pareto():
@@ -74,13 +87,13 @@ def test_kv_load_ratio_above_one_oversubscribes_and_is_allowed():
 @pytest.mark.parametrize(
     "ratio, fragment, path",
     [
-        ([], "exactly [min, max]", "workload"),
-        ([0.0], "exactly [min, max]", "workload"),
-        ([0.0, 0.5, 1.0], "exactly [min, max]", "workload"),
-        ([-0.1, 1.0], "finite and >= 0", "workload"),
-        ([1.0, 1.0], "min < max", "workload"),
+        ([], "exactly [min, max]", "workload.kv_load_ratio"),
+        ([0.0], "exactly [min, max]", "workload.kv_load_ratio"),
+        ([0.0, 0.5, 1.0], "exactly [min, max]", "workload.kv_load_ratio"),
+        ([-0.1, 1.0], "finite and >= 0", "workload.kv_load_ratio"),
+        ([1.0, 1.0], "min < max", "workload.kv_load_ratio"),
         (float("inf"), "finite", "workload.kv_load_ratio"),  # refused as a number, before the shape rules
-        (-0.5, "finite and >= 0", "workload"),
+        (-0.5, "finite and >= 0", "workload.kv_load_ratio"),
     ],
 )
 def test_bad_kv_load_ratios(ratio, fragment, path):
@@ -147,13 +160,15 @@ def test_empty_trace_is_rejected(tmp_path):
 
 def test_trace_workload_rejects_synthetic_fields():
     data = config_data(workload={"trace_path": str(TRACE)})
-    rejected(data, "workload", "trace workload", "isl", "request_rate")
+    for field in ("isl", "osl", "request_rate", "num_request_ratio"):  # each by its path, in one pass
+        rejected(data, f"workload.{field}", "a trace workload (trace_path set)", "would change nothing")
 
 
 def test_trace_replay_concurrency_is_the_closed_loop_cap():
     w = build(config_data(workload={**trace_workload(TRACE), "replay_concurrency": 32})).workload
     assert w.effective_in_flight_cap() == 32 and w.effective_in_flight_cap(override=4) == 32
-    rejected(config_data(workload={**trace_workload(TRACE), "replay_concurrency": 0}), "workload", "positive integer")
+    rejected(config_data(workload={**trace_workload(TRACE), "replay_concurrency": 0}), "workload.replay_concurrency",
+             "positive integer")
 
 
 def test_arrival_speedup_must_be_positive():
@@ -195,8 +210,10 @@ def test_settings_a_workload_shape_cannot_use_are_refused():
     # means nothing to synthetic traffic, whose load is its request rate or concurrency.
     for field, value in (("shared_prefix_ratio", 0.5), ("num_prefix_groups", 4), ("turns_per_session", 3),
                          ("inter_turn_delay_ms", 100.0)):  # fmt: skip
-        rejected(config_data(workload={**trace_workload(TRACE), field: value}), "workload", field, "would change nothing")
-    rejected(config_data(workload={"arrival_speedup_ratio": 2.0}), "workload", "arrival_speedup_ratio", "would change nothing")
+        rejected(config_data(workload={**trace_workload(TRACE), field: value}), f"workload.{field}",
+                 "would change nothing")  # fmt: skip
+    rejected(config_data(workload={"arrival_speedup_ratio": 2.0}), "workload.arrival_speedup_ratio",
+             "would change nothing")  # fmt: skip
     # Their defaults are what a dumped config holds: it reads back.
     config = build(config_data(workload=trace_workload(TRACE)))
     assert build(config.model_dump(mode="json")) == config

@@ -11,7 +11,7 @@ from conftest import REPO, write_yaml
 
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.dgd_override import merge_override
-from spica_lib.config.dgdr import request_problems
+from spica_lib.config.dgdr_request import request_problems
 from spica_lib.config.fields import BACKENDS
 from spica_lib.config.validate import build_validated_config, check_config
 from spica_lib.facts.catalog import resolve_backend_version

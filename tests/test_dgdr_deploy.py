@@ -14,7 +14,8 @@ import yaml
 from conftest import REPO, search_only, sweep
 from test_deploy_files import trial_record, written
 
-from spica_lib.config.dgdr import DgdrSource, request_problems, wheel_request
+from spica_lib.config.dgdr import DgdrSource
+from spica_lib.config.dgdr_request import request_problems, wheel_request
 from spica_lib.deploy.dgd import GPU, components_by_role, main_container
 from spica_lib.deploy.dgdr_status import DGDR_FILE, write_dgdr_status
 from spica_lib.deploy.k8s_check import document_problems
@@ -54,6 +55,21 @@ def test_the_override_is_merged_into_the_files_by_component_name_and_a_missing_c
     assert files.differences == []  # nothing replayed was changed
 
 
+def test_the_deployment_of_a_request_named_qwen_chat_carries_its_name_and_its_labels(tmp_path):
+    """Every name starts with the request's, per rank; its labels go with it, under those of overrides.dgd."""
+    config, record = trial_record()
+    request = yaml.safe_load(EXAMPLE.read_text())
+    request["metadata"] = {"name": "qwen-chat", "labels": {"team": "chat", "tier": "gold"}}
+    request["spec"]["overrides"] = {"dgd": OVERRIDE}  # its labels: {team: search}
+    asked = config.model_copy(update={"dgdr": DgdrSource(request=request, mapping=[], origins={})})
+    files, documents, jobs = written(tmp_path, record, asked, rank=2)
+    dgd = documents[0]
+    assert dgd["metadata"]["name"] == files.name == "qwen-chat-2" and document_problems(dgd) == []
+    assert dgd["metadata"]["labels"] == {"team": "search", "tier": "gold"}
+    assert jobs and all(job["metadata"]["name"].startswith("qwen-chat-2-") for job in jobs)
+    assert "Every name starts with `qwen-chat-2`" in (tmp_path / "2" / "README.md").read_text()
+
+
 def test_the_node_size_splits_a_worker_over_nodes_and_is_the_system_s_fixed_8_when_not_given(tmp_path):
     layout = ReplicaConfig(shape=ParallelShape(tp=8))
     config, record = trial_record(layout=layout, hardware_sku="gb200")
@@ -91,6 +107,25 @@ def test_the_status_names_the_selected_deployment_and_validates_against_the_whee
     failed = yaml.safe_load(write_dgdr_status(from_dgdr(config), tmp_path, None).read_text())
     assert failed["status"] == {"phase": "Failed"}
     assert write_dgdr_status(config, tmp_path / "plain", documents[0]) is None  # a run not asked by a DGDR
+
+
+def test_a_request_with_only_what_it_says_runs_and_its_dgd_carries_its_name_and_labels(tmp_path):
+    """The issue's crash: no backend and no searchStrategy (the wheel's defaults are strings), here with no workload
+    or SLA either (the wheel's defaults, the maximum-throughput case), thorough, the KV router and labels."""
+    small = {"max_rounds": 1, "candidates_per_round": 2, "top_k": 1, "finish_samples": 0, "stress_top": 0,
+             "baselines": False}  # fmt: skip
+    request = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeploymentRequest",
+               "metadata": {"name": "qwen-chat", "labels": {"team": "chat"},
+                            "annotations": {"spica.dev/sweep": json.dumps(small)}},
+               "spec": {"model": "Qwen/Qwen3-32B", "hardware": {"gpuSku": "h200_sxm", "totalGpus": 8},
+                        "searchStrategy": "thorough", "features": {"kvRouter": {"enabled": True}}}}  # fmt: skip
+    run, _ = sweep(tmp_path, request)
+    dgd = next(yaml.safe_load_all((run / "deploy" / "1" / "k8s_deploy.yaml").read_text()))
+    assert dgd["metadata"]["name"] == "qwen-chat-1" and dgd["metadata"]["labels"] == {"team": "chat"}
+    assert document_problems(dgd) == []
+    answer = yaml.safe_load((run / "deploy" / DGDR_FILE).read_text())
+    assert answer["status"]["phase"] == "Ready" and answer["status"]["dgdName"] == "qwen-chat-1"
+    assert request_problems(answer, status=True) == []
 
 
 def test_the_example_dgdr_runs_end_to_end_and_answers_with_its_status(tmp_path):

@@ -56,10 +56,10 @@ def test_finish_settings_are_resolved_and_refused_where_they_do_nothing():
 def test_arrival_seed_is_refused_where_there_is_no_arrival_draw():
     closed = config_data()
     closed["workload"] = {"isl": 1024, "osl": 128, "concurrency": 8, "num_request_ratio": 10, "arrival_seed": 3}
-    rejected(closed, "workload", "has no arrival draw")
+    rejected(closed, "workload.arrival_seed", "has no arrival draw")
     trace = config_data()
     trace["workload"] = {"trace_path": str(REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"), "arrival_seed": 3}
-    rejected(trace, "workload", "arrival_seed")
+    rejected(trace, "workload.arrival_seed", "a trace workload")
 
 
 def test_a_finish_share_replays_in_order_and_stops_once_every_other_branch_is_done():

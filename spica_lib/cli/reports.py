@@ -96,6 +96,10 @@ def summary(path: str, validated: ValidatedConfig, branches: list[Branch]) -> st
         lines.append("  DGDR       mapped onto the settings above; each field defaulted or reinterpreted, "
                      "as DGDR field -> Spica setting:")  # fmt: skip
         lines += [f"             {line}" for line in config.dgdr.mapping]
+    if config.adapters_alias is not None:
+        lines.append("  adapters   upstream Spica's adapters: section, read as Spica's own knobs (docs/config.md), "
+                     "as adapter path -> Spica setting:")  # fmt: skip
+        lines += [f"             {line}" for line in config.adapters_alias.mapping]
     warnings = config.sample_size_warnings() + window_warnings(config, policies.kept)
     lines += [f"  warning    {warning}" for warning in warnings]
     return "\n".join(lines)

@@ -58,8 +58,9 @@ def override_problems(override: Any, where: str) -> list[tuple[str, str]]:
     metadata = override.get("metadata") or {}
     for key in metadata:
         if key in ("name", "namespace"):
-            found.append((f"{where}.metadata.{key}", "refused: Spica names each ranked deployment spica-<run>-<rank> "
-                          "in the namespace it writes the files for (`spica report --namespace`)"))  # fmt: skip
+            found.append((f"{where}.metadata.{key}", "refused: Spica names each ranked deployment after the request, "
+                          "<metadata.name>-<rank>, in the namespace it writes the files for (`spica report "
+                          "--namespace`); name the request instead"))  # fmt: skip
         elif key not in ("labels", "annotations"):
             found.append((f"{where}.metadata.{key}", "unknown key; allowed keys here: ['labels', 'annotations']"))
     spec = override.get("spec") or {}

@@ -1,18 +1,15 @@
 """A DynamoGraphDeploymentRequest read as Spica's question: strictly, then by Dynamo's own types, then mapped.
 
-The pinned wheel's DGDR types (`dynamo.profiler.utils.dgdr_v1beta1_types`) are lenient: they ignore
-`apiVersion`, `kind` and `metadata`, drop unknown keys (a typo like `workload.islx` vanishes), accept both
-`concurrency` and `requestRate`, and fill `itl: 30` when only `ttft` is given. So a DGDR is read here in
-three steps, every problem named by the DGDR field's path before anything runs:
+The request is read strictly and by the pinned wheel's types first (config/dgdr_request.py: an unknown key,
+a refused value, a bad name or label, each by its path; a null is the field's default). Then it is mapped onto
+a `SmartSearchConfig` (docs/dgdr.md): what a DGDR cannot say (the engine, router-weight and planner knob
+lists, the traffic's length) comes from Spica's default question, config/default.yaml, and every defaulted or
+reinterpreted field is written down, one line each ("DGDR field -> Spica setting"), in the config's `dgdr`
+block, with the DGDR path each setting came from (`origins`), so that a problem the config's own checks find
+later is still named by the DGDR's field (config/origins.py).
 
-1. Spica's own check: `apiVersion: nvidia.com/v1beta1`, the kind, `spec` present, and every key known to
-   the wheel's models (an unknown key anywhere is refused by its path);
-2. the wheel's types (`DynamoGraphDeploymentRequest`), for the values: enums, numbers, the SLA's options;
-3. the mapping onto a `SmartSearchConfig` (docs/dgdr.md): what a DGDR cannot say (the
-   engine, router-weight and planner knob lists, the traffic's length) comes from Spica's default question,
-   config/default.yaml, and every defaulted or reinterpreted field is written down, one line each
-   ("DGDR field -> Spica setting"), in the config's `dgdr` block, with the DGDR path each setting came from
-   so that a problem found later is still named by the DGDR's field.
+Every problem is said in one pass: the strict check's, the mapping's and the mapped config's, each once (a
+problem inside a field already refused is not said again), before anything runs.
 
 The features (router and planner) are mapped in config/dgdr_features.py, `overrides.dgd` checked in
 config/dgd_override.py.
@@ -26,19 +23,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
-from spica_lib.base.dynamo_env import prepare_dynamo_import
 from spica_lib.config.dgd_override import override_problems
-from spica_lib.config.dgdr_features import map_features, planner_key_problems
+from spica_lib.config.dgdr_features import map_features
+from spica_lib.config.dgdr_request import ReadRequest, read_request, wheel_types, wheel_value
 from spica_lib.config.fields import BACKENDS
 from spica_lib.config.input_kind import DGDR_KIND
-from spica_lib.config.strict import ConfigError, StrictModel, problems_from
+from spica_lib.config.origins import holds, origin_of, relabel
+from spica_lib.config.strict import ConfigError, StrictModel
 from spica_lib.facts.catalog import model_source, resolve_backend_version
 from spica_lib.facts.hardware import model_facts, system_facts
 
-DGDR_API_VERSION = "nvidia.com/v1beta1"
 SUBJECT = DGDR_KIND
+UNMAPPED = " (in the config Spica mapped the DGDR onto)"  # a problem at a Spica path no DGDR field sets
 T = TypeVar("T")
 # Spica's default question: what a DGDR cannot say is asked as it asks it (knob lists, traffic length, sweep).
 DEFAULT_QUESTION = Path(__file__).resolve().parents[2] / "config" / "default.yaml"
@@ -48,14 +45,11 @@ SKU_SYSTEMS = {
     "a100_sxm": "a100_sxm", "b200_sxm": "b200_sxm", "h100_sxm": "h100_sxm", "h200_sxm": "h200_sxm",
     "l40s": "l40s", "gb200_sxm": "gb200",
 }  # fmt: skip
-DYNAMO_DEFAULTS = {"isl": 4000, "osl": 1000, "ttft": 2000.0, "itl": 30.0}  # the wheel's WorkloadSpec and SLASpec
 THOROUGH = {"max_rounds": 20, "candidates_per_round": 16}  # `thorough`: SweepConfig's own rounds, 16 per round
 MAX_THROUGHPUT_KV_LOAD = 1.0  # no load given: each candidate at the concurrency its KV cache holds
 VRAM_TOLERANCE = 0.10  # a vramMb this far from the system file's contradicts it
 WEIGHT_SHARE = 0.9  # the engines' default memory fraction: weights beyond this share of the GPUs cannot load
 SWEEP_ANNOTATION = "spica.dev/sweep"  # Spica's own sweep settings (JSON), a DGDR having no field for them
-TOP_KEYS = ("apiVersion", "kind", "metadata", "spec")
-METADATA_KEYS = ("name", "namespace", "labels", "annotations")
 NOT_READ = {
     "image": "Spica runs no profiling Job (it replays)",
     "runtimeVersionOverride": "the images are those of the installed ai-dynamo release, the one replayed",
@@ -78,28 +72,47 @@ class DgdrSource(StrictModel):
     def dgd_override(self) -> dict[str, Any] | None:
         return ((self.request.get("spec") or {}).get("overrides") or {}).get("dgd")
 
+    @property
+    def name(self) -> str | None:
+        """The request's `metadata.name`: the deployments written for it are named after it (deploy/top.py)."""
+        return (self.request.get("metadata") or {}).get("name")
 
-def dgdr_config(data: dict[str, Any], source: str | None = None) -> dict[str, Any]:
-    """The SmartSearchConfig mapping of a DGDR document (with its `dgdr` block); ConfigError naming DGDR paths."""
-    problems = request_problems(data)
-    if problems:
-        raise ConfigError(problems, source=source, subject=SUBJECT)
-    typed = wheel_request({"spec": data["spec"]}).spec
-    mapper = _Mapper(data, typed)
-    config = mapper.config()
-    if mapper.problems:
-        raise ConfigError(mapper.problems, source=source, subject=SUBJECT)
-    config["dgdr"] = {"request": data, "mapping": mapper.notes, "origins": mapper.origins}
-    return config
+    @property
+    def labels(self) -> dict[str, str]:
+        """The request's `metadata.labels`, carried to every DynamoGraphDeployment written for it."""
+        return dict((self.request.get("metadata") or {}).get("labels") or {})
 
 
 def validated_dgdr(data: dict[str, Any], source: str, validate: Callable[[dict[str, Any]], T]) -> T:
-    """`validate` (the config model's) of the DGDR's mapping, its problems named by the DGDR fields they came from."""
-    mapped = dgdr_config(data, source)
+    """`validate` (the config model's) of the DGDR's mapping; ConfigError with every problem of the request, the
+    mapping and the mapped config at once, each named by the DGDR field it came from."""
+    read = read_request(data)
+    if read.spec is None:
+        raise ConfigError(read.problems, source=source, subject=SUBJECT)
+    mapper = _Mapper(data, read)
+    config = mapper.config()
+    problems = read.problems + [p for p in mapper.problems if not _said(p[0], read.said)]
+    origins = mapper.origins
+    config["dgdr"] = {"request": data, "mapping": mapper.notes, "origins": origins}
     try:
-        return validate(mapped)
+        validated = validate(config)
     except ConfigError as error:
-        raise relabel(error, mapped["dgdr"]["origins"]) from None
+        # Not said again: a problem at a setting the mapping refused, or inside a DGDR field already refused.
+        later = [(path, message) for path, message in error.problems if not _said(path, mapper.refused)
+                 and not _said(origin_of(path, origins) or "", read.said)]  # fmt: skip
+        problems += relabel(ConfigError(later), origins, SUBJECT, UNMAPPED).problems
+    else:
+        if not problems:
+            return validated
+    raise ConfigError(problems, source=source, subject=SUBJECT)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _said(path: str, paths: list[str] | set[str]) -> bool:
+    return any(holds(outer, path) for outer in paths)
 
 
 def refuse_written_dgdr(data: dict[str, Any], source: str) -> None:
@@ -107,79 +120,6 @@ def refuse_written_dgdr(data: dict[str, Any], source: str) -> None:
     if "dgdr" in data:
         message = "Spica writes it when it reads a DynamoGraphDeploymentRequest: hand Spica the DGDR itself"
         raise ConfigError([("dgdr", message)], source=source)
-
-
-def request_problems(data: dict[str, Any], status: bool = False) -> list[tuple[str, str]]:
-    """Spica's strict check of a DGDR document, then the wheel's types; (DGDR path, message) pairs."""
-    found: list[tuple[str, str]] = []
-    if data.get("apiVersion") != DGDR_API_VERSION:
-        found.append(("apiVersion", f"{data.get('apiVersion')!r}; Spica reads {DGDR_API_VERSION!r}, the DGDR "
-                      "version of the pinned ai-dynamo"))  # fmt: skip
-    if data.get("kind") != DGDR_KIND:
-        found.append(("kind", f"{data.get('kind')!r}; allowed: {DGDR_KIND!r}"))
-    allowed = (*TOP_KEYS, "status") if status else TOP_KEYS
-    for key in data:
-        if key == "status" and not status:
-            found.append(("status", "Spica writes the status (deploy/dgdr.yaml); leave it out of the request"))
-        elif key not in allowed:
-            found.append((key, f"unknown key; allowed keys here: {list(allowed)}"))
-    metadata = data.get("metadata", {})
-    if not isinstance(metadata, dict):
-        found.append(("metadata", "a mapping (name, namespace, labels, annotations)"))
-    else:
-        found += [(f"metadata.{key}", f"unknown key; allowed keys here: {list(METADATA_KEYS)}")
-                  for key in metadata if key not in METADATA_KEYS]  # fmt: skip
-    spec = data.get("spec")
-    if not isinstance(spec, dict):
-        what = "missing" if spec is None else f"a {type(spec).__name__}"
-        return [*found, ("spec", f"required: the request (model, hardware, workload, sla ...), a mapping; got {what}")]
-    types = _types()
-    found += _unknown_keys(spec, types.DynamoGraphDeploymentRequestSpec, "spec")
-    features = spec.get("features") if isinstance(spec.get("features"), dict) else {}
-    found += planner_key_problems(features.get("planner"), set(types.PlannerConfig.model_fields))
-    if status and isinstance(data.get("status"), dict):
-        found += _unknown_keys(data["status"], types.DynamoGraphDeploymentRequestStatus, "status")
-    try:
-        wheel_request({"spec": spec, **({"status": data.get("status")} if status else {})})
-    except ValidationError as exc:
-        found += problems_from(exc)
-    return found
-
-
-def wheel_request(document: dict[str, Any]) -> Any:
-    """The document as the wheel's `DynamoGraphDeploymentRequest` (its spec and status only)."""
-    return _types().DynamoGraphDeploymentRequest.model_validate(document)
-
-
-def _types() -> Any:
-    prepare_dynamo_import()
-    from dynamo.profiler.utils import dgdr_v1beta1_types
-
-    return dgdr_v1beta1_types
-
-
-def _unknown_keys(data: Any, model: type[BaseModel], where: str) -> list[tuple[str, str]]:
-    """Every key the wheel's model would drop silently, by its path (nested models walked; free maps not)."""
-    if not isinstance(data, dict):
-        return []  # the wheel's types say what the value should be
-    fields = {name: field for name, field in model.model_fields.items()}
-    fields.update({field.alias: field for field in model.model_fields.values() if field.alias})
-    found = []
-    for key, value in data.items():
-        field = fields.get(key)
-        if field is None:
-            found.append((f"{where}.{key}", f"unknown key; allowed keys here: {list(model.model_fields)}"))
-            continue
-        inner = _model_in(field.annotation)
-        if inner is not None and inner.__name__ != "PlannerConfig":  # the planner's keys: config/dgdr_features.py
-            found += _unknown_keys(value, inner, f"{where}.{key}")
-    return found
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return next((m for m in map(_model_in, getattr(annotation, "__args__", ())) if m is not None), None)
 
 
 def default_question() -> dict[str, Any]:
@@ -190,17 +130,32 @@ def default_question() -> dict[str, Any]:
 
 
 class _Mapper:
-    """One DGDR's mapping: the config, the notes ("DGDR field -> Spica setting"), the origins and the problems."""
+    """One DGDR's mapping: the config, the notes ("DGDR field -> Spica setting"), the origins and the problems.
 
-    def __init__(self, data: dict[str, Any], spec: Any):
-        self.raw, self.spec = data["spec"], spec
-        self.metadata = data.get("metadata") or {}
+    It reads the spec as `read_request` left it: without nulls (each the wheel's default) and without the fields
+    the wheel refused, `self.spec` the wheel's typed view of it (defaults filled in, enums or strings alike)."""
+
+    def __init__(self, data: dict[str, Any], read: ReadRequest):
+        self.raw, self.spec = read.spec, read.typed
+        self.written = data["spec"]  # as given, its nulls in it: to say "null" where a default stands in for one
+        self.metadata = _mapping(data.get("metadata"))  # not a mapping: refused by read_request, read as empty
         self.notes: list[str] = []
         self.origins: dict[str, str] = {}
         self.problems: list[tuple[str, str]] = []
+        self.refused: set[str] = set()  # Spica settings left unset because their DGDR field was refused
 
     def note(self, field: str, setting: str, why: str = "") -> None:
         self.notes.append(f"{field} -> {setting}" + (f": {why}" if why else ""))
+
+    def _unsaid(self, section: str, name: str) -> str:
+        """How a field the mapping defaulted was left: " (null)" when written as null, else " (not given)"."""
+        holder = self.written.get(section)
+        return " (null)" if isinstance(holder, dict) and name in holder else " (not given)"
+
+    def refuse(self, field: str, message: str, *settings: str) -> None:
+        """A problem at the DGDR's `field`; the Spica `settings` it sets are not checked again by the config."""
+        self.problems.append((field, message))
+        self.refused.update(settings)
 
     def config(self) -> dict[str, Any]:
         base = default_question()
@@ -219,31 +174,40 @@ class _Mapper:
         if override is not None:
             self.problems += override_problems(override, "spec.overrides.dgd")
         self._not_read()
+        self._metadata()
         return {"search_space": features.search_space, "workload": workload, "goal": goal,
                 "sweep": self._sweep(base["sweep"])}  # fmt: skip
 
     def _hardware_and_model(self) -> dict[str, Any]:
-        hardware = self.spec.hardware or _types().HardwareSpec()
+        """The model, GPU type, backends and budget; a refused one is left None, so the config cannot make one up."""
+        hardware = self.spec.hardware or wheel_types().HardwareSpec()
         space: dict[str, Any] = {"model_name": self.spec.model}
         self.origins["search_space.model_name"] = "spec.model"
-        sku = hardware.gpuSku.value if hardware.gpuSku else None
-        if sku is None:
-            self.problems.append(("spec.hardware.gpuSku", f"required by Spica, which has no cluster to detect it "
-                                  f"from; one of {list(SKU_SYSTEMS)}"))  # fmt: skip
-            return space
+        self.origins.update({"search_space.hardware_sku": "spec.hardware.gpuSku",
+                             "search_space.backend": "spec.backend",
+                             "search_space.gpu_budget": "spec.hardware.totalGpus"})  # fmt: skip
+        sku = wheel_value(hardware.gpuSku)
         system = SKU_SYSTEMS.get(sku)
+        if sku is None:
+            self.refuse("spec.hardware.gpuSku", f"required by Spica, which has no cluster to detect it from; one of "
+                        f"{list(SKU_SYSTEMS)}", "search_space.hardware_sku")  # fmt: skip
+        elif system is None:
+            self.refuse("spec.hardware.gpuSku", f"{sku!r} has no aiconfigurator perf data, so Spica cannot replay it; "
+                        f"supported: {list(SKU_SYSTEMS)}", "search_space.hardware_sku")  # fmt: skip
+        total = hardware.totalGpus
+        if total is None or total < 1:
+            given = "not given" if total is None else f"{total!r}"
+            self.refuse("spec.hardware.totalGpus", f"{given}: Spica needs the GPU budget, a whole number >= 1 (it has "
+                        "no cluster to count)", "search_space.gpu_budget")  # fmt: skip
+            space["gpu_budget"] = None
         if system is None:
-            self.problems.append(("spec.hardware.gpuSku", f"{sku!r} has no aiconfigurator perf data, so Spica cannot "
-                                  f"replay it; supported: {list(SKU_SYSTEMS)}"))  # fmt: skip
-            return space
+            return space  # the backends, the node and the memory are facts of the GPU type's system
         space["hardware_sku"] = system
-        self.origins["search_space.hardware_sku"] = "spec.hardware.gpuSku"
         if system != sku:
             self.note(f"spec.hardware.gpuSku {sku}", f"search_space.hardware_sku {system}", "aiconfigurator's name")
-        backend = self.spec.backend.value
+        backend = wheel_value(self.spec.backend)  # the wheel leaves its default a string, a given one an enum
         versions = {name: resolve_backend_version(system, name) for name in BACKENDS}
         usable = [name for name in BACKENDS if versions[name]]
-        self.origins["search_space.backend"] = "spec.backend"
         if backend == "auto":
             space["backend"] = usable
             self.note("spec.backend auto" + ("" if "backend" in self.raw else " (not given)"),
@@ -251,14 +215,11 @@ class _Mapper:
         elif versions.get(backend):
             space["backend"] = [backend]
         else:
-            self.problems.append(("spec.backend", f"{backend!r} has no perf data on {system}; with: {usable}"))
-        total = hardware.totalGpus
-        if total is None or total < 1:
-            self.problems.append(("spec.hardware.totalGpus", f"{total!r}: Spica needs the GPU budget, a whole number "
-                                  ">= 1 (it has no cluster to count)"))  # fmt: skip
-        else:
+            self.refuse("spec.backend", f"{backend!r} has no perf data on {system}; with: {usable}",
+                        "search_space.backend")  # fmt: skip
+            space["backend"] = None
+        if "gpu_budget" not in space:
             space["gpu_budget"] = total
-            self.origins["search_space.gpu_budget"] = "spec.hardware.totalGpus"
             self._check_model_fits(space, total, usable or list(BACKENDS), versions)
         if hardware.numGpusPerNode is not None:
             space["gpus_per_node"] = node = hardware.numGpusPerNode
@@ -290,24 +251,26 @@ class _Mapper:
 
     def _workload(self) -> dict[str, Any]:
         given = self.raw.get("workload") or {}
-        typed = self.spec.workload
+        typed = self.spec.workload or wheel_types().WorkloadSpec()  # not given: the wheel's own defaults
         out: dict[str, Any] = {}
+        self.origins["workload"] = "spec.workload"
         for name in ("isl", "osl"):
-            value = getattr(typed, name) if typed is not None else DYNAMO_DEFAULTS[name]
-            out[name] = int(value)
+            out[name] = value = getattr(typed, name)
             self.origins[f"workload.{name}"] = f"spec.workload.{name}"
             if name not in given:
-                self.note(f"spec.workload.{name} (not given)", f"workload.{name} {value}", "Dynamo's default")
-        concurrency, rate = (typed.concurrency, typed.requestRate) if typed is not None else (None, None)
+                self.note(f"spec.workload.{name}{self._unsaid('workload', name)}", f"workload.{name} {value}",
+                          "Dynamo's default")  # fmt: skip
+        concurrency, rate = typed.concurrency, typed.requestRate
         if concurrency is not None and rate is not None:
             self.problems.append(("spec.workload", f"both concurrency ({concurrency:g}) and requestRate ({rate:g}): "
                                   "they are exclusive (a closed or an open loop); give one"))  # fmt: skip
-        elif concurrency is not None:
-            if not float(concurrency).is_integer() or concurrency < 1:
-                self.problems.append(("spec.workload.concurrency", f"{concurrency:g}: requests in flight, a whole "
-                                      "number >= 1"))  # fmt: skip
-            out["concurrency"] = int(concurrency)
+            concurrency = None  # the rate stands in, so that the rest of the workload is still checked
+        if concurrency is not None:
+            out["concurrency"] = int(concurrency) if float(concurrency).is_integer() else concurrency
             self.origins["workload.concurrency"] = "spec.workload.concurrency"
+            if not float(concurrency).is_integer() or concurrency < 1:
+                self.refuse("spec.workload.concurrency", f"{concurrency:g}: requests in flight, a whole number >= 1",
+                            "workload.concurrency")  # fmt: skip
         elif rate is not None:
             out["request_rate"] = float(rate)
             self.origins["workload.request_rate"] = "spec.workload.requestRate"
@@ -321,10 +284,11 @@ class _Mapper:
 
     def _goal(self) -> dict[str, Any]:
         given = self.raw.get("sla") or {}
-        typed = self.spec.sla
-        latency = typed is not None and typed.optimizationType is not None and typed.optimizationType.value == "latency"
-        self.origins["goal"] = "spec.sla"
-        if typed is not None and typed.e2eLatency is not None:
+        typed = self.spec.sla or wheel_types().SLASpec()  # not given: the wheel's own defaults
+        optimization = wheel_value(typed.optimizationType)
+        self.origins.update({"goal": "spec.sla", "goal.sla.ttft_ms": "spec.sla.ttft", "goal.sla.itl_ms": "spec.sla.itl",
+                             "goal.sla.e2e_ms": "spec.sla.e2eLatency"})  # fmt: skip
+        if typed.e2eLatency is not None:
             sla: dict[str, Any] = {"e2e_ms": float(typed.e2eLatency)}
             self.note(f"spec.sla.e2eLatency {typed.e2eLatency:g}", f"goal.sla.e2e_ms {typed.e2eLatency:g}",
                       "the end-to-end bound alone: the ttft and itl Dynamo fills in are ignored, as its profiler "
@@ -332,14 +296,14 @@ class _Mapper:
         else:
             sla = {}
             for name, key in (("ttft", "ttft_ms"), ("itl", "itl_ms")):
-                value = getattr(typed, name) if typed is not None else DYNAMO_DEFAULTS[name]
+                value = getattr(typed, name)
                 sla[key] = float(value)
                 if name not in given:
-                    self.note(f"spec.sla.{name} (not given)", f"goal.sla.{key} {value:g}", "Dynamo's default")
-        given_type = typed.optimizationType.value if typed is not None and typed.optimizationType else "(not given)"
-        kind = f"optimizationType {given_type}"
+                    self.note(f"spec.sla.{name}{self._unsaid('sla', name)}", f"goal.sla.{key} {value:g}",
+                              "Dynamo's default")  # fmt: skip
+        kind = f"optimizationType {optimization or '(not given)'}"
         own = "Spica's own reading: Dynamo 1.5.1's profiler does not read optimizationType"
-        if latency:
+        if optimization == "latency":
             sla["percentile"] = 50
             self.note(f"spec.sla.{kind}", "goal.target e2e_latency, goal.sla.percentile 50",
                       f"the lowest mean end-to-end latency whose median meets the SLA; {own}")  # fmt: skip
@@ -350,7 +314,7 @@ class _Mapper:
 
     def _sweep(self, base: dict[str, Any]) -> dict[str, Any]:
         sweep = dict(base)
-        strategy = self.spec.searchStrategy.value
+        strategy = wheel_value(self.spec.searchStrategy)  # the wheel leaves its default a string, a given one an enum
         self.origins["sweep"] = "spec.searchStrategy"
         given = "" if "searchStrategy" in self.raw else " (not given)"
         if strategy == "thorough":
@@ -362,7 +326,7 @@ class _Mapper:
             self.note(f"spec.searchStrategy rapid{given}", f"sweep.max_rounds {sweep['max_rounds']}, "
                       f"candidates_per_round {sweep.get('candidates_per_round')}", "the default question's rounds; "
                       "Spica replays in both strategies (Dynamo's rapid estimates with aiconfigurator)")  # fmt: skip
-        annotation = (self.metadata.get("annotations") or {}).get(SWEEP_ANNOTATION)
+        annotation = _mapping(self.metadata.get("annotations")).get(SWEEP_ANNOTATION)
         if annotation is not None:
             where = f"metadata.annotations.{SWEEP_ANNOTATION}"
             try:
@@ -384,20 +348,24 @@ class _Mapper:
             holder = (self.raw.get(parent) or {}) if parent else self.raw
             if isinstance(holder, dict) and key in holder and holder[key] is not None:
                 self.note(f"spec.{dotted}", "not read", why)
+
+    def _metadata(self) -> None:
+        """What the request's metadata becomes: its name names the deployments, its labels go with them."""
+        name, labels = self.metadata.get("name"), _mapping(self.metadata.get("labels"))
+        if name:
+            self.note(f"metadata.name {name}", f"the DynamoGraphDeployment of each rank, {name}-<rank> (its "
+                      "components, Services and benchmark Jobs start with it)", "made unique per rank; shortened "
+                      "with a hash where Kubernetes' name limits need it (deploy/k8s_names.py)")  # fmt: skip
+        else:
+            self.note("metadata.name (not given)", "the DynamoGraphDeployment of each rank, spica-<run>-<rank>")
+        if labels:
+            self.note(f"metadata.labels {sorted(map(str, labels))}",
+                      "metadata.labels of every DynamoGraphDeployment written",
+                      "merged under the labels of overrides.dgd")  # fmt: skip
+        others = sorted(map(str, set(_mapping(self.metadata.get("annotations"))) - {SWEEP_ANNOTATION}))
+        if others:
+            self.note(f"metadata.annotations {others}", "not read", "they annotate the request, not the deployments")
         if self.metadata.get("namespace"):
             namespace = self.metadata["namespace"]
             self.note(f"metadata.namespace {namespace}", "not read", "the files are written for namespace 'default'; "
                       f"`spica report <run> --namespace {namespace}` writes them for yours")  # fmt: skip
-
-
-def relabel(error: ConfigError, origins: dict[str, str]) -> ConfigError:
-    """The error with each Spica path named by the DGDR field it was mapped from (the longest origin that holds it)."""
-    problems = []
-    for path, message in error.problems:
-        holders = [spica for spica in origins if path == spica or path.startswith((f"{spica}.", f"{spica}["))]
-        if holders:
-            spica = max(holders, key=len)
-            problems.append((f"{origins[spica]} (as {path})", message))
-        else:
-            problems.append((path, f"{message} (in the config Spica mapped the DGDR onto)"))
-    return ConfigError(problems, source=error.source, subject=SUBJECT)

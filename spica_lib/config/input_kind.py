@@ -18,6 +18,8 @@ import yaml
 from spica_lib.config.strict import ConfigError
 
 DGDR_KIND = "DynamoGraphDeploymentRequest"
+DGD_KIND = "DynamoGraphDeployment"
+K8S_SUBJECT = "Kubernetes document"  # what a document with apiVersion or kind is called in its errors
 
 
 class InputKind(StrEnum):
@@ -32,9 +34,12 @@ def input_kind(data: dict[str, Any], source: str | None = None) -> InputKind:
         kind = data.get("kind")
         if kind == DGDR_KIND:
             return InputKind.DGDR
-        raise ConfigError(
-            [("kind", f"{kind!r} is a Kubernetes kind Spica does not read; allowed: {DGDR_KIND!r}")], source=source
-        )
+        # Named as what it is (a Kubernetes document), not as an invalid Spica config it never claimed to be.
+        what = "missing" if kind is None else f"{kind!r} is a Kubernetes kind Spica does not read"
+        hint = ""
+        if kind == DGD_KIND:
+            hint = "; Spica writes DynamoGraphDeployments itself (deploy/<rank>/k8s_deploy.yaml)"
+        raise ConfigError([("kind", f"{what}; allowed: {DGDR_KIND!r}{hint}")], source=source, subject=K8S_SUBJECT)
     if "models" in data:
         return InputKind.FLEET
     return InputKind.SWEEP

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, ValidationInfo, model_validator
 
+from spica_lib.config.adapters import AdaptersAlias, read_adapters, refuse_written_alias
 from spica_lib.config.calibration import Calibration, prior_calibration, resolve_calibration, sla_safety_problem
 from spica_lib.config.dgdr import DgdrSource, refuse_written_dgdr, validated_dgdr
 from spica_lib.config.finish_settings import resolve_finish
@@ -52,6 +53,8 @@ class SmartSearchConfig(StrictModel):
     calibration: Calibration | None = None
     # Written by Spica when the config was mapped from a DynamoGraphDeploymentRequest (config/dgdr.py).
     dgdr: DgdrSource | None = None
+    # Written by Spica when the config gave upstream Spica's `adapters:` section (config/adapters.py).
+    adapters_alias: AdaptersAlias | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -152,6 +155,7 @@ class SmartSearchConfig(StrictModel):
         schema = super().model_json_schema(*args, **kwargs)
         schema["properties"].pop("workloads", None)  # the parsed form of that list, not a key to write
         schema["properties"].pop("dgdr", None)  # Spica writes it from a DGDR
+        schema["properties"].pop("adapters_alias", None)  # Spica writes it from an `adapters:` section
         named = NamedWorkload.model_json_schema(ref_template="#/$defs/{model}")
         definitions = schema.setdefault("$defs", {})
         definitions.update(named.pop("$defs", {}))
@@ -333,6 +337,7 @@ class SmartSearchConfig(StrictModel):
         if kind is not InputKind.SWEEP:
             raise wrong_kind_error(kind, InputKind.SWEEP, str(path))
         refuse_written_dgdr(data, str(path))
+        refuse_written_alias(data, str(path))
         return cls.from_mapping(data, base_dir=path.resolve().parent, source=str(path))
 
     @classmethod
@@ -340,12 +345,16 @@ class SmartSearchConfig(StrictModel):
         cls, data: dict[str, Any], base_dir: Path | None = None, source: str | None = None
     ) -> SmartSearchConfig:
         context = {"base_dir": str(base_dir or Path.cwd())}
+        adapters = read_adapters(data)  # upstream's `adapters:` read as Spica's knobs (config/adapters.py)
         try:
-            return cls.model_validate(data, context=context)
+            config = cls.model_validate(adapters.data, context=context)
         except ValidationError as exc:
             # A workload list is written under `workload`: name its items there, as the user wrote them.
             problems = [(_user_path(path), message) for path, message in problems_from(exc, cls)]
-            raise ConfigError(problems, source=source) from None
+            raise ConfigError(adapters.problems + adapters.relabelled(problems), source=source) from None
+        if adapters.problems:
+            raise ConfigError(adapters.problems, source=source)
+        return config
 
 
 def _is_pareto(goal: Any) -> bool:

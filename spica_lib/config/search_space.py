@@ -32,7 +32,7 @@ from spica_lib.config.knob_values import (
     list_knob_field,
 )
 from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry, scaling_policy
-from spica_lib.config.strict import StrictModel
+from spica_lib.config.strict import StrictModel, several_problems
 
 Number = StrictInt | StrictFloat
 
@@ -196,18 +196,28 @@ class SearchSpace(StrictModel):
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> SearchSpace:
+        # Each rule is checked whatever the others found, so that every problem is said in one pass.
+        found = []
+        rules = (self._check_budget_floor, self._check_offload_unused, self._check_admission_pins,
+                 self._check_min_endpoint, self._check_planner_knobs_used, self._check_role_knobs_used,
+                 self._check_kv_router_weights_used, self._check_parallel_pins_mode, self._check_inventory_pins)
+        for rule in rules:
+            try:
+                rule()
+            except ValueError as problem:
+                found.append(("", str(problem), None))
+        if found:
+            raise several_problems(type(self).__name__, found)
+        return self
+
+    def _check_budget_floor(self) -> None:
         if self.min_gpu_budget is not None and not 0 < self.min_gpu_budget <= self.gpu_budget:
             raise ValueError(
                 f"min_gpu_budget must satisfy 0 < min_gpu_budget <= gpu_budget "
                 f"(got min_gpu_budget={self.min_gpu_budget}, gpu_budget={self.gpu_budget})"
             )
-        self._check_offload_unused()
-        self._check_admission_pins()
-        self._check_min_endpoint()
-        self._check_planner_knobs_used()
-        self._check_role_knobs_used()
-        self._check_kv_router_weights_used()
-        self._check_parallel_pins_mode()
+
+    def _check_inventory_pins(self) -> None:
         if self.has_gpu_inventory and self.gpus_per_node is not None:
             raise ValueError(
                 f"gpus_per_node {self.gpus_per_node} is one system's node size, and hardware {self.hardware} lists "
@@ -218,7 +228,6 @@ class SearchSpace(StrictModel):
                 f"parallel_configs pins layouts without a GPU type, and hardware {self.hardware} lists several: "
                 "pin them on a one-SKU space (hardware_sku + gpu_budget), or remove them"
             )
-        return self
 
     def _check_offload_unused(self) -> None:
         # ai-dynamo 1.5.1's mocker has no host-memory tier: these settings would change nothing replayed.

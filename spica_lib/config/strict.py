@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 
 class StrictModel(BaseModel):
@@ -84,6 +85,22 @@ def problems_from(exc: ValidationError, root: type[BaseModel] | None = None) -> 
         for path, message, member in found
         if not (member == "int" and union_paths.count(path) > 1)
     ]
+
+
+def several_problems(title: str, problems: list[tuple[str, str, Any]]) -> ValidationError:
+    """One error carrying several problems, each at its own field: `(field, message, value)`, "" for the model.
+
+    A validator that raises it reports every problem it found in one pass (pydantic puts the model's own path
+    in front of each field), where a ValueError would stop at the first and name only the model."""
+    details = [
+        InitErrorDetails(
+            type=PydanticCustomError("value_error", "{message}", {"message": message}),
+            loc=(field,) if field else (),
+            input=value,
+        )
+        for field, message, value in problems
+    ]
+    return ValidationError.from_exception_data(title, details)
 
 
 def first_error(exc: ValidationError) -> str:

@@ -16,7 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from spica_lib.base.artifacts import sha256_of
 from spica_lib.base.versions import package_versions
 from spica_lib.config import ConfigError, SearchSpace, SmartSearchConfig
-from spica_lib.config.dgdr import relabel
+from spica_lib.config.dgdr import SUBJECT as DGDR_SUBJECT
+from spica_lib.config.dgdr import UNMAPPED
+from spica_lib.config.origins import relabel
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.config.trace import scan_trace
 from spica_lib.facts.catalog import CatalogFacts, check_catalog, check_inventory
@@ -64,10 +66,12 @@ def check_config(path: str | Path, check_hardware: bool = True) -> tuple[SmartSe
     config = SmartSearchConfig.from_yaml(path)
     try:
         return check_parsed_config(config, str(path), check_hardware)
-    except ConfigError as error:
-        if config.dgdr is None:
-            raise
-        raise relabel(error, config.dgdr.origins) from None  # named by the DGDR's fields
+    except ConfigError as error:  # named by the fields the user wrote, where Spica read them under its own names
+        if config.dgdr is not None:
+            raise relabel(error, config.dgdr.origins, DGDR_SUBJECT, UNMAPPED) from None
+        if config.adapters_alias is not None:
+            raise relabel(error, config.adapters_alias.origins, error.subject) from None
+        raise
 
 
 def check_parsed_config(
@@ -128,6 +132,10 @@ def config_sha256(config: SmartSearchConfig) -> str:
         data["search_space"].pop("gpus_per_node", None)  # the system's node: the run id of before the setting
     if data.get("dgdr") is None:
         data.pop("dgdr", None)  # not mapped from a DGDR: the run id of before DGDRs
+    else:  # the request is hashed; how it was read (notes, path table) says where the settings came from
+        data["dgdr"].pop("mapping")
+        data["dgdr"].pop("origins")
+    data.pop("adapters_alias", None)  # says where settings came from; they are hashed where they were set
     if data["search_space"].get("aic_fmha_dtype") is None:
         data["search_space"].pop("aic_fmha_dtype", None)  # the checkpoint's attention precision: the run id of before
     data["sweep"].pop("stress_band_source", None)  # says where the band came from; the band itself is hashed

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator, model_serializer, model_validator
 
 from spica_lib.base.since import without_defaults
-from spica_lib.config.strict import StrictModel
+from spica_lib.config.strict import StrictModel, several_problems
 from spica_lib.config.trace import TraceFormatError, check_split, scan_trace, split_trace
 from spica_lib.config.trace_resample import resample_trace
 
@@ -210,79 +210,75 @@ class Workload(StrictModel):
 
     @model_validator(mode="after")
     def _consistent_load_shape(self) -> Workload:
-        if self.is_trace_based:
-            self._check_trace_shape()
-        else:
-            self._check_synthetic_shape()
+        # Every problem of the shape at once, each at its field (the README promises them all in one pass).
+        found = self._trace_shape_problems() if self.is_trace_based else self._synthetic_shape_problems()
+        if found:
+            raise several_problems(type(self).__name__, [(name, message, getattr(self, name, None) if name else None)
+                                                         for name, message in found])  # fmt: skip
+        if self.draws_arrivals and self.arrival_seed is None:
+            self.arrival_seed = DEFAULT_ARRIVAL_SEED
         return self
 
-    def _check_synthetic_holdout(self) -> None:
-        if self.holdout is not None:
-            raise ValueError(
-                "holdout keeps part of a trace from the search; a synthetic workload's finish already replays "
-                "fresh arrival samples the search never saw (sweep.finish_samples): remove it"
-            )
-
-    def _check_trace_shape(self) -> None:
+    def _trace_shape_problems(self) -> list[tuple[str, str]]:
+        """(field, message) for each setting a trace workload cannot take ("" for the workload as a whole)."""
         stray = [name for name in SYNTHETIC_ONLY if getattr(self, name) is not None]
         stray += [name for name in SYNTHETIC_SHAPE if getattr(self, name) != Workload.model_fields[name].default]
-        if stray:
-            raise ValueError(
-                f"a trace workload (trace_path set) takes its lengths, prefixes, sessions and timing from the "
-                f"trace; {stray} would change nothing: remove them"
-            )
+        found = [(name, f"{getattr(self, name)!r}: a trace workload (trace_path set) takes its lengths, prefixes, "
+                  "sessions and timing from the trace, so it would change nothing: remove it")
+                 for name in stray]  # fmt: skip
         if self.replay_concurrency is not None and self.replay_concurrency <= 0:
-            raise ValueError(f"replay_concurrency must be a positive integer, got {self.replay_concurrency}")
+            found.append(("replay_concurrency", f"must be a positive integer, got {self.replay_concurrency}"))
         if isinstance(self.holdout, int | float):
             try:
                 check_split(self.trace_path, float(self.holdout))
             except TraceFormatError as exc:
-                raise ValueError(f"holdout {self.holdout}: {exc}") from None
+                found.append(("holdout", f"{self.holdout}: {exc}"))
+        return found
 
-    def _check_synthetic_shape(self) -> None:
-        self._check_synthetic_holdout()
-        stray = [name for name in TRACE_ONLY if getattr(self, name) != Workload.model_fields[name].default]
-        if stray:
-            raise ValueError(
-                f"{stray} speeds up a trace's own arrival times; a synthetic workload's load is its request_rate "
-                "or concurrency, so it would change nothing: remove it (raise request_rate instead)"
-            )
+    def _synthetic_shape_problems(self) -> list[tuple[str, str]]:
+        """(field, message) for each problem of a synthetic workload ("" for the workload as a whole)."""
+        found: list[tuple[str, str]] = []
+        if self.holdout is not None:
+            found.append(("holdout", "holdout keeps part of a trace from the search; a synthetic workload's finish "
+                          "already replays fresh arrival samples the search never saw (sweep.finish_samples): "
+                          "remove it"))  # fmt: skip
+        for name in TRACE_ONLY:
+            if getattr(self, name) != Workload.model_fields[name].default:
+                found.append((name, "speeds up a trace's own arrival times; a synthetic workload's load is its "
+                              "request_rate or concurrency, so it would change nothing: remove it (raise "
+                              "request_rate instead)"))  # fmt: skip
         drivers = [name for name in LOAD_DRIVERS if getattr(self, name) is not None]
         if len(drivers) != 1:
-            raise ValueError(
-                "a synthetic workload needs exactly one of request_rate, concurrency or kv_load_ratio "
-                f"(got {drivers or 'none'}); or set trace_path to replay a trace"
-            )
-        missing = [name for name in ("isl", "osl", "num_request_ratio") if getattr(self, name) is None]
-        if missing:
-            raise ValueError(f"a synthetic workload requires {missing}")
+            found.append(("", "a synthetic workload needs exactly one of request_rate, concurrency or kv_load_ratio "
+                          f"(got {drivers or 'none'}); or set trace_path to replay a trace"))  # fmt: skip
+        found += [(name, "required by a synthetic workload (or set trace_path to replay a trace)")
+                  for name in ("isl", "osl", "num_request_ratio") if getattr(self, name) is None]  # fmt: skip
         if self.replay_concurrency is not None:
-            raise ValueError("replay_concurrency is for trace workloads; use concurrency for a synthetic closed loop")
+            found.append(("replay_concurrency", "is for trace workloads; use concurrency for a synthetic closed loop"))
         if self.concurrency is not None and self.concurrency <= 0:
-            raise ValueError(f"concurrency must be a positive integer, got {self.concurrency}")
-        for name in ("request_rate", "isl", "osl", "num_request_ratio"):
+            found.append(("concurrency", f"must be a positive integer, got {self.concurrency}"))
+        for name in ("isl", "osl", "request_rate", "num_request_ratio"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                found.append((name, f"must be positive, got {value}"))
         if self.kv_load_ratio is not None:
-            _check_kv_load_ratio(self.kv_load_ratio)
-        if not self.draws_arrivals and self.arrival_seed is not None:
-            raise ValueError(
-                "arrival_seed picks a Poisson arrival sample of a request_rate workload; a closed loop "
-                f"({drivers[0]}) sends the next request when one finishes, so it has no arrival draw: remove it"
-            )
-        if self.draws_arrivals and self.arrival_seed is None:
-            self.arrival_seed = DEFAULT_ARRIVAL_SEED
+            found += [("kv_load_ratio", problem) for problem in _kv_load_ratio_problems(self.kv_load_ratio)]
+        if not self.draws_arrivals and self.arrival_seed is not None and len(drivers) == 1:
+            found.append(("arrival_seed", "picks a Poisson arrival sample of a request_rate workload; a closed loop "
+                          f"({drivers[0]}) sends the next request when one finishes, so it has no arrival draw: "
+                          "remove it"))  # fmt: skip
+        return found
 
 
-def _check_kv_load_ratio(ratio: float | list[float]) -> None:
+def _kv_load_ratio_problems(ratio: float | list[float]) -> list[str]:
     values = ratio if isinstance(ratio, list) else [ratio]
     if isinstance(ratio, list) and len(ratio) != 2:
-        raise ValueError(f"a kv_load_ratio range is exactly [min, max], got {ratio}")
+        return [f"a kv_load_ratio range is exactly [min, max], got {ratio}"]
     if any(not math.isfinite(v) or v < 0 for v in values):
-        raise ValueError(f"kv_load_ratio values must be finite and >= 0 (above 1 oversubscribes), got {ratio}")
+        return [f"kv_load_ratio values must be finite and >= 0 (above 1 oversubscribes), got {ratio}"]
     if isinstance(ratio, list) and ratio[0] >= ratio[1]:
-        raise ValueError(f"a kv_load_ratio range needs min < max, got {ratio}")
+        return [f"a kv_load_ratio range needs min < max, got {ratio}"]
+    return []
 
 
 class NamedWorkload(Workload):

@@ -6,7 +6,8 @@ files: the request as given, with a `status` of the operator's types (`dgdr_v1be
 - `phase: Ready`: the deployment is generated, not applied (Spica applies nothing; `Failed` when the
   recommended deployment's files could not be written, and why is in its deploy.json);
 - `dgdName` and `profilingResults.selectedConfig`: the recommended (rank 1) DynamoGraphDeployment, as written
-  in `deploy/1/k8s_deploy.yaml` (the request's `overrides.dgd` merged in, config/dgd_override.py);
+  in `deploy/1/k8s_deploy.yaml`: named after the request (`<metadata.name>-1`, deploy/k8s_names.py), with its
+  labels, and its `overrides.dgd` merged in (config/dgd_override.py);
 - no `profilingPhase`: the operator clears it once profiling is over; no `pareto`: the field is deprecated,
   so the ranked alternatives and their scores are in the report (report.md) and deploy/<rank>/.
 
@@ -24,16 +25,22 @@ import yaml
 from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.config import SmartSearchConfig
 from spica_lib.config.dgd_override import merge_override
-from spica_lib.config.dgdr import request_problems
+from spica_lib.config.dgdr_request import request_problems
 
 DGDR_FILE = "dgdr.yaml"
 
 
-def with_override(dgd: dict[str, Any], config: SmartSearchConfig) -> tuple[dict[str, Any], list[str]]:
-    """The DGD with the request's `overrides.dgd` merged in (itself without one), and the override's components
-    it does not have (left out of this deployment)."""
-    override = config.dgdr.dgd_override if config.dgdr is not None else None
-    return (dgd, []) if override is None else merge_override(dgd, override)
+def as_requested(dgd: dict[str, Any], config: SmartSearchConfig) -> dict[str, Any]:
+    """The DGD as the request asks for it (itself for a run not asked by a DGDR): the request's `metadata.labels`
+    carried to it, then its `overrides.dgd` merged in (whose labels win: they are about the deployment alone);
+    an override's component the deployment does not have is left out of it."""
+    if config.dgdr is None:
+        return dgd
+    labels = config.dgdr.labels
+    if labels:
+        dgd = {**dgd, "metadata": {**dgd["metadata"], "labels": {**labels, **(dgd["metadata"].get("labels") or {})}}}
+    override = config.dgdr.dgd_override
+    return dgd if override is None else merge_override(dgd, override)[0]
 
 
 def dgdr_status(request: dict[str, Any], selected: dict[str, Any] | None) -> dict[str, Any]:

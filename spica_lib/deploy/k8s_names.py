@@ -14,7 +14,9 @@ derives others from it, and each has a limit (read in the operator's sources, de
 
 The name is `spica-<run>-<rank>`: the run folder's name, made a DNS label (and shortened with a hash
 of the exact name when it must change), so the top deployments of one run, and of several runs, can
-stand side by side in one namespace.
+stand side by side in one namespace. A run asked by a DynamoGraphDeploymentRequest names them after the
+request instead, `<metadata.name>-<rank>` by the same rules: the files say which request they answer, and
+applying the answer of the same request again updates its deployments rather than adding new ones.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ COMPONENT_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?$")
 # Component names: short, so that every derived name above keeps room for the DGD's own name.
 COMPONENT = DGD_COMPONENTS  # role -> name; declared with the override rules that name them (config/dgd_override.py)
 LONGEST_COMPONENT = max(len(name) for name in COMPONENT.values())
+PREFIX = "spica-"  # a run's own deployments; a DGDR's are named after the request
 
 
 def label_problem(value: str, what: str) -> str | None:
@@ -55,15 +58,17 @@ def check_namespace(namespace: str) -> str:
     return namespace
 
 
-def deployment_name(run: str, rank: int, namespace: str) -> str:
-    """`spica-<run>-<rank>`, within every limit above for this namespace."""
+def deployment_name(run: str, rank: int, namespace: str, request: str | None = None) -> str:
+    """`spica-<run>-<rank>`, or `<request>-<rank>` for a run asked by a DGDR named `request`, within every limit
+    above for this namespace."""
     room = _room(check_namespace(namespace))
-    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", run.lower())).strip("-")
-    name = _name(slug, rank)
-    if slug != run or len(name) > room:  # changed or cut: a hash of the exact run name keeps it unique
-        digest = hashlib.sha256(run.encode()).hexdigest()[:6]
-        keep = room - len(_name(f"-{digest}", rank))
-        name = _name(f"{slug[: max(keep, 0)].strip('-')}-{digest}".strip("-"), rank)
+    exact, prefix = (request, "") if request else (run, PREFIX)
+    slug = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", exact.lower())).strip("-")
+    name = _name(slug, rank, prefix)
+    if slug != exact or len(name) > room:  # changed or cut: a hash of the exact name keeps it unique
+        digest = hashlib.sha256(exact.encode()).hexdigest()[:6]
+        keep = room - len(_name(f"-{digest}", rank, prefix))
+        name = _name(f"{slug[: max(keep, 0)].strip('-')}-{digest}".strip("-"), rank, prefix)
     return name
 
 
@@ -85,8 +90,8 @@ def name_problems(dgd: str, namespace: str, components: list[str]) -> list[str]:
     return found
 
 
-def _name(slug: str, rank: int) -> str:
-    return f"spica-{slug}-{rank}"
+def _name(slug: str, rank: int, prefix: str = PREFIX) -> str:
+    return f"{prefix}{slug}-{rank}"
 
 
 def _room(namespace: str) -> int:

@@ -4,8 +4,9 @@ For each of the top `sweep.top_k` deployments, `deploy/<rank>/` holds
 
 - `k8s_deploy.yaml`: the DynamoGraphDeployment, `nvidia.com/v1beta1` (deploy/dgd.py says why), made
   from aiconfigurator's generator with every replayed setting as its input (deploy/generator.py), at
-  the installed Dynamo release's images and paths (deploy/release.py), named `spica-<run>-<rank>` in
-  the namespace the files are written for (deploy/k8s_names.py: `spica report --namespace`);
+  the installed Dynamo release's images and paths (deploy/release.py), named `spica-<run>-<rank>` (a
+  DGDR's: `<metadata.name>-<rank>`) in the namespace the files are written for (deploy/k8s_names.py:
+  `spica report --namespace`), a DGDR's labels on it;
 - `k8s_bench.yaml`: a benchmark Job per replayed workload, sending that traffic to this deployment's
   own frontend with a pinned AIPerf (deploy/bench_job.py);
 - `slurm/deploy.sbatch` and its README: the same deployment as `srun` steps on a SLURM cluster, with the
@@ -33,7 +34,7 @@ from spica_lib.config import SmartSearchConfig
 from spica_lib.deploy import settings
 from spica_lib.deploy.bench_job import AIPERF, benchmark_job, frontend_url, job_name, trace_configmap
 from spica_lib.deploy.dgd import GPUS_PER_NODE, v1beta1_documents
-from spica_lib.deploy.dgdr_status import with_override, write_dgdr_status
+from spica_lib.deploy.dgdr_status import as_requested, write_dgdr_status
 from spica_lib.deploy.generator import generated_documents
 from spica_lib.deploy.k8s_check import document_problems
 from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE, deployment_name
@@ -105,7 +106,7 @@ def write_deployment(
     write_model(folder / "replayed.json", record.spec.replay.plan)
     played = replayed(record)
     release = installed_release()
-    name = deployment_name(run, rank, namespace)
+    name = deployment_name(run, rank, namespace, request=config.dgdr.name if config.dgdr is not None else None)
     summary = DeploymentFiles(
         rank=rank, key=record.key, deployment=describe(record.spec), name=name, namespace=namespace,
         dynamo_version=release.version, images=[], perf_db={}, files=[], differences=[],
@@ -153,7 +154,7 @@ def _documents(
     annotations = {"spica.dev/run": run, "spica.dev/rank": str(rank), "spica.dev/trial": record.key}
     documents = v1beta1_documents(generated, played, name=name, namespace=namespace, skus=skus, annotations=annotations,
                                   gpus_per_node=node)  # fmt: skip
-    documents[0], _ = with_override(documents[0], config)  # a DGDR's overrides.dgd (a component it lacks: left out)
+    documents[0] = as_requested(documents[0], config)  # a DGDR's labels and overrides.dgd
     jobs = [
         benchmark_job(dgd=name, namespace=namespace, model=played.model, request=request, workload=index)
         for index, request in _workloads(record)
@@ -226,7 +227,8 @@ def _readme(summary: DeploymentFiles, record: TrialRecord, played: Replayed) -> 
         "```", "",
         f"The DynamoGraphDeployment `{name}` (`nvidia.com/v1beta1`) serves at `{frontend_url(name, ns)}`; "
         f"each benchmark Job runs AIPerf {AIPERF} against it with the traffic the trial was replayed on. Every "
-        "name starts with the run and the rank, so the top deployments of a run apply side by side.", "",
+        f"name starts with `{name}`, which ends with the rank, so the top deployments of a run apply side by side.",
+        "",
         "## What runs", "",
         f"- Images of ai-dynamo {summary.dynamo_version}, the release the sweep replayed: "
         + ", ".join(f"`{image}`" for image in summary.images) + ".",
