@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from timed_sweep import timed_sweep  # noqa: E402
 
 from spica_lib.config import SmartSearchConfig  # noqa: E402
+from spica_lib.config.finish_settings import rare_event_share  # noqa: E402
 from spica_lib.results.confidence import judge  # noqa: E402
 from spica_lib.results.merge import ordered  # noqa: E402
 from spica_lib.results.sequential import run_finish  # noqa: E402
@@ -101,7 +102,7 @@ def main() -> None:
             low, high = result.samples_used
             verdict = judge(result)
             words = " ".join(verdict.sentence.split()[:14])
-            print(f"| {name} | {label} ({cfg.goal.rare_event_share:g}) | {replays} | {low}-{high} | "
+            print(f"| {name} | {label} ({rare_event_share(cfg):g}) | {replays} | {low}-{high} | "
                   f"{statistics.median(t for t, _ in runs):.1f} | {verdict.ranks[0].key[:12]} | {words} … |", flush=True)  # fmt: skip
         print(f"({name}: the sweep itself took {wall:.0f} s)", flush=True)
 

@@ -53,6 +53,27 @@ def test_finish_settings_are_resolved_and_refused_where_they_do_nothing():
     rejected(config_data(goal={"target": "throughput", "robustness": "p10"}, sweep={"finish_samples": 1}), "", "at least 2")
 
 
+def test_the_rare_event_share_is_the_default_where_equivalences_are_claimed_and_refused_where_none_is():
+    from spica_lib.config.finish_settings import rare_event_share
+
+    config = build(config_data())
+    assert config.goal.rare_event_share is None and rare_event_share(config) == 0.10  # the default, applied once
+    own = build(config_data(goal={"target": "throughput", "rare_event_share": 0.2}))
+    assert rare_event_share(own) == 0.2
+    # How the finish compares replays, not what one replays: the trial keys and the run's config dump of the default
+    # are those of before the setting existed.
+    assert "rare_event_share" not in config.model_dump(mode="json")["goal"]
+    rejected(config_data(goal={"target": "throughput", "rare_event_share": 1.0}), "goal.rare_event_share", "less than 1")
+    for goal, sweep, why in (
+        ({"robustness": "worst"}, {}, "the worst sample bounds nothing"),
+        ({}, {"finish_top": 1}, "finish_top 1 no deployment is compared"),
+        ({}, {"finish_samples": 0}, "finish_samples is 0"),
+    ):
+        data = config_data(goal={"target": "throughput", "rare_event_share": 0.2, **goal}, sweep=sweep)
+        rejected(data, "", "goal.rare_event_share", why)
+    assert rare_event_share(build(config_data(goal={"target": "throughput", "robustness": "worst"}))) is None
+
+
 def test_arrival_seed_is_refused_where_there_is_no_arrival_draw():
     closed = config_data()
     closed["workload"] = {"isl": 1024, "osl": 128, "concurrency": 8, "num_request_ratio": 10, "arrival_seed": 3}

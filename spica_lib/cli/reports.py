@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from spica_lib.config import SmartSearchConfig, Workload
 from spica_lib.config.policies import apply_policy_filters
+from spica_lib.config.finish_settings import rare_event_share
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.pools.branches import Branch
 from spica_lib.pools.knobs import branch_knob_choices, combinations
@@ -119,10 +120,11 @@ def _finish_line(config: SmartSearchConfig) -> str:
     most = sweep.finish_max_samples
     count = f"{sweep.finish_samples}" if most == sweep.finish_samples else f"{sweep.finish_samples} to {most}"
     margin = goal.equivalence_margin.text() if goal.equivalence_margin is not None else "—"
+    share = rare_event_share(config)
     rare = (
-        f", on at least {samples_to_see(goal.rare_event_share)} compared samples (goal.rare_event_share "
-        f"{100 * goal.rare_event_share:g} %: a failure on that share of windows would have shown)"
-        if goal.rare_event_share is not None
+        f", on at least {samples_to_see(share)} compared samples (goal.rare_event_share {100 * share:g} %: a "
+        "failure on that share of windows would have shown)"
+        if share is not None
         else ""
     )
     return (

@@ -89,11 +89,19 @@ def _resolve_rare_event_share(config: SmartSearchConfig, exact_only: bool) -> No
         if goal.robustness == "worst"
         else None
     )
-    if why_not is None:
-        if goal.rare_event_share is None:
-            goal.rare_event_share = DEFAULT_RARE_EVENT_SHARE
-    elif goal.rare_event_share is not None:
+    if why_not is not None and goal.rare_event_share is not None:
         raise ValueError(f"goal.rare_event_share {goal.rare_event_share}: {why_not}; remove it")
+
+
+def rare_event_share(config: SmartSearchConfig) -> float | None:
+    """The share of traffic windows the finish's equivalences must resolve (results/rare_events.py): the goal's, or
+    DEFAULT_RARE_EVENT_SHARE; None where the finish claims no equivalence between sampled deployments."""
+    goal, sweep = config.goal, config.sweep
+    if not sweep.finish_samples or (sweep.finish_top or 0) < 2 or goal.robustness == "worst":
+        return None
+    if one_held_out_replay_is_all(config):
+        return None
+    return float(goal.rare_event_share) if goal.rare_event_share is not None else DEFAULT_RARE_EVENT_SHARE
 
 
 def holdouts(config: SmartSearchConfig) -> list[str]:

@@ -184,7 +184,8 @@ class OptimizationGoal(StrictModel):
     # The smallest share of traffic windows on which a failure must not go unseen before a deployment may be called
     # equivalent to the best (and so recommended for using fewer GPUs): the finish compares it on enough samples
     # for such a failure to show (results/rare_events.py). Needs a finish that can make claims; left out:
-    # DEFAULT_RARE_EVENT_SHARE.
+    # DEFAULT_RARE_EVENT_SHARE, which config/finish_settings.py's `rare_event_share` applies (left out, the field
+    # stays None, so that a goal dumped and read back alone, as a trial spec holds it, is the same goal).
     rare_event_share: Number | None = Field(default=None, gt=0, lt=1)
     # `measured`: judge the SLA with its TTFT and ITL bounds tightened by the calibration's measured held-out error
     # (its upper quantile, replay/sla_adjust.py), so that no deployment is recommended on a simulated margin
@@ -193,10 +194,8 @@ class OptimizationGoal(StrictModel):
 
     @model_serializer(mode="wrap")
     def _without_as_before_fields(self, handler: Any) -> dict[str, Any]:
-        # A goal without a safety margin, or with the default rare-event share, keeps the run ids and trial keys of
-        # before those fields existed.
-        data = without_defaults(handler(self), self, sla_safety=None, rare_event_share=DEFAULT_RARE_EVENT_SHARE)
-        return without_defaults(data, self, rare_event_share=None)
+        # A goal that leaves them out keeps the run ids and trial keys of before these fields existed.
+        return without_defaults(handler(self), self, sla_safety=None, rare_event_share=None)
 
     @field_validator("equivalence_margin", mode="before")
     @classmethod

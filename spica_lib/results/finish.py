@@ -30,6 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SmartSearchConfig
+from spica_lib.config.finish_settings import rare_event_share
 from spica_lib.config.goal import EquivalenceMargin
 from spica_lib.results.rare_events import samples_to_see
 from spica_lib.trial.spec import TrialResult, TrialSpec, TrialStatus
@@ -271,7 +272,7 @@ def finished(
         looks=looks,
         robustness=config.goal.robustness or "mean",
         margin=config.goal.equivalence_margin,
-        rare_event_share=config.goal.rare_event_share,
+        rare_event_share=rare_event_share(config),
         deployments=deployments,
         stopped=stopped,
     )

@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from spica_lib.config import SmartSearchConfig
+from spica_lib.config.finish_settings import rare_event_share
 from spica_lib.results.confidence import FinishVerdict, judge
 from spica_lib.results.finish import FinishResult, finished, sample_kind, sample_specs
 from spica_lib.results.rare_events import samples_to_see
@@ -89,7 +90,7 @@ def next_counts(finish: FinishResult, verdict: FinishVerdict) -> dict[str, int]:
 def most_finish_replays(config: SmartSearchConfig) -> int:
     """The finish's trial replays at most (for its job's time limit): every finished deployment at the cap, or at the
     rare-event check's look where that is past it."""
-    sweep, share = config.sweep, config.goal.rare_event_share
+    sweep, share = config.sweep, rare_event_share(config)
     most = max(sweep.finish_max_samples or 0, samples_to_see(share) if share is not None else 0)
     return (sweep.finish_top or 0) * most if sweep.finish_max_samples else 0
 
