@@ -77,7 +77,7 @@ def timed_finish(config: SmartSearchConfig, top: dict) -> tuple[float, object]:
     limit = config.sweep.max_eval_seconds
 
     def replay(specs):
-        return evaluate_trials(specs, max_eval_seconds=limit, parallel=2, warm=True)
+        return dict(evaluate_trials(specs, max_eval_seconds=limit, parallel=2, warm=True))
 
     started = time.perf_counter()
     result = run_finish(config, top, replay)

@@ -184,8 +184,8 @@ def _others(contenders: list[FinishedRank], position: dict[str, int], facts: Sen
     for r in contenders[1:]:
         if r.too_few_for_rare_events:
             parts.append(
-                f"#{position[r.key]} is within the margin on these samples too, but on {r.compared}, too few to be "
-                f"called equivalent (an equivalence needs {facts.rare_samples}): not recommended for it"
+                f"#{position[r.key]} is within the margin on these samples too, but {r.compared} are too few to call "
+                f"it equivalent (an equivalence needs {facts.rare_samples})"
             )
         elif r.verdict == "undecided" and r.compared_time_limits:
             parts.append(f"#{position[r.key]} {_time_limits(r)}")
