@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Bring up a one-node SLURM cluster on this machine (Debian 12, as root): munge, slurmctld and slurmd,
-# a `cpu` partition (default) and a `gpu` partition with two fake GPUs, no accounting database.
+# a `cpu` partition (default) and a `gpu` partition with eight fake GPUs (an H200 node's count, so a rehearsal
+# asks for the GPUs its sbatch script asks for), no accounting database.
 # Idempotent: if the node already answers as idle, it does nothing. Stop it with .ci/slurm-down.sh.
 set -euo pipefail
 
@@ -55,13 +56,13 @@ KillWait=5
 InactiveLimit=0
 Waittime=0
 GresTypes=gpu
-NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=${cpus} RealMemory=${memory_mb} Gres=gpu:fake:2 State=UNKNOWN
+NodeName=localhost NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=${cpus} RealMemory=${memory_mb} Gres=gpu:fake:8 State=UNKNOWN
 PartitionName=cpu Nodes=localhost Default=YES MaxTime=120 State=UP
 PartitionName=gpu Nodes=localhost MaxTime=120 State=UP
 EOF
 # GRES File= must name character devices; /dev/null's major/minor will do for a GPU nobody opens.
-echo "NodeName=localhost Name=gpu Type=fake File=/dev/fakegpu[0-1]" > /etc/slurm/gres.conf
-for i in 0 1; do [ -c /dev/fakegpu$i ] || mknod /dev/fakegpu$i c 1 3; done
+echo "NodeName=localhost Name=gpu Type=fake File=/dev/fakegpu[0-7]" > /etc/slurm/gres.conf
+for i in 0 1 2 3 4 5 6 7; do [ -c /dev/fakegpu$i ] || mknod /dev/fakegpu$i c 1 3; done
 
 [ -s /etc/munge/munge.key ] || dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key status=none
 chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
@@ -76,7 +77,7 @@ alive /run/slurm/slurmctld.pid || slurmctld -i     # -i: start from clean state
 alive /run/slurm/slurmd.pid || slurmd -N localhost # the host name is not "localhost"; force the node name
 
 for _ in $(seq 60); do
-    [ "$(node_state)" = idle ] && { echo "slurm-up: node localhost idle (${cpus} CPUs, ${memory_mb} MB, 2 fake GPUs)"; exit 0; }
+    [ "$(node_state)" = idle ] && { echo "slurm-up: node localhost idle (${cpus} CPUs, ${memory_mb} MB, 8 fake GPUs)"; exit 0; }
     sleep 0.5
 done
 tail -5 /var/log/slurm/slurmctld.log /var/log/slurm/slurmd.log >&2 || true

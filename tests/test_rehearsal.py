@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from spica_lib.deploy import live_processes
-from spica_lib.deploy.live_plan import frontend_process, mocker_processes
+from spica_lib.deploy.live_plan import STEP_ENV, frontend_process, rehearsal_steps
 from spica_lib.deploy.live_processes import LiveDeployment, RehearsalFailed, free_ports
 from spica_lib.deploy.model_folder import write_model_folder
 from spica_lib.deploy.rehearsal import Rehearsal
@@ -29,9 +29,10 @@ from spica_lib.run.view import RunView
 from spica_lib.trial.spec import TrialRecord
 
 pytestmark = pytest.mark.slow
-# How far live may be from the replay (docs/benchmarks/rehearsal.md, at speed-up 1: output tok/s within
-# 8.1 %, ITL within 19.2 %; the margin covers this shared 2-core machine's load during the suite).
-TOLERANCE = {"output_tok_s": 0.15, "itl_mean_ms": 0.25}
+# How far live throughput may be from the replay in the suite: the rehearsal's own tolerance (deploy/rehearsal.py,
+# 10 %) with room for this shared 2-core machine's load during the suite; latency is judged by the rehearsal's
+# verdict, which says when the machine was too loaded to judge it.
+TOLERANCE = {"output_tok_s": 0.15, "closed_output_tok_s": 0.15}
 # 5 s of the default traffic at 8 req/s. (At 120, the #1 of the suite's small sweep, 8 prefill sequences a worker,
 # meets a burst that Dynamo's live mocker refuses and its replay queues: test_refused_requests_are_said_first.)
 REQUESTS = 40
@@ -66,8 +67,12 @@ def live_children() -> list[psutil.Process]:
 
 def assert_agrees(found: Rehearsal) -> None:
     assert found.error is None and found.live.completed == found.live.requests == REQUESTS
+    closed = (found.closed_live.output_tok_s - found.closed_replay.output_tok_s) / found.closed_replay.output_tok_s
+    differences = {**found.differences, "closed_output_tok_s": closed}
     for name, tolerance in TOLERANCE.items():
-        assert abs(found.differences[name]) <= tolerance, (name, found.differences)
+        assert abs(differences[name]) <= tolerance, (name, differences)
+    assert found.verdict in ("agrees", "too loaded to judge latency"), (found.verdict, found.verdict_reasons)
+    assert len(found.machine) == 2 and found.closed_in_flight >= 1 and found.closed_live.completed == REQUESTS
     roles = set(found.replay.requests_per_worker)
     assert roles == set(found.live.requests_per_worker) and all(found.live.requests_per_worker.values())
 
@@ -109,17 +114,78 @@ def test_an_aggregated_deployment_with_the_kv_router_routes_by_its_replayed_sett
     assert frontend.argv[frontend.argv.index("--router-mode") + 1] == "kv"  # the DGD's own frontend flags
 
 
+def slurm_left() -> tuple[str, list[psutil.Process]]:
+    """What a rehearsal on the cluster may not leave: a queued job, a Dynamo process."""
+    queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True).stdout.strip()
+    dynamo = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if "dynamo." in " ".join(process.info["cmdline"] or []) and process.status() != psutil.STATUS_ZOMBIE:
+                dynamo.append(process)
+        except psutil.NoSuchProcess:
+            pass
+    return queued, dynamo
+
+
+def wait_until_nothing_left(seconds: float = 30.0) -> tuple[str, list[psutil.Process]]:
+    deadline = time.monotonic() + seconds
+    while (left := slurm_left()) != ("", []) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return left
+
+
 @pytest.mark.slurm
-def test_the_sbatch_rehearsal_runs_on_the_cluster_and_leaves_no_job(default_run, tmp_path, cluster):
+@pytest.mark.parametrize("mode", ["disagg", "agg"])
+def test_the_sbatch_rehearsal_runs_the_deployments_own_script_counts_every_worker_and_leaves_nothing(
+    default_run, tmp_path, cluster, mode
+):
     run, _ = default_run
-    deploy = copied_rank(run, 1, tmp_path)
-    found = rehearse(deploy, 1, where="slurm", requests=REQUESTS)
+    view = RunView(run)
+    best = next(r for r in view.ranked if r.branch == mode)  # the best of each mode the default run ranks
+    deploy = tmp_path / "deploy"
+    files = write_deployment(deploy / "1", 1, view.records[best.key], view.config, run=view.validated.run,
+                             slurm=SlurmOptions(python_env=sys.prefix))  # fmt: skip
+    assert files.error is None and files.slurm_error is None
+    found = rehearse(deploy, 1, where="slurm", requests=REQUESTS, partition="gpu")
     assert found.error is None and found.live.completed == REQUESTS and found.where == "slurm"
     assert abs(found.differences["output_tok_s"]) <= TOLERANCE["output_tok_s"]
-    queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True, check=True).stdout
-    assert queued.strip() == ""
     work = deploy / "1" / "rehearsal" / "slurm"
+    output = next(work.glob("spica-rehearse-1-*.log")).read_text()
+    plan = view.records[best.key].spec.replay.plan
+    workers = (plan.num_workers or 0) + (plan.num_prefill_workers or 0) + (plan.num_decode_workers or 0)
+    ready = json.loads(next(work.glob("logs-*/ready.json")).read_text())
+    assert "every worker registered" in output and ready["workers"] == workers  # each worker, by its own port
+    assert 0 < found.ready_seconds == ready["ready_seconds"]  # from the job's start, not its submission
+    # The script the cluster ran is the deployment's own, its worker commands alone swapped (the same function
+    # writes both): every option, export and check of deploy.sbatch is in it.
+    script = (work / "rehearse.sbatch").read_text()
+    own = (deploy / "1" / "slurm" / "deploy.sbatch").read_text()
+    for line in own.splitlines():
+        if line.startswith(("#SBATCH --gpus-per-node", "#SBATCH --exclusive", "#SBATCH --mem", "export ", "  ONE=",
+                            "start_step() {", "wait_until_serving() {", "free_port ")):  # fmt: skip
+            assert line in script, line
+    assert wait_until_nothing_left() == ("", [])
     assert not list(work.glob("discovery-*")) and list(work.glob("logs-*/frontend.log"))
+
+
+@pytest.mark.slurm
+def test_a_worker_given_a_bad_engine_flag_fails_the_sbatch_rehearsal_by_name_and_leaves_nothing(
+    default_run, tmp_path, cluster, monkeypatch
+):
+    from spica_lib.deploy import rehearse_slurm
+
+    def broken(*args, **kwargs):
+        steps = rehearsal_steps(*args, **kwargs)
+        bad = steps[-1]
+        return [*steps[:-1], bad.model_copy(update={"argv": [*bad.argv, "--no-such-engine-flag"]})]
+
+    monkeypatch.setattr(rehearse_slurm, "rehearsal_steps", broken)
+    run, _ = default_run
+    deploy = copied_rank(run, 1, tmp_path)
+    last = rehearsal_steps(first_rank(default_run).spec.replay.plan, dgd_of(default_run), "sglang", "m", 1.0)[-1].name
+    with pytest.raises(RehearsalFailed, match=rf"spica: {last} exited before the deployment served; its log: .*{last}\.log"):
+        rehearse(deploy, 1, where="slurm", requests=10, partition="gpu")
+    assert wait_until_nothing_left() == ("", [])
 
 
 def test_the_generated_sbatch_scripts_pass_shellcheck(default_run, tmp_path):
@@ -141,6 +207,18 @@ def test_the_generated_sbatch_scripts_pass_shellcheck(default_run, tmp_path):
     assert refused.returncode == 2 and "--slurm-python-env" in refused.stderr
     text = (tmp_path / "env" / "1" / "slurm" / "deploy.sbatch").read_text()
     assert "#SBATCH --partition=gpu" in text and "#SBATCH --time=30" in text and "#SBATCH --account" not in text
+    # What a real cluster needs and this one-node cluster cannot show (TaskPlugin=task/none: no CPU confinement, no
+    # GPU hold on SLURM 22.05), read from the script: every step told the discovery and the planes by environment
+    # (the workers too: Dynamo's workers default to etcd), no plane on any command line; the node taken whole and its
+    # CPUs and memory shared out per step; a step without GPUs asking for none.
+    assert "export " + " ".join(f"{k}={v}" for k, v in STEP_ENV.items()) in text
+    assert "--discovery-backend" not in text and "--request-plane" not in text
+    assert "#SBATCH --exclusive" in text and "#SBATCH --mem=0" in text
+    assert "ONE=(--exact --cpus-per-task=$((CPUS / STEPS))" in text and "--mem=$((SLURM_MEM_PER_NODE / STEPS))" in text
+    assert text.count('--gpus-per-node=0 "${LAUNCH[@]}"') == 3  # the AIPerf check, the model's fetch, the traffic
+    assert 'srun --nodes=1 --ntasks=1 "${ONE[@]}" --gpus-per-node="$gpus"' in text  # a worker's GPUs, its own
+    assert "NCCL_CUMEM_ENABLE=1" in text and "VLLM_NIXL_SIDE_CHANNEL_PORT" not in text  # the DGD's env; SGLang's ports
+    assert "aiperf --version" in text and 'snapshot_download("Qwen/Qwen3-32B")' in text  # checked, fetched once
     # The workers run the Kubernetes file's own scripts: the same engine flags, from one source.
     dgd = next(yaml.safe_load_all((tmp_path / "env" / "1" / "k8s_deploy.yaml").read_text()))
     for component in dgd["spec"]["components"]:
@@ -162,32 +240,37 @@ def dgd_of(default_run) -> dict:
     return next(yaml.safe_load_all((run / "deploy" / "1" / "k8s_deploy.yaml").read_text()))
 
 
-def test_a_worker_whose_engine_refuses_a_setting_is_named_with_its_log(default_run, tmp_path, own_tmp):
+def test_a_worker_whose_engine_refuses_a_setting_is_named_with_its_log(default_run, tmp_path, own_tmp, monkeypatch):
+    from spica_lib.deploy import rehearse as rehearse_module
+
+    def refused(*args, **kwargs):  # the last worker's engine is handed a flag it does not know
+        steps = rehearsal_steps(*args, **kwargs)
+        return [*steps[:-1], steps[-1].model_copy(update={"argv": [*steps[-1].argv, "--no-such-engine-flag"]})]
+
+    monkeypatch.setattr(rehearse_module, "rehearsal_steps", refused)
     run, _ = default_run
     deploy = copied_rank(run, 1, tmp_path)
-    trial = json.loads((deploy / "1" / "trial.json").read_text())
-    for role in ("agg", "prefill", "decode"):
-        if trial["spec"]["replay"]["plan"][f"{role}_engine_args"]:
-            trial["spec"]["replay"]["plan"][f"{role}_engine_args"]["aic_backend_version"] = "0.0.1"  # no perf DB
-    (deploy / "1" / "trial.json").write_text(json.dumps(trial))
-    with pytest.raises(RehearsalFailed, match=r"exited with code \d+ before the deployment served; its log .*\.log"):
+    with pytest.raises(RehearsalFailed, match=r"^decode-0 exited with code \d+ before the deployment served; its log .*decode-0\.log"):
         rehearse(deploy, 1, requests=10)
     assert "exited with code" in Rehearsal.model_validate_json((deploy / "1" / "rehearsal.json").read_text()).error
     assert live_children() == [] and list(own_tmp.iterdir()) == []
 
 
-def test_a_worker_that_never_registers_fails_within_a_bounded_wait(default_run, tmp_path, own_tmp, monkeypatch):
+def test_a_worker_that_never_registers_is_named_within_a_bounded_wait(default_run, tmp_path, own_tmp, monkeypatch):
     monkeypatch.setattr(live_processes, "REGISTER_WAIT_SECONDS", 10.0)
     record, dgd = first_rank(default_run), dgd_of(default_run)
-    port, *bootstrap = free_ports(3)
+    model = record.spec.sample["model_name"]
+    (port,) = free_ports(1)
     with LiveDeployment(tmp_path / "logs", port) as live:
-        model = str(write_model_folder(record.spec.sample["model_name"], live.model_dir))
-        processes = [frontend_process(dgd, port), *mocker_processes(record.spec.replay.plan, model, 1.0, bootstrap)]
-        decode = next(p for p in processes if p.role == "decode")
-        decode.argv += ["--discovery-backend", "mem"]  # alive, but registered where the frontend never looks
-        live.start(processes)
+        write_model_folder(model, live.model_dir)
+        steps = rehearsal_steps(record.spec.replay.plan, dgd, "sglang", model, 1.0)
+        # Alive, but told another discovery backend than the frontend's: the defect of a worker step without the
+        # script's exports. It registers where the frontend never looks, and is named.
+        steps = [s.model_copy(update={"env": {**s.env, "DYN_DISCOVERY_BACKEND": "mem"}}) if s.name == "prefill-1" else s
+                 for s in steps]  # fmt: skip
+        live.start(steps)
         started_at = time.monotonic()
-        with pytest.raises(RehearsalFailed, match=r"workers never registered within 10 s: \{'backend': '0 of 1'\}"):
+        with pytest.raises(RehearsalFailed, match=r"^prefill-1: never registered with the frontend within 10 s"):
             live.wait_until_serving(model)
         assert time.monotonic() - started_at < 60
     assert live_children() == [] and list(own_tmp.iterdir()) == []
@@ -198,7 +281,8 @@ def test_a_frontend_that_never_answers_fails_within_a_bounded_wait(default_run, 
     dgd = dgd_of(default_run)
     port, elsewhere = free_ports(2)
     with LiveDeployment(tmp_path / "logs", port) as live:
-        frontend = frontend_process(dgd, elsewhere)  # it listens, but not where the rehearsal asks
+        frontend = frontend_process(dgd)
+        frontend.argv = [str(elsewhere) if w == "{http_port}" else w for w in frontend.argv]  # not where it is asked
         live.start([frontend])
         with pytest.raises(
             RehearsalFailed, match=r"the frontend never answered .*/health within 5 s; its log .*frontend\.log"

@@ -1,37 +1,57 @@
-"""What runs when a deployment is started outside Kubernetes: its frontend and its workers, from one source.
+"""The steps that start a deployment outside Kubernetes, from one source: the sbatch script and both rehearsals.
 
-Both ways of starting it read the same two things the Kubernetes file was made from, so none of them can
-drift from what was replayed:
+A deployment is a list of steps: its frontend, then one step per worker. Every way of starting it reads that one
+list, so none can drift from another:
 
-- the frontend runs the DynamoGraphDeployment's own frontend command (`k8s_deploy.yaml`, as written: its
-  router mode and KV-router settings), with the discovery and planes a cluster without etcd and NATS uses;
-- a real worker runs its DGD component's own script (the engine flags the generator wrote from the
-  replayed settings); a rehearsal's worker runs Dynamo's mocker with the replay's own engine arguments
-  (`replayed.json`: the perf model, system, backend version, shape, role and limits the replay timed),
-  its speed-up ratios multiplied by the rehearsal's.
+- `deploy/<rank>/slurm/deploy.sbatch` renders it as `srun` steps (deploy/slurm_script.py);
+- `spica rehearse --where slurm` renders the very same list through the very same function, with each worker's
+  engine command swapped for a mocker's and nothing else (`rehearsal_steps`): the same exports, ports, `srun`
+  options, readiness and teardown, so a defect in any of them fails the rehearsal;
+- `spica rehearse --where local` starts the same list as processes on this machine (deploy/live_processes.py).
 
-Every process uses file discovery (`DYN_FILE_KV`), the TCP request plane and the ZMQ event plane: no etcd,
-no NATS. A mocker publishes its KV events on the event plane when prefix caching is on, which is what the KV
-router listens to.
+What a step gets:
+
+- the frontend runs the DynamoGraphDeployment's own frontend command (`k8s_deploy.yaml`, as written: its router
+  mode and KV-router settings); a real worker runs its DGD component's own script (the engine flags the generator
+  wrote from the replayed settings) with its container's `env` (e.g. `NCCL_CUMEM_ENABLE=1`); a rehearsal's worker
+  runs Dynamo's mocker with the replay's own engine arguments (`replayed.json`: the perf model, system, backend
+  version, shape, role and limits the replay timed), its speed-up ratios multiplied by the rehearsal's;
+- every step is told the discovery and the planes by environment (`STEP_ENV`: file discovery, the TCP request
+  plane, the ZMQ event plane; no etcd, no NATS), never on its command line, so a worker that would not see them
+  does not register and the readiness check names it;
+- each worker gets its own free ports (`port_env`): Dynamo's system server and its request-plane server (whose
+  port names the worker in the frontend's `/health`, so readiness counts workers, not endpoints), plus what its
+  engine opens beside them (vLLM's NIXL side channel and KV events; Dynamo picks SGLang's bootstrap port itself).
+
+A step's argv may hold `{placeholder}` words (`PLACEHOLDERS`) that each renderer fills: a port, a folder.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.deploy.dgd import components_by_role, main_container
 from spica_lib.replay.plan import DeploymentPlan
 
-PLANES = ["--discovery-backend", "file", "--request-plane", "tcp", "--event-plane", "zmq"]
+# What every step is told, by environment: the discovery backend and the planes (DYN_FILE_KV, the discovery folder,
+# is set by each renderer: a folder beside the script, or the rehearsal's own).
+STEP_ENV = {"DYN_DISCOVERY_BACKEND": "file", "DYN_REQUEST_PLANE": "tcp", "DYN_EVENT_PLANE": "zmq"}
 ROLES = ("agg", "prefill", "decode")
 # The Dynamo component each role's workers register under (what /health lists them by).
 COMPONENT = {"agg": "backend", "decode": "backend", "prefill": "prefill"}
+RPC_PORT = "DYN_TCP_RPC_PORT"  # the worker's request-plane server: its address in /health names the worker
+# Ports every worker opens, and those its engine opens beside them (each gets a free one, per worker).
+WORKER_PORTS = ("DYN_SYSTEM_PORT", RPC_PORT)
+ENGINE_PORTS = {"vllm": ("VLLM_NIXL_SIDE_CHANNEL_PORT", "DYN_VLLM_KV_EVENT_PORT"), "sglang": (), "trtllm": ()}
+# Words of a step's argv each renderer fills: the frontend's HTTP port, the rehearsal's model folder (a tokenizer),
+# a mocker's engine-argument file and a prefill mocker's bootstrap port (a spare free port every worker is given).
+PLACEHOLDERS = ("{http_port}", "{model_dir}", "{engine_args}", "{bootstrap_port}")
 
 
 class LiveProcess(BaseModel):
-    """One process to start: a frontend, or the workers of one role (a mocker runs several in one process)."""
+    """One step: the frontend, or one worker."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -40,8 +60,14 @@ class LiveProcess(BaseModel):
     argv: list[str]
     workers: int = 0  # the workers it registers (0: the frontend)
     gpus_per_worker: int = 0
+    env: dict[str, str] = Field(default_factory=dict)  # the DGD container's own env (before STEP_ENV and the ports)
+    port_env: list[str] = Field(default_factory=list)  # variables each given a free port of its own
     engine_args: dict[str, Any] | None = None  # a mocker's engine arguments, written to a JSON file it reads
     script: str | None = None  # a real worker's bash script, as the DGD runs it
+
+    @property
+    def component(self) -> str | None:
+        return COMPONENT.get(self.role)
 
 
 def frontend_args(dgd: dict[str, Any]) -> list[str]:
@@ -62,9 +88,10 @@ def frontend_args(dgd: dict[str, Any]) -> list[str]:
     return out
 
 
-def frontend_process(dgd: dict[str, Any], port: int | str) -> LiveProcess:
-    argv = ["python3", "-m", "dynamo.frontend", "--http-port", str(port), *frontend_args(dgd), *PLANES]
-    return LiveProcess(name="frontend", role="frontend", argv=argv)
+def frontend_process(dgd: dict[str, Any]) -> LiveProcess:
+    argv = ["python3", "-m", "dynamo.frontend", "--http-port", "{http_port}", *frontend_args(dgd)]
+    main = main_container(components_by_role(dgd)["frontend"])
+    return LiveProcess(name="frontend", role="frontend", argv=argv, env=container_env(main))
 
 
 def role_workers(plan: DeploymentPlan) -> dict[str, tuple[dict[str, Any], int]]:
@@ -89,45 +116,50 @@ def gpus_per_worker(args: dict[str, Any]) -> int:
     return int(args.get("aic_tp_size") or 1) * int(args.get("aic_attention_dp_size") or 1)
 
 
-def mocker_processes(
-    plan: DeploymentPlan, model_dir: str, speedup: float, bootstrap_ports: list[int], one_per_worker: bool = False
-) -> list[LiveProcess]:
-    """The mocker processes of a rehearsal: one per role running its workers, or one per worker (a cluster's srun
-    steps). Prefill workers each take a bootstrap port of `bootstrap_ports`, in order."""
-    out = []
-    ports = iter(bootstrap_ports)
-    for role, (args, count) in role_workers(plan).items():
-        groups = [1] * count if one_per_worker else [count]
-        for index, workers in enumerate(groups):
-            argv = ["python3", "-m", "dynamo.mocker", "--model-path", model_dir, "--num-workers", str(workers), *PLANES]
-            if role != "agg":
-                argv += ["--disaggregation-mode", role]
-            if role == "prefill":
-                argv += ["--bootstrap-ports", ",".join(str(next(ports)) for _ in range(workers))]
-            name = f"{role}-{index}" if one_per_worker else role
-            out.append(LiveProcess(name=name, role=role, argv=argv, workers=workers, gpus_per_worker=gpus_per_worker(args),
-                                   engine_args=mocker_engine_args(args, speedup)))  # fmt: skip
+def container_env(main: dict[str, Any]) -> dict[str, str]:
+    """A container's literal `env` (name -> value); a value taken from elsewhere (`valueFrom`) is refused, since a
+    script cannot read a Kubernetes secret or field."""
+    out = {}
+    for item in main.get("env") or []:
+        if "value" not in item:
+            raise ValueError(f"the container env {item.get('name')!r} takes its value from Kubernetes (valueFrom), "
+                             "which a SLURM step cannot read: give it a literal value in overrides.dgd")  # fmt: skip
+        out[str(item["name"])] = str(item["value"])
     return out
 
 
-def engine_processes(plan: DeploymentPlan, dgd: dict[str, Any]) -> list[LiveProcess]:
-    """A real deployment's workers, one process each, running the DGD component's own command."""
+def deployment_steps(plan: DeploymentPlan, dgd: dict[str, Any], backend: str) -> list[LiveProcess]:
+    """The deployment's steps: its frontend, then each worker running its DGD component's own command."""
     components = components_by_role(dgd)
-    out = []
+    steps = [frontend_process(dgd)]
+    ports = [*WORKER_PORTS, *ENGINE_PORTS.get(backend, ())]
     for role, (args, count) in role_workers(plan).items():
         main = main_container(components[role])
         command, words = list(main.get("command") or []), list(main.get("args") or [])
         script = words[0] if command[-1:] == ["-c"] and words else " ".join([*command, *words])
         for index in range(count):
-            out.append(LiveProcess(name=f"{role}-{index}", role=role, argv=["bash", "-c", script], workers=1,
-                                   gpus_per_worker=gpus_per_worker(args), script=script))  # fmt: skip
+            steps.append(LiveProcess(name=f"{role}-{index}", role=role, argv=["bash", "-c", script], workers=1,
+                                     gpus_per_worker=gpus_per_worker(args), env=container_env(main), port_env=ports,
+                                     script=script))  # fmt: skip
+    return steps
+
+
+def rehearsal_steps(plan: DeploymentPlan, dgd: dict[str, Any], backend: str, model: str, speedup: float) -> list[LiveProcess]:
+    """The deployment's steps with each worker's engine command swapped for Dynamo's mocker, timed as the replay
+    was (its engine arguments), serving `model` by name with the tokenizer in `{model_dir}`: nothing else changes."""
+    engines = role_workers(plan)
+    out = []
+    for step in deployment_steps(plan, dgd, backend):
+        if step.role == "frontend":
+            out.append(step)
+            continue
+        argv = ["python3", "-m", "dynamo.mocker", "--model-path", "{model_dir}", "--model-name", model,
+                "--num-workers", "1", "--extra-engine-args", "{engine_args}"]  # fmt: skip
+        if step.role != "agg":
+            argv += ["--disaggregation-mode", step.role]
+        if step.role == "prefill":
+            argv += ["--bootstrap-ports", "{bootstrap_port}"]
+        engine_args = mocker_engine_args(engines[step.role][0], speedup)
+        out.append(step.model_copy(update={"argv": argv, "engine_args": engine_args, "script": None}))
     return out
 
-
-def expected_registrations(processes: list[LiveProcess]) -> dict[str, int]:
-    """Dynamo component -> how many worker instances must register under it."""
-    counts: dict[str, int] = {}
-    for process in processes:
-        if process.role != "frontend":
-            counts[COMPONENT[process.role]] = counts.get(COMPONENT[process.role], 0) + process.workers
-    return counts

@@ -1,8 +1,10 @@
 """Start a deployment's processes on this machine, wait until it serves, and take it down again.
 
-Every wait is bounded, and every way a deployment fails to come up is a `RehearsalFailed` that names the process
-and its log: a process that exits (a setting its engine refuses), a frontend that never answers `/health`, a
-role whose workers never register (`/health` lists each registered worker under its component).
+The steps are started as the sbatch script starts them (deploy/live_plan.py, deploy/slurm_script.py): the
+discovery and the planes by environment, each worker's DGD env and free ports of its own. Every wait is bounded,
+and every way a deployment fails to come up is a `RehearsalFailed` that names the process and its log: a process
+that exits (a setting its engine refuses), a frontend that never answers `/health`, a worker that never registers
+(each found in `/health` by its request-plane port).
 
 No process outlives its owner: each child asks the kernel for SIGKILL when this process dies, and leads its
 own process group, which `stop` signals. The folder the processes share (discovery, the model folder, their
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -26,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from spica_lib.base.lifetime import die_with_parent, signal_group
-from spica_lib.deploy.live_plan import LiveProcess, expected_registrations
+from spica_lib.deploy.live_plan import RPC_PORT, STEP_ENV, LiveProcess
 
 FRONTEND_WAIT_SECONDS = 60.0  # the frontend answers /health
 REGISTER_WAIT_SECONDS = 120.0  # every worker registered (a mocker loads the perf DB and estimates its KV blocks)
@@ -39,18 +42,37 @@ class RehearsalFailed(RuntimeError):
     """The deployment did not start, register, route or serve; the message names the process and its log."""
 
 
+# Ports are picked as the sbatch script picks them: below the kernel's ephemeral range, where connections take
+# theirs, and below 32768, since Dynamo reads DYN_SYSTEM_PORT as a signed 16-bit number.
+PORT_FLOOR, PORT_CEILING = 10000, 32768
+
+
 def free_ports(count: int) -> list[int]:
-    """`count` TCP ports free on this machine now (held open together, so they differ)."""
-    sockets = []
+    """`count` TCP ports free on this machine now (held open together, so they differ), outside the ephemeral range."""
+    low = _ephemeral_low()
+    ceiling = min(low, PORT_CEILING) if low > PORT_FLOOR + 1000 else PORT_CEILING
+    sockets: list[socket.socket] = []
+    rng = random.Random()
     try:
-        for _ in range(count):
+        while len(sockets) < count:
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("", rng.randrange(PORT_FLOOR, ceiling)))
+            except OSError:
+                s.close()
+                continue
             sockets.append(s)
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
             s.close()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return PORT_CEILING
 
 
 class LiveDeployment:
@@ -63,6 +85,7 @@ class LiveDeployment:
         self.url = f"http://127.0.0.1:{port}"
         self.folder = Path(tempfile.mkdtemp(prefix="spica-rehearsal-"))
         self.children: dict[str, subprocess.Popen] = {}
+        self.rpc_ports: dict[str, str | None] = {}  # step -> its request-plane port (what /health names it by)
         self.keeper: subprocess.Popen | None = None
         self.started = time.perf_counter()
 
@@ -86,12 +109,14 @@ class LiveDeployment:
         self.stop()
 
     def start(self, processes: list[LiveProcess]) -> None:
-        """Start every process (a mocker's engine arguments written to a file in the shared folder)."""
+        """Start every step as the sbatch script does (deploy/slurm_script.py): the discovery and the planes by
+        environment, each worker's DGD env and free ports of its own, a mocker's engine arguments in a file."""
         self.processes = processes
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         # Everything they write goes in the shared folder, removed with it: discovery, the frontend's model-card
         # cache (under HOME) and their temporary files.
+        env.update(STEP_ENV)
         env.update({"DYN_FILE_KV": str(self.folder / "discovery"), "HOME": str(self.folder / "home"),
                     "TMPDIR": str(self.folder / "tmp"), "DYN_LOG": os.environ.get("DYN_LOG", "info")})  # fmt: skip
         for name in ("discovery", "home", "tmp"):
@@ -102,15 +127,20 @@ class LiveDeployment:
         parent = os.getpid()
         self.started = time.perf_counter()
         for process in self.processes:
-            argv = [sys.executable if word == "python3" else word for word in process.argv]
+            own = dict(process.env)
+            ports = free_ports(len(process.port_env) + 1)  # the last: the worker's spare (a prefill's bootstrap)
+            own.update(zip(process.port_env, map(str, ports), strict=False))
+            words = {"{http_port}": str(self.port), "{model_dir}": str(self.model_dir),
+                     "{bootstrap_port}": str(ports[-1]), "{engine_args}": str(self.folder / f"{process.name}.engine.json")}  # fmt: skip
+            argv = [sys.executable if word == "python3" else words.get(word, word) for word in process.argv]
             if process.engine_args is not None:
-                engine = self.folder / f"{process.name}.engine.json"
-                engine.write_text(json.dumps(process.engine_args), encoding="utf-8")
-                argv += ["--extra-engine-args", str(engine)]
+                Path(words["{engine_args}"]).write_text(json.dumps(process.engine_args), encoding="utf-8")
+            self.rpc_ports[process.name] = own.get(RPC_PORT)
             with open(self.log(process.name), "wb") as log:
                 self.children[process.name] = subprocess.Popen(
-                    argv, cwd=self.folder, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    process_group=0, preexec_fn=lambda: die_with_parent(parent, signal.SIGKILL),
+                    argv, cwd=self.folder, env={**env, **own}, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, process_group=0,
+                    preexec_fn=lambda: die_with_parent(parent, signal.SIGKILL),
                 )  # fmt: skip
 
     def wait_until_serving(self, model: str) -> float:
@@ -126,22 +156,25 @@ class LiveDeployment:
                     f"its log {self.log('frontend')}:\n{self._tail('frontend')}"
                 )
             time.sleep(POLL_SECONDS)
-        wanted = expected_registrations(self.processes)
         deadline = time.perf_counter() + REGISTER_WAIT_SECONDS
         while True:
             self._check_alive()
-            found = _registered(self._health() or {})
-            if all(found.get(c, 0) >= n for c, n in wanted.items()) and self._serves(model):
+            missing = self.unregistered(self._health() or {})
+            if not missing and self._serves(model):
                 return time.perf_counter() - self.started
             if time.perf_counter() > deadline:
-                short = {c: f"{found.get(c, 0)} of {n}" for c, n in wanted.items() if found.get(c, 0) < n}
-                names = [p.name for p in self.processes if p.role != "frontend"]
-                logs = "\n".join(f"{name} ({self.log(name)}):\n{self._tail(name)}" for name in names)
+                logs = "\n".join(f"{name} ({self.log(name)}):\n{self._tail(name)}" for name in missing)
                 raise RehearsalFailed(
-                    f"workers never registered within {REGISTER_WAIT_SECONDS:g} s: {short} (component: registered of "
-                    f"expected); their logs:\n{logs}"
+                    f"{', '.join(missing) or 'every worker registered, but the frontend never listed ' + model}: never "
+                    f"registered with the frontend within {REGISTER_WAIT_SECONDS:g} s; their logs:\n{logs}"
                 )
             time.sleep(POLL_SECONDS)
+
+    def unregistered(self, health: dict) -> list[str]:
+        """The workers whose generate endpoint is not in /health: each found by its request-plane port, so workers
+        are counted, prefill and decode apart, not endpoints (an SGLang worker registers five)."""
+        listening = _generate_ports(health)
+        return [p.name for p in self.processes if p.role != "frontend" and self.rpc_ports.get(p.name) not in listening]
 
     def worker_components(self) -> dict[str, str]:
         """Registered worker instance id -> its component (backend or prefill), as /health lists them."""
@@ -196,9 +229,11 @@ class LiveDeployment:
         return "\n".join("  " + line for line in lines[-LOG_TAIL_LINES:])
 
 
-def _registered(health: dict) -> dict[str, int]:
-    counts: dict[str, int] = {}
+def _generate_ports(health: dict) -> set[str]:
+    """The request-plane ports of the instances /health lists with a generate endpoint."""
+    ports = set()
     for instance in health.get("instances", []):
-        if instance.get("endpoint") == "generate":
-            counts[instance.get("component")] = counts.get(instance.get("component"), 0) + 1
-    return counts
+        address = str((instance.get("transport") or {}).get("tcp") or "")
+        if instance.get("endpoint") == "generate" and ":" in address:
+            ports.add(address.split("/", 1)[0].rsplit(":", 1)[1])
+    return ports

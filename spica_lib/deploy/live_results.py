@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spica_lib.deploy.live_client import LiveRequest
-from spica_lib.deploy.live_plan import COMPONENT
+from spica_lib.deploy.live_client import ClientRun, LiveRequest
+from spica_lib.deploy.live_plan import COMPONENT, role_workers
 from spica_lib.deploy.live_processes import RehearsalFailed
-from spica_lib.deploy.rehearsal import RequestRow
+from spica_lib.deploy.rehearsal import MachineLoad, Rehearsal, RequestRow
+from spica_lib.replay.plan import DeploymentPlan
 
 
 def live_rows(
@@ -44,3 +45,23 @@ def unreached(rows: list[RequestRow], roles: dict, frontend_log: Path) -> None:
             f"the router never reached the {', '.join(missing)} workers: no request was served there "
             f"(request errors: {errors or 'none'}); the frontend's log {frontend_log}"
         )
+
+
+def machine_load(run: ClientRun) -> MachineLoad:
+    """Whether the machine kept up with one traffic run (deploy/rehearsal.py: MachineLoad)."""
+    lags = sorted(run.loop_lag_ms) or [0.0]
+    return MachineLoad(cores=run.cores, busy_share=run.busy_share, loop_lag_p90_ms=lags[int(0.9 * (len(lags) - 1))],
+                       loop_lag_max_ms=lags[-1])  # fmt: skip
+
+
+def run_rows(
+    sent: list[ClientRun], components: dict[str, str], plan: DeploymentPlan, speedup: float, frontend_log: Path,
+    found: Rehearsal,
+) -> list[list[RequestRow]]:  # fmt: skip
+    """Each traffic run's rows in the replay's time, the machine's load during each (into `found`), and a role the
+    first run never reached, a failure."""
+    found.live_seconds = sum(run.wall_seconds for run in sent)
+    found.machine = [machine_load(run) for run in sent]
+    rows = [live_rows(run.requests, components, role_workers(plan), speedup) for run in sent]
+    unreached(rows[0], role_workers(plan), frontend_log)
+    return rows

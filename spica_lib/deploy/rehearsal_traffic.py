@@ -109,6 +109,17 @@ def _from_trace(workload: Workload, limit: int) -> RehearsalTraffic:
     )
 
 
+def closed_loop(traffic: RehearsalTraffic, in_flight: int) -> RehearsalTraffic:
+    """The same requests all there at once, at most `in_flight` of them being served (the rehearsal's closed-loop
+    step: its throughput is the deployment's, where an open loop's is its arrival rate's), on prompts of their own."""
+    # Block ids moved past any the open loop sent: the same sharing within the sample, no prefix it left cached.
+    offset = 1 + max((h for r in traffic.requests for h in r.hash_ids), default=0)
+    requests = [r.model_copy(update={"arrival_ms": 0.0, "hash_ids": tuple(h + offset for h in r.hash_ids)})
+                for r in traffic.requests]  # fmt: skip
+    return RehearsalTraffic(requests=requests, in_flight_cap=in_flight,
+                            source=f"the same {len(requests)} requests in a closed loop of {in_flight} in flight")  # fmt: skip
+
+
 def write_trace(traffic: RehearsalTraffic, path: str | Path) -> Path:
     """The sample as a Mooncake trace (what the offline replay of the rehearsal reads)."""
     lines = [

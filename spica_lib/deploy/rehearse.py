@@ -18,25 +18,36 @@ import yaml
 
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.base.versions import package_versions
-from spica_lib.deploy.live_client import send_traffic
-from spica_lib.deploy.live_plan import frontend_process, mocker_processes, role_workers
+from spica_lib.deploy.live_client import send_traffic, warm_up
+from spica_lib.deploy.live_plan import rehearsal_steps, role_workers
+from spica_lib.replay.plan import DeploymentPlan
 from spica_lib.deploy.live_processes import LiveDeployment, RehearsalFailed, free_ports
-from spica_lib.deploy.live_results import live_rows, unreached
+from spica_lib.deploy.live_results import run_rows
 from spica_lib.deploy.model_folder import vocabulary_size, write_model_folder
 from spica_lib.deploy.rehearsal import (
     COMPARED,
+    TOLERANCES,
     ProcessLog,
     Rehearsal,
     RequestRow,
     differences,
+    in_flight,
+    judge,
     load_stats,
     replay_rows,
 )
-from spica_lib.deploy.rehearsal_traffic import DEFAULT_REQUESTS, RehearsalTraffic, rehearsal_traffic, write_trace
+from spica_lib.deploy.rehearsal_traffic import (
+    DEFAULT_REQUESTS,
+    RehearsalTraffic,
+    closed_loop,
+    rehearsal_traffic,
+    write_trace,
+)
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord, TrialSpec
 
-REPLAY_SECONDS = 600.0  # the offline replay of the sample: a few hundred requests take seconds
+REPLAY_SECONDS = 600.0
+CLOSED_TURNS = 4  # the closed loop turns over at least this many times
 
 
 def rehearse(
@@ -59,19 +70,26 @@ def rehearse(
     traffic = rehearsal_traffic(record.spec.replay, requests)
     work = folder / "rehearsal"
     work.mkdir(parents=True, exist_ok=True)
-    trace = write_trace(traffic, work / "traffic.jsonl")
     found = Rehearsal(rank=rank, key=record.key, deployment=describe(record.spec), where=where, speedup=speedup,
                       traffic=traffic.source, notes=_notes(record), versions=package_versions())  # fmt: skip
+    sla = record.spec.goal.sla
     try:
+        # Offline first: the open loop's replay sets the closed loop's in-flight cap (Little's law).
+        replayed = _replayed(record.spec, write_trace(traffic, work / "traffic.jsonl"), traffic, work, "open")
+        found.closed_in_flight = closed_in_flight(replayed, len(traffic.requests), record.spec.replay.plan)
+        closed = closed_loop(traffic, found.closed_in_flight)
+        closed_replayed = _replayed(record.spec, write_trace(closed, work / "closed.jsonl"), closed, work, "closed")
         if where == "slurm":
             from spica_lib.deploy.rehearse_slurm import run_on_slurm
 
-            rows, found = run_on_slurm(folder, record, dgd, traffic, speedup, found, partition)
+            (rows, closed_rows), found = run_on_slurm(folder, record, dgd, (traffic, closed), speedup, found, partition,
+                                                      gpus_per_node=_gpus_per_node(Path(deploy_dir)))  # fmt: skip
         else:
-            rows, found = _run_locally(work, record, dgd, traffic, speedup, found)
-        found.live = load_stats(rows, record.spec.goal.sla)
-        found.replay = load_stats(_replayed(record.spec, trace, traffic, work), record.spec.goal.sla)
+            (rows, closed_rows), found = _run_locally(work, record, dgd, (traffic, closed), speedup, found)
+        found.live, found.replay = load_stats(rows, sla), load_stats(replayed, sla)
+        found.closed_live, found.closed_replay = load_stats(closed_rows, sla), load_stats(closed_replayed, sla)
         found.differences = differences(found.live, found.replay)
+        found.verdict, found.verdict_reasons = judge(found)
         found.notes += refusals(found)
     except RehearsalFailed as failed:
         found.error = str(failed)
@@ -83,27 +101,27 @@ def rehearse(
 
 
 def _run_locally(
-    work: Path, record: TrialRecord, dgd: dict, traffic: RehearsalTraffic, speedup: float, found: Rehearsal
-) -> tuple[list[RequestRow], Rehearsal]:
+    work: Path, record: TrialRecord, dgd: dict, runs: tuple[RehearsalTraffic, ...], speedup: float, found: Rehearsal
+) -> tuple[list[list[RequestRow]], Rehearsal]:
+    """The same steps as the sbatch script's, as processes on this machine; each traffic run sent in turn."""
     plan = record.spec.replay.plan
-    prefill_workers = role_workers(plan).get("prefill", ({}, 0))[1]
-    port, *bootstrap = free_ports(1 + prefill_workers)
+    model = record.spec.sample["model_name"]
+    steps = rehearsal_steps(plan, dgd, str(record.spec.sample.get("backend")), model, speedup)
+    (port,) = free_ports(1)
     with LiveDeployment(work, port) as live:
-        model = str(write_model_folder(record.spec.sample["model_name"], live.model_dir))
-        processes = [frontend_process(dgd, port), *mocker_processes(plan, model, speedup, bootstrap)]
-        found.processes = [ProcessLog(name=p.name, argv=p.argv, log=str(live.log(p.name))) for p in processes]
-        live.start(processes)
+        write_model_folder(model, live.model_dir)
+        found.processes = [ProcessLog(name=p.name, argv=p.argv, log=str(live.log(p.name))) for p in steps]
+        live.start(steps)
         found.ready_seconds = live.wait_until_serving(model)
-        sent = send_traffic(live.url, model, traffic, vocabulary_size(live.model_dir), speedup)
+        warm_up(live.url, model, runs[0], vocabulary_size(live.model_dir))
+        sent = [send_traffic(live.url, model, traffic, vocabulary_size(live.model_dir), speedup) for traffic in runs]
         components = live.worker_components()
-    found.live_seconds = max((r.last_token or r.sent for r in sent), default=0.0)
-    rows = live_rows(sent, components, role_workers(plan), speedup)
-    unreached(rows, role_workers(plan), work / "frontend.log")
-    return rows, found
+    return run_rows(sent, components, plan, speedup, work / "frontend.log", found), found
 
 
-def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Path) -> list[RequestRow]:
-    """The same sample replayed offline, as the sweep replays: one Dynamo replay in a worker process."""
+def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Path, name: str) -> list[RequestRow]:
+    """The same sample replayed offline, as the sweep replays (one Dynamo replay in a worker process), with the
+    workers the live side runs: the planner's starting counts, held (the live mockers have no planner)."""
     import pandas as pd
 
     from spica_lib.config.trace import scan_trace
@@ -115,32 +133,60 @@ def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Pat
         "arrival_speedup_ratio": 1.0, "replay_concurrency": traffic.in_flight_cap,
         "shared_prefix_ratio": 0.0, "num_prefix_groups": 0,
     })  # fmt: skip
-    replay = spec.replay.model_copy(update={"workload": workload, "screen": None, "concurrency": None})
+    plan = spec.replay.plan.model_copy(update={"planner_config": None})
+    replay = spec.replay.model_copy(update={"workload": workload, "screen": None, "concurrency": None, "plan": plan})
     sample = spec.model_copy(update={"replay": replay, "workloads": None, "trace_sha256": scan_trace(trace).sha256})
-    per_request = work / "replay_per_request.parquet"
+    per_request = work / f"replay_{name}_per_request.parquet"
     result = evaluate_trial(sample, max_eval_seconds=REPLAY_SECONDS, per_request_path=str(per_request))
     if not per_request.is_file():
         raise RehearsalFailed(f"the offline replay of the rehearsal's traffic failed: {result.status}: {result.reason}")
     return replay_rows(pd.read_parquet(per_request), role_workers(spec.replay.plan))
 
 
+def closed_in_flight(replayed: list[RequestRow], requests: int, plan: DeploymentPlan) -> int:
+    """The closed loop's cap: the concurrency the replay of the open loop carried on average (Little's law), at most
+    a CLOSED_TURNS-th of the requests (over fewer turns a closed loop's tok/s is its ramp's, not the deployment's),
+    and at most the prefill workers' session slots (Dynamo 1.5.1's live mocker refuses a prefill handoff past its
+    max_num_seqs, where the replay and a real engine queue it: past them, live would measure the mocker's refusal)."""
+    cap = min(in_flight(replayed), requests // CLOSED_TURNS)
+    args, workers = role_workers(plan).get("prefill", ({}, 0))
+    if workers and args.get("max_num_seqs"):
+        cap = min(cap, workers * int(args["max_num_seqs"]))
+    return max(1, cap)
+
+
+def _gpus_per_node(deploy_dir: Path) -> int | None:
+    """The run's node size (search_space.gpus_per_node), as its deploy stage wrote the script with (None: the
+    system's, or a deploy folder outside a run)."""
+    from spica_lib.base.artifacts import read_model
+    from spica_lib.config.validate import ValidatedConfig
+    from spica_lib.run.layout import RunFiles
+
+    path = Path(RunFiles(dir=str(deploy_dir.parent)).config_json)
+    return read_model(path, ValidatedConfig).config.search_space.gpus_per_node if path.is_file() else None
+
+
 HANDOFF_LIMIT = "handoff session limit"  # Dynamo 1.5.1's live mocker, refusing a prefill beyond its session slots
 
 
 def refusals(found: Rehearsal) -> list[str]:
-    """What the live system refused that the replay served: said first, never averaged away."""
-    failed = found.live.requests - found.live.completed
-    if not failed:
-        return []
-    errors = found.live.errors
-    why = (
-        " Dynamo 1.5.1's live mocker refuses a prefill handoff once a prefill worker holds as many sessions as "
-        "its max_num_seqs, where the offline replay queues the request: a burst above that is refused live."
-        if any(HANDOFF_LIMIT in e for e in errors)
-        else ""
-    )
-    return [f"{failed} of {found.live.requests} requests failed live (first: {errors[0] if errors else 'no reply'}); "
-            f"the replay completed {found.replay.completed}.{why}"]  # fmt: skip
+    """What the live system refused that the replay served, in either run: said first, never averaged away."""
+    out = []
+    for label, live, replay in (("", found.live, found.replay), (" in the closed loop", found.closed_live,
+                                                                   found.closed_replay)):  # fmt: skip
+        failed = live.requests - live.completed if live is not None else 0
+        if not failed:
+            continue
+        errors = live.errors
+        why = (
+            " Dynamo 1.5.1's live mocker refuses a prefill handoff once a prefill worker holds as many sessions as "
+            "its max_num_seqs, where the offline replay queues the request: a burst above that is refused live."
+            if any(HANDOFF_LIMIT in e for e in errors)
+            else ""
+        )
+        out.append(f"{failed} of {live.requests} requests failed live{label} (first: "
+                   f"{errors[0] if errors else 'no reply'}); the replay completed {replay.completed}.{why}")  # fmt: skip
+    return out
 
 
 def _notes(record: TrialRecord) -> list[str]:
@@ -154,25 +200,41 @@ def _notes(record: TrialRecord) -> list[str]:
 
 
 def rehearsal_markdown(found: Rehearsal) -> str:
-    """The report's section: live and replay side by side."""
+    """The report's section: the verdict first, then live and replay side by side, each with its tolerance."""
     lines = [f"## Rehearsal of rank {found.rank}: {found.deployment}", "",
              f"Started {found.where} with Dynamo's frontend, router and mocker workers (speed-up {found.speedup:g}); "
-             f"traffic: {found.traffic}, sent live and replayed offline.", ""]  # fmt: skip
+             f"traffic: {found.traffic}, sent live and replayed offline, then the same requests in a closed loop of "
+             f"{found.closed_in_flight} in flight (the concurrency the replay carried on average, at most a "
+             f"{CLOSED_TURNS}th of the requests, and at most the prefill workers' session slots), on prompts of their "
+             "own (no prefix the open loop cached).", ""]  # fmt: skip
     if found.error:
         return "\n".join([*lines, f"**Failed**: {found.error}", ""])
     if found.live.completed < found.live.requests:
         lines += [f"**{found.notes[-1]}**", ""]
+    reasons = "; ".join(found.verdict_reasons)
+    lines += [f"**Verdict: {found.verdict}**" + (f": {reasons}." if reasons else "."), ""]
     if found.ready_seconds is not None:
-        lines += [f"Every worker registered {found.ready_seconds:.1f} s after the first start.", ""]
-    lines += ["| metric | replay | live | difference |", "|---|---:|---:|---:|"]
-    for name in COMPARED:
-        live, replay = getattr(found.live, name), getattr(found.replay, name)
-        diff = found.differences.get(name)
-        lines.append(f"| {name} | {_num(replay)} | {_num(live)} | {'—' if diff is None else f'{100 * diff:+.1f} %'} |")
+        start = "the job started" if found.where == "slurm" else "the first process started"
+        lines += [f"Every worker registered {found.ready_seconds:.1f} s after {start}.", ""]
+    lines += ["| metric | replay | live | difference | tolerance |", "|---|---:|---:|---:|---:|"]
+    closed = differences(found.closed_live, found.closed_replay) if found.closed_live and found.closed_replay else {}
+    rows = [(name, found.replay, found.live, found.differences.get(name), name) for name in COMPARED]
+    rows.append(("closed-loop output_tok_s", found.closed_replay, found.closed_live, closed.get("output_tok_s"),
+                 "closed_output_tok_s"))  # fmt: skip
+    for label, replay, live, diff, key in rows:
+        metric = "output_tok_s" if key == "closed_output_tok_s" else key
+        unit = " points" if key == "sla_share" else " %"
+        tolerance = f"±{100 * TOLERANCES[key]:g}{unit}" if key in TOLERANCES else "—"
+        shown = "—" if diff is None else f"{100 * diff:+.1f}{unit}"
+        lines.append(f"| {label} | {_num(getattr(replay, metric, None))} | {_num(getattr(live, metric, None))} | "
+                     f"{shown} | {tolerance} |")  # fmt: skip
     for side in ("replay", "live"):
         stats = getattr(found, side)
         per = "; ".join(f"{role}: {counts}" for role, counts in stats.requests_per_worker.items())
         lines.append(f"\n{side}: {stats.completed} of {stats.requests} requests completed; requests per worker: {per}")
+    for label, load in zip(("open loop", "closed loop"), found.machine, strict=False):
+        lines.append(f"\nThe machine during the {label}: {load.words()}"
+                     + ("" if load.kept_up else " (too loaded: latency is not judged)"))  # fmt: skip
     lines += [f"\n- {note}" for note in found.notes]
     return "\n".join(lines) + "\n"
 

@@ -1,9 +1,11 @@
 """A rehearsal through the deployment's own kind of sbatch script, on the SLURM cluster this machine submits to.
 
-The script is the one `deploy/<rank>/slurm/deploy.sbatch` is made by (deploy/slurm_script.py), with the engine
-swapped: every worker is a mocker `srun` step (one per worker, as the real workers are) in this machine's Python
-environment, no GPU asked for, and its traffic step is Spica's own client (deploy/traffic_step.py), which writes
-the timings beside the script. Everything lives in `deploy/<rank>/rehearsal/slurm/`, which the cluster's nodes
+The script is rendered from the deployment's own steps by the function `deploy/<rank>/slurm/deploy.sbatch` is
+rendered by (deploy/slurm_script.py), with each worker's engine command swapped for Dynamo's mocker and nothing
+else (deploy/live_plan.py `rehearsal_steps`): the same exports, ports, `srun` options and GPUs, readiness and
+teardown, in this machine's Python environment. Its traffic step is Spica's own client (deploy/traffic_step.py),
+which records every token's time beside the script (AIPerf's summary could not be held against the replay request
+by request). Everything lives in `deploy/<rank>/rehearsal/slurm/`, which the cluster's nodes
 must see (this machine's run folder). The job is cancelled if the rehearsal ends before it (a keeper cancels it
 even when the rehearsal is killed outright).
 """
@@ -21,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from spica_lib.base.lifetime import die_with_parent
-from spica_lib.deploy.live_client import LiveRequest
-from spica_lib.deploy.live_plan import frontend_process, mocker_processes, role_workers
+from spica_lib.deploy.live_plan import rehearsal_steps, role_workers
 from spica_lib.deploy.live_processes import RehearsalFailed
-from spica_lib.deploy.live_results import live_rows, unreached
+from spica_lib.deploy.live_results import run_rows
 from spica_lib.deploy.model_folder import write_model_folder
 from spica_lib.deploy.rehearsal import ProcessLog, Rehearsal, RequestRow
 from spica_lib.deploy.rehearsal_traffic import RehearsalTraffic
-from spica_lib.deploy.slurm_script import SlurmOptions, slurm_script
+from spica_lib.deploy.slurm_script import SlurmOptions, TrafficStep, slurm_script
+from spica_lib.deploy.traffic_step import read_runs
 from spica_lib.facts.hardware import system_facts
 from spica_lib.replay.plan import role_sku
 from spica_lib.trial.spec import TrialRecord
@@ -40,34 +42,39 @@ WAITING_REASONS = {"None", "Priority", "Resources", "BeginTime", "JobHeldUser", 
 
 
 def run_on_slurm(
-    folder: Path, record: TrialRecord, dgd: dict[str, Any], traffic: RehearsalTraffic, speedup: float,
-    found: Rehearsal, partition: str | None = None,
-) -> tuple[list[RequestRow], Rehearsal]:  # fmt: skip
+    folder: Path, record: TrialRecord, dgd: dict[str, Any], runs: tuple[RehearsalTraffic, RehearsalTraffic],
+    speedup: float, found: Rehearsal, partition: str | None = None, gpus_per_node: int | None = None,
+) -> tuple[list[list[RequestRow]], Rehearsal]:  # fmt: skip
+    """The rehearsal's steps through the deployment's own kind of sbatch script; its open then its closed run."""
     work = folder / "rehearsal" / "slurm"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    write_model_folder(record.spec.sample["model_name"], work / "model")
+    model = record.spec.sample["model_name"]
+    write_model_folder(model, work / "model")
     plan = record.spec.replay.plan
     roles = role_workers(plan)
-    bootstrap = [f"$((PORT + 100 + {i}))" for i in range(roles.get("prefill", ({}, 0))[1])]
-    processes = [frontend_process(dgd, "$PORT"), *mocker_processes(plan, "$HERE/model", speedup, bootstrap, True)]
-    for process in processes:
-        if process.engine_args is not None:
-            (work / f"{process.name}.engine.json").write_text(json.dumps(process.engine_args), encoding="utf-8")
-    (work / "traffic.json").write_text(traffic.model_dump_json(), encoding="utf-8")
-    step = ["python3", "-m", "spica_lib.deploy.traffic_step", "$HERE/traffic.json", "http://$HEAD:$PORT",
-            "$HERE/model", "$HERE/live.json", f"{speedup:g}"]  # fmt: skip
+    steps = rehearsal_steps(plan, dgd, str(record.spec.sample.get("backend")), model, speedup)
+    for step in steps:
+        if step.engine_args is not None:
+            (work / f"{step.name}.engine.json").write_text(json.dumps(step.engine_args), encoding="utf-8")
+    for traffic, file in zip(runs, ("open.json", "closed.json"), strict=True):
+        (work / file).write_text(traffic.model_dump_json(), encoding="utf-8")
+    step = TrafficStep(
+        argv=["python3", "-m", "spica_lib.deploy.traffic_step", "$HERE/open.json", "$HERE/closed.json",
+              "http://$HEAD:$PORT", model, "$HERE/model", "$HERE/live.json", f"{speedup:g}"],
+        check=["python3", "-c", "import spica_lib.deploy.traffic_step"],
+        check_fails="Spica's rehearsal client is not importable in this Python environment",
+    )  # fmt: skip
     name = f"spica-rehearse-{found.rank}"
     options = SlurmOptions(python_env=sys.prefix, partition=partition, time=str(JOB_MINUTES))
     sku = role_sku(record.spec.sample, next(iter(roles)))
-    script = slurm_script(name=name, about=[f"Rehearsal of rank {found.rank}: {found.deployment}"], processes=processes,
-                          gpus_per_node=system_facts(str(sku)).gpus_per_node, options=options, traffic_step=step,
-                          engine="mocker")  # fmt: skip
+    script = slurm_script(name=name, about=[f"Rehearsal of rank {found.rank}: {found.deployment}"], processes=steps,
+                          gpus_per_node=gpus_per_node or system_facts(str(sku)).gpus_per_node, options=options,
+                          model=model, fetch=None, traffic=step, engine="mocker")  # fmt: skip
     (work / "rehearse.sbatch").write_text(script, encoding="utf-8")
     job = _submit(work)
     logs = work / f"logs-{job}"
-    found.processes = [ProcessLog(name=p.name, argv=p.argv, log=str(logs / f"{p.name}.log")) for p in processes]
-    started = time.perf_counter()
+    found.processes = [ProcessLog(name=p.name, argv=p.argv, log=str(logs / f"{p.name}.log")) for p in steps]
     _wait(job, work)
     output = work / f"{name}-{job}.log"
     if not (work / "live.json").is_file():
@@ -75,12 +82,9 @@ def run_on_slurm(
         raise RehearsalFailed(f"SLURM job {job} ended without serving its traffic: {' '.join(said) or 'no message'}; "
                               f"its output {output}, the logs of its steps in {logs}")  # fmt: skip
     data = json.loads((work / "live.json").read_text(encoding="utf-8"))
-    sent = [LiveRequest(**r) for r in data["requests"]]
-    found.live_seconds = max((r.last_token or r.sent for r in sent), default=0.0)
-    found.ready_seconds = time.perf_counter() - started - found.live_seconds  # submission to serving, roughly
-    rows = live_rows(sent, data["components"], roles, speedup)
-    unreached(rows, roles, logs / "frontend.log")
-    return rows, found
+    ready = json.loads((logs / "ready.json").read_text(encoding="utf-8"))
+    found.ready_seconds = float(ready["ready_seconds"])  # from the job's start, not its submission
+    return run_rows(read_runs(data), data["components"], plan, speedup, logs / "frontend.log", found), found
 
 
 def _submit(work: Path) -> str:
