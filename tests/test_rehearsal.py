@@ -188,6 +188,26 @@ def test_a_worker_given_a_bad_engine_flag_fails_the_sbatch_rehearsal_by_name_and
     assert wait_until_nothing_left() == ("", [])
 
 
+@pytest.mark.slurm
+def test_a_killed_sbatch_rehearsal_leaves_no_job_and_no_dynamo_process(default_run, tmp_path, cluster):
+    run, _ = default_run
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy, ignore=shutil.ignore_patterns("rounds", ".snakemake"))
+    process = subprocess.Popen([sys.executable, "-m", "spica_lib.cli", "rehearse", str(copy), "--where", "slurm",
+                                "--partition", "gpu", "--requests", "240"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    def mockers() -> list[psutil.Process]:  # the job's worker steps, started by slurmstepd, not by this test
+        return [p for p in slurm_left()[1] if "dynamo.mocker" in " ".join(p.cmdline())]
+
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None and not mockers():
+        time.sleep(0.5)
+    assert process.poll() is None and mockers(), "the job's mocker steps never started"
+    process.kill()  # outright: no handler of the rehearsal's runs; its keeper, which the kernel signals, scancels
+    process.wait()
+    assert wait_until_nothing_left(60) == ("", [])
+
+
 def test_the_generated_sbatch_scripts_pass_shellcheck(default_run, tmp_path):
     run, _ = default_run
     view = RunView(run)
