@@ -82,8 +82,8 @@ def rehearse(
         if where == "slurm":
             from spica_lib.deploy.rehearse_slurm import run_on_slurm
 
-            (rows, closed_rows), found = run_on_slurm(folder, record, dgd, (traffic, closed), speedup, found, partition,
-                                                      gpus_per_node=_gpus_per_node(Path(deploy_dir)))  # fmt: skip
+            (rows, closed_rows), found = run_on_slurm(folder, record, dgd, (traffic, closed), speedup, found,
+                                                      _gpus_per_node(folder), partition)  # fmt: skip
         else:
             (rows, closed_rows), found = _run_locally(work, record, dgd, (traffic, closed), speedup, found)
         found.live, found.replay = load_stats(rows, sla), load_stats(replayed, sla)
@@ -155,15 +155,17 @@ def closed_in_flight(replayed: list[RequestRow], requests: int, plan: Deployment
     return max(1, cap)
 
 
-def _gpus_per_node(deploy_dir: Path) -> int | None:
-    """The run's node size (search_space.gpus_per_node), as its deploy stage wrote the script with (None: the
-    system's, or a deploy folder outside a run)."""
+def _gpus_per_node(folder: Path) -> int:
+    """The node the deployment's files were written for (deploy.json), which its script, and so its rehearsal,
+    asks for."""
     from spica_lib.base.artifacts import read_model
-    from spica_lib.config.validate import ValidatedConfig
-    from spica_lib.run.layout import RunFiles
+    from spica_lib.deploy.top import DeploymentFiles
 
-    path = Path(RunFiles(dir=str(deploy_dir.parent)).config_json)
-    return read_model(path, ValidatedConfig).config.search_space.gpus_per_node if path.is_file() else None
+    written = read_model(folder / "deploy.json", DeploymentFiles).gpus_per_node if (folder / "deploy.json").is_file() else None
+    if written is None:
+        raise RehearsalFailed(f"{folder / 'deploy.json'} does not say the node its files were written for: write them "
+                              "again (spica report RUN)")  # fmt: skip
+    return written
 
 
 HANDOFF_LIMIT = "handoff session limit"  # Dynamo 1.5.1's live mocker, refusing a prefill beyond its session slots

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from spica_lib.base.lifetime import die_with_parent
-from spica_lib.deploy.live_plan import rehearsal_steps, role_workers
+from spica_lib.deploy.live_plan import rehearsal_steps
 from spica_lib.deploy.live_processes import RehearsalFailed
 from spica_lib.deploy.live_results import run_rows
 from spica_lib.deploy.model_folder import write_model_folder
@@ -31,8 +31,6 @@ from spica_lib.deploy.rehearsal import ProcessLog, Rehearsal, RequestRow
 from spica_lib.deploy.rehearsal_traffic import RehearsalTraffic
 from spica_lib.deploy.slurm_script import SlurmOptions, TrafficStep, slurm_script
 from spica_lib.deploy.traffic_step import read_runs
-from spica_lib.facts.hardware import system_facts
-from spica_lib.replay.plan import role_sku
 from spica_lib.trial.spec import TrialRecord
 
 JOB_MINUTES = 15  # the rehearsal job's time limit
@@ -43,7 +41,7 @@ WAITING_REASONS = {"None", "Priority", "Resources", "BeginTime", "JobHeldUser", 
 
 def run_on_slurm(
     folder: Path, record: TrialRecord, dgd: dict[str, Any], runs: tuple[RehearsalTraffic, RehearsalTraffic],
-    speedup: float, found: Rehearsal, partition: str | None = None, gpus_per_node: int | None = None,
+    speedup: float, found: Rehearsal, gpus_per_node: int, partition: str | None = None,
 ) -> tuple[list[list[RequestRow]], Rehearsal]:  # fmt: skip
     """The rehearsal's steps through the deployment's own kind of sbatch script; its open then its closed run."""
     work = folder / "rehearsal" / "slurm"
@@ -52,7 +50,6 @@ def run_on_slurm(
     model = record.spec.sample["model_name"]
     write_model_folder(model, work / "model")
     plan = record.spec.replay.plan
-    roles = role_workers(plan)
     steps = rehearsal_steps(plan, dgd, str(record.spec.sample.get("backend")), model, speedup)
     for step in steps:
         if step.engine_args is not None:
@@ -67,9 +64,8 @@ def run_on_slurm(
     )  # fmt: skip
     name = f"spica-rehearse-{found.rank}"
     options = SlurmOptions(python_env=sys.prefix, partition=partition, time=str(JOB_MINUTES))
-    sku = role_sku(record.spec.sample, next(iter(roles)))
     script = slurm_script(name=name, about=[f"Rehearsal of rank {found.rank}: {found.deployment}"], processes=steps,
-                          gpus_per_node=gpus_per_node or system_facts(str(sku)).gpus_per_node, options=options,
+                          gpus_per_node=gpus_per_node, options=options,
                           model=model, fetch=None, traffic=step, engine="mocker")  # fmt: skip
     (work / "rehearse.sbatch").write_text(script, encoding="utf-8")
     job = _submit(work)
