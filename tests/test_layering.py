@@ -1,7 +1,7 @@
 """The tree shows the pipeline: each stage package imports only the packages below it.
 
 base <- facts <- config <- pools | predictor | replay <- trial <- search | baselines <- results | fidelity <- run
-<- deploy <- report <- fleet <- host <- pilot <- api <- cli. Packages that share a layer do not import each other. Imports inside functions
+<- deploy <- rehearsal <- report <- fleet <- host <- pilot <- api <- cli. Packages that share a layer do not import each other. Imports inside functions
 count too: a lazy import is still a dependency. Inside a package the modules import each other without a cycle.
 """
 
@@ -19,7 +19,7 @@ LAYERS = [
     ("search", "baselines"),
     ("results", "fidelity"),
 ]
-LAYERS += [("run",), ("deploy",), ("report",), ("fleet",), ("host",), ("pilot",), ("api",), ("cli",)]
+LAYERS += [("run",), ("deploy",), ("rehearsal",), ("report",), ("fleet",), ("host",), ("pilot",), ("api",), ("cli",)]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 LIB = Path(spica_lib.__file__).parent
 

@@ -3,10 +3,10 @@
 Before anyone spends a GPU on `deploy/<rank>/`, the rehearsal starts what those files describe with Dynamo's
 own frontend, router and workers (deploy/live_plan.py: the DGD's frontend command, the replay's engine
 arguments in each mocker), waits until every worker has registered, sends a bounded sample of the trial's
-traffic (deploy/rehearsal_traffic.py) and replays the same sample offline. `deploy/<rank>/rehearsal.json`
+traffic (rehearsal/traffic.py) and replays the same sample offline. `deploy/<rank>/rehearsal.json`
 (`Rehearsal`) and `rehearsal.md` hold both side by side, and the logs of every process are kept in
 `deploy/<rank>/rehearsal/`. A deployment that does not start, register, route or serve is a clear failure
-naming the process and its log (deploy/live_processes.py), recorded in `rehearsal.json` → `error`.
+naming the process and its log (rehearsal/processes.py), recorded in `rehearsal.json` → `error`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import yaml
 
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.base.versions import package_versions
-from spica_lib.deploy.live_client import send_traffic, warm_up
+from spica_lib.rehearsal.client import send_traffic, warm_up
 from spica_lib.deploy.live_plan import rehearsal_steps, role_workers
 from spica_lib.replay.plan import DeploymentPlan
-from spica_lib.deploy.live_processes import LiveDeployment, RehearsalFailed, free_ports
-from spica_lib.deploy.live_results import run_rows
-from spica_lib.deploy.model_folder import vocabulary_size, write_model_folder
-from spica_lib.deploy.rehearsal import (
+from spica_lib.rehearsal.processes import LiveDeployment, RehearsalFailed, free_ports
+from spica_lib.rehearsal.results import run_rows
+from spica_lib.rehearsal.model_folder import vocabulary_size, write_model_folder
+from spica_lib.rehearsal.record import (
     COMPARED,
     TOLERANCES,
     ProcessLog,
@@ -36,7 +36,7 @@ from spica_lib.deploy.rehearsal import (
     load_stats,
     replay_rows,
 )
-from spica_lib.deploy.rehearsal_traffic import (
+from spica_lib.rehearsal.traffic import (
     DEFAULT_REQUESTS,
     RehearsalTraffic,
     closed_loop,
@@ -80,7 +80,7 @@ def rehearse(
         closed = closed_loop(traffic, found.closed_in_flight)
         closed_replayed = _replayed(record.spec, write_trace(closed, work / "closed.jsonl"), closed, work, "closed")
         if where == "slurm":
-            from spica_lib.deploy.rehearse_slurm import run_on_slurm
+            from spica_lib.rehearsal.on_slurm import run_on_slurm
 
             (rows, closed_rows), found = run_on_slurm(folder, record, dgd, (traffic, closed), speedup, found,
                                                       _gpus_per_node(folder), partition)  # fmt: skip
