@@ -124,7 +124,7 @@ def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Pat
     workers the live side runs: the planner's starting counts, held (the live mockers have no planner)."""
     import pandas as pd
 
-    from spica_lib.config.trace import scan_trace
+    from spica_lib.traces.scan import scan_trace
     from spica_lib.trial.evaluate import evaluate_trial
 
     workload = spec.replay.workload.model_copy(update={
