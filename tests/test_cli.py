@@ -91,6 +91,10 @@ def test_schema_markdown_is_the_config_reference_with_every_field_and_its_real_d
             assert f"| `{name}` |" in page, f"{section}.{name} is missing from the reference"
     assert '| `deployment_mode` | list of one of `disagg`, `agg` | `["disagg", "agg"]` |' in page
     assert '| `model_name` | string | required |' in page
+    # The page is committed, so links to it work where the repository is read (its forge), not only on the built
+    # site: it must be what the models say now.
+    committed = (REPO / "docs" / "reference" / "config.md").read_text(encoding="utf-8")
+    assert committed == page, "docs/reference/config.md is stale: `make docs`, or spica schema --markdown > it"
 
 
 def test_console_script_is_installed():
