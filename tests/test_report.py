@@ -23,7 +23,8 @@ from spica_lib.deploy.settings import differences
 from spica_lib.deploy.top import DeploymentFiles
 from spica_lib.report.manifest import RunManifest
 from spica_lib.results.ranking import pareto_front
-from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status
+from spica_lib.run.answer import answer_block
+from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status, status_text
 from spica_lib.run.view import RunView
 from spica_lib.trial.store import read_trial
 
@@ -160,9 +161,21 @@ def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeyp
     summary = json.loads((run / "summary.json").read_text())
     for branch, status in statuses.items():
         assert status.rounds_told == 3 and status.trials_running == 0
-        assert status.trials_finished == summary["branches"][branch]["counts"].get("feasible", 0) + status.trials_failed
+        counts = summary["branches"][branch]["counts"]  # every status but a cache hit is a trial of its own
+        assert status.trials_finished == sum(n for outcome, n in counts.items() if outcome != "cache_hit")
+        assert status.trials_stopped_early == counts.get("pruned", 0)  # the default sweep's only early stops
+    # A finished run's status leads with its answer: the fresh score first, the search's beside it, each named.
+    text = status_text(run, run_status(run))
+    lead = text.splitlines()[1]
+    fresh, search = json.loads((run / "summary.json").read_text())["best_value"], summary["search_best_score"]
+    assert lead.startswith("  recommended: #1 ") and f"{fresh:.4g} tok/s/GPU fresh" in lead
+    assert f"{search:.4g} tok/s/GPU on the search's sample" in lead and lead.index("fresh") < lead.index("search's")
+    assert text.rstrip().endswith(answer_block(run))
     monkeypatch.chdir(run.parent.parent)
-    assert main(["show", run.name]) == 0 and "trial " in capsys.readouterr().out
+    assert main(["show", run.name]) == 0
+    shown = capsys.readouterr().out  # the fresh-sample metrics beside the search sample's
+    assert "trial " in shown and re.search(r"^  metric +fresh mean +search sample$", shown, re.M)
+    assert re.search(r"^  mean_ttft_ms +\d[\d.]* +\d[\d.]*$", shown, re.M) and "fresh (mean of" in shown
     assert main(["show", run.name, "999"]) == 2
     (run / "report" / "report.md").unlink()
     assert main(["report", str(run)]) == 0 and (run / "report" / "report.md").is_file()

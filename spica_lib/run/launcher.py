@@ -22,7 +22,6 @@ from typing import IO
 import psutil
 
 from spica_lib.base.lifetime import SWEEP_OWNER_VARIABLE, die_with_parent
-from spica_lib.run.layout import RESULTS_ROOT
 
 SNAKEFILE = Path(__file__).resolve().parents[2] / "workflow" / "Snakefile"
 
@@ -97,11 +96,12 @@ def run_sweep(
     if DRY_RUN_FLAGS & set(extra or []):
         return run_forwarding_signals(command)
     from spica_lib.config import ConfigError
-    from spica_lib.config.validate import build_validated_config
+    from spica_lib.run.layout import prepare_run
     from spica_lib.run.run_screen import run_on_screen
 
-    try:  # the run folder holds the log, so it is named first; a bad config is said here, before Snakemake
-        run_dir = Path(RESULTS_ROOT, build_validated_config(config, run).run)
+    try:  # the run folder holds the log, so it is named first, as the Snakefile names it; a bad config is
+        # refused here, before Snakemake starts and before anything is written under results/
+        run_dir = Path(prepare_run(config, run).dir)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2

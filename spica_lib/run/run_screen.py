@@ -10,6 +10,7 @@ process, the answer (run/answer.py) or, when Snakemake failed, the log's last li
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import threading
@@ -28,7 +29,7 @@ def run_on_screen(command: list[str], run_dir: Path, verbose: bool, run_child, c
     log = Path(RunFiles(dir=str(run_dir)).snakemake_log)
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"spica run {run_dir.name}: Snakemake's log is {log}", flush=True)
-    terminal = None if verbose else os.dup(sys.stdout.fileno())
+    terminal = None if verbose else os.dup(_screen().fileno())
     if terminal is not None:
         command = [*command[:1], "-m", "spica_lib.run.snakemake_main", *command[3:]]  # with the plugin registered
         command += ["--logger", "spica", "--logger-spica-run-dir", str(run_dir), "--logger-spica-fd", str(terminal)]
@@ -53,6 +54,16 @@ def run_on_screen(command: list[str], run_dir: Path, verbose: bool, run_child, c
     if answer:
         print(f"\n{answer}")
     return code
+
+
+def _screen():
+    """The stream the view is drawn on: this process's stdout, or the real one when a caller captured it in Python
+    (a descriptor is what the plugin in Snakemake's process is handed)."""
+    try:
+        sys.stdout.fileno()
+        return sys.stdout
+    except (AttributeError, io.UnsupportedOperation):
+        return sys.__stdout__
 
 
 def failure_text(log: Path, code: int) -> str:
