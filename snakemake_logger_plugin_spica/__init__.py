@@ -94,9 +94,9 @@ class LogHandler(LogHandlerBase):
                 self._progress.job_finished(int(record.job_id))
                 self._refresh(force=True)
             elif event == LogEvent.JOB_ERROR:
-                wildcards = ", ".join(f"{k} {v}" for k, v in (getattr(record, "wildcards", None) or {}).items())
+                # The error names the rule and the job's log files (its path says the branch and round).
                 logs = [str(path) for path in getattr(record, "log", None) or []]
-                text = self._progress.job_failed(str(record.rule_name), f" ({wildcards})" if wildcards else "", logs)
+                text = self._progress.job_failed(str(record.rule_name), logs)
                 self._view.say(text)
                 return
             else:

@@ -80,11 +80,11 @@ class SweepProgress:
             jobs.running = max(0, jobs.running - 1)
             jobs.finished += 1
 
-    def job_failed(self, rule: str, where: str, logs: list[str]) -> str:
+    def job_failed(self, rule: str, logs: list[str]) -> str:
         jobs = self._stage_jobs(rule)
         if jobs is not None:
             jobs.running, jobs.failed = max(0, jobs.running - 1), jobs.failed + 1
-        text = f"job {rule}{where} failed" + (f"; its log: {', '.join(logs)}" if logs else "")
+        text = f"job {rule} failed" + (f"; its log: {', '.join(logs)}" if logs else "")
         self.failures.append(text)
         return text
 
