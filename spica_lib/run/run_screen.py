@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -27,6 +28,9 @@ def run_on_screen(command: list[str], run_dir: Path, verbose: bool, run_child, c
     """Run Snakemake's `command` (`python -m snakemake ...`) for the sweep in `run_dir`; show its progress, then
     its answer. `run_child(command, cwd, stdout, pass_fds)` starts it and returns its exit code."""
     log = Path(RunFiles(dir=str(run_dir)).snakemake_log)
+    # What this call creates to hold the log: a run refused before any job (the Snakefile's memory check) goes
+    # again, so a refused config still writes nothing under results/.
+    created = [folder for folder in (log.parent.parent.parent, log.parent.parent, log.parent) if not folder.exists()]
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"spica run {run_dir.name}: Snakemake's log is {log}", flush=True)
     terminal = None if verbose else os.dup(_screen().fileno())
@@ -49,6 +53,9 @@ def run_on_screen(command: list[str], run_dir: Path, verbose: bool, run_child, c
     sys.stdout.flush()
     if code != 0:
         print(failure_text(log, code), file=sys.stderr)
+        if created and [p for p in created[0].rglob("*") if p.is_file()] == [log]:  # refused before any job ran
+            shutil.rmtree(created[0])
+            print("(nothing was run: the log and its folders are removed)", file=sys.stderr)
         return code
     answer = answer_block(run_dir)
     if answer:
