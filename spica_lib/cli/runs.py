@@ -76,7 +76,8 @@ def _show(view: RunView, which: str, namespace: str | None = None) -> int:
     if namespace is not None:
         return _manifests(view, key, namespace)
     print(f"{describe(record.spec)}\n  trial      {key}")
-    print(trial_report(record.spec, record.result))
+    finished = next((row.finish for row in view.ranked if row.key == key and row.finish is not None), None)
+    print(trial_report(record.spec, record.result, fresh=finished, target=view.config.goal.target))
     return EXIT_OK if record.result.status == "feasible" else EXIT_FAILED
 
 

@@ -171,12 +171,21 @@ def early_stops(results: list[Any]) -> tuple[dict[str, int], int | None]:
     stops: Counter[str] = Counter()
     rank = None
     for result in results:
+        rule = early_stop_rule(result)
+        if rule is not None:
+            stops[rule] += 1
         if result.stop is not None:
-            stops[result.stop.rule] += 1
             rank = result.stop.rank or rank
-        elif result.status == "timed_out" and (result.reason or "").startswith("stalled"):
-            stops["stalled"] += 1
     return dict(stops), rank
+
+
+def early_stop_rule(result: Any) -> str | None:
+    """The rule that ended a replay before its end ("stalled": stopped for its pace), or None (it ran to the end)."""
+    if result.stop is not None:
+        return result.stop.rule
+    if result.status == "timed_out" and (result.reason or "").startswith("stalled"):
+        return "stalled"
+    return None
 
 
 def stops_text(summary: SweepSummary) -> str:

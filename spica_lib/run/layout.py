@@ -182,6 +182,11 @@ class RunFiles(BaseModel):
     def log(self, stage: str) -> str:
         return f"{self.dir}/logs/{stage}.log"
 
+    @property
+    def snakemake_log(self) -> str:
+        """Snakemake's own log of the last `spica run`, with whatever its jobs printed (run/run_screen.py)."""
+        return f"{self.dir}/logs/snakemake.log"
+
 
 class RunLayout(RunFiles):
     """A run as the Snakefile plans it: its files, and what the DAG needs to know before any job runs."""
