@@ -26,6 +26,17 @@ def answer_block(run_dir: str | Path) -> str | None:
     return "\n".join(lines)
 
 
+def no_feasible_candidate(run_dir: str | Path) -> str | None:
+    """Why a finished sweep has nothing to rank (from its summary.json), or None when it has something."""
+    files = RunFiles(dir=str(run_dir))
+    if not Path(files.summary_json).is_file():
+        return None  # a partial target (e.g. `--until branches`) was asked for: nothing to judge
+    summary = read_model(files.summary_json, SweepSummary)
+    if summary.best_score is not None:
+        return None
+    return f"spica: the sweep found no feasible candidate ({files.summary_json}):\n{summary.line}"
+
+
 def recommendation_line(run_dir: str | Path) -> str:
     """The recommendation's score, fresh first and the search's beside it, each named: `spica status`'s lead."""
     from spica_lib.run.view import RunView
