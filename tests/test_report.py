@@ -349,6 +349,10 @@ def test_the_default_sweep_ranks_its_finished_top_first_and_a_rerun_does_nothing
     again = subprocess.run([*SPICA_RUN, str(run.parents[1] / "spica.yaml")], cwd=run.parents[1], capture_output=True,
                            text=True, check=False, timeout=900)  # fmt: skip
     assert again.returncode == 0 and "Nothing to be done" in snakemake_log(run)
+    # The log is appended to, each invocation under its own header: the rerun kept the log of the run that worked.
+    invocations = re.split(r"^=== spica run \w+, started [\d-]+ [\d:]+ UTC ===$", snakemake_log(run), flags=re.M)
+    assert len(invocations) >= 3 and "Nothing to be done" in invocations[-1]
+    assert "(Rule: replay)" in invocations[1] and "(Rule: replay)" not in invocations[-1]
     # The same answer block ends both: the run's answer is shown again when Snakemake had nothing to do.
     answer = done.stdout[done.stdout.index("spica done:") :]
     assert again.stdout.endswith(answer) and answer.strip()

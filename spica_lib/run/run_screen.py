@@ -15,6 +15,7 @@ import os
 import shutil
 import sys
 import threading
+from datetime import datetime, timezone
 from pathlib import Path
 
 from spica_lib.run.answer import answer_block
@@ -38,8 +39,13 @@ def run_on_screen(command: list[str], run_dir: Path, verbose: bool, run_child, c
         command = [*command[:1], "-m", "spica_lib.run.snakemake_main", *command[3:]]  # with the plugin registered
         command += ["--logger", "spica", "--logger-spica-run-dir", str(run_dir), "--logger-spica-fd", str(terminal)]
     stop = threading.Event()
-    with open(log, "w", encoding="utf-8") as written:
-        follower = threading.Thread(target=_follow, args=(log, stop), daemon=True) if verbose else None
+    # Appended, each invocation under a dated header: running a finished sweep again (which finds nothing to do)
+    # must not erase the log of the run that did the work.
+    start = log.stat().st_size if log.is_file() else 0
+    with open(log, "a", encoding="utf-8") as written:
+        written.write(f"{'' if start == 0 else chr(10)}=== spica run {run_dir.name}, started {_now()} ===\n")
+        written.flush()
+        follower = threading.Thread(target=_follow, args=(log, stop, start), daemon=True) if verbose else None
         if follower is not None:
             follower.start()
         try:
@@ -52,7 +58,7 @@ def run_on_screen(command: list[str], run_dir: Path, verbose: bool, run_child, c
                 follower.join()
     sys.stdout.flush()
     if code != 0:
-        print(failure_text(log, code), file=sys.stderr)
+        print(failure_text(log, code, start), file=sys.stderr)
         if created and [p for p in created[0].rglob("*") if p.is_file()] == [log]:  # refused before any job ran
             shutil.rmtree(created[0])
             print("(nothing was run: the log and its folders are removed)", file=sys.stderr)
@@ -73,16 +79,24 @@ def _screen():
         return sys.__stdout__
 
 
-def failure_text(log: Path, code: int) -> str:
-    """A failed Snakemake: the last lines of its log, and where the whole log is."""
-    lines = log.read_text(encoding="utf-8", errors="replace").rstrip().splitlines() if log.is_file() else []
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def failure_text(log: Path, code: int, start: int = 0) -> str:
+    """A failed Snakemake: the last lines this invocation wrote to its log (from byte `start`), and where the
+    whole log is."""
+    text = log.read_bytes()[start:].decode("utf-8", errors="replace") if log.is_file() else ""
+    lines = text.rstrip().splitlines()
     tail = "\n".join(f"  {line}" for line in lines[-FAILURE_LINES:])
     return f"\nspica run failed (Snakemake exit {code}); the last lines of its log:\n{tail}\nthe whole log: {log}"
 
 
-def _follow(log: Path, stop: threading.Event) -> None:
-    """`--verbose`: copy the log onto the screen as it grows, until the run ends and the rest is copied."""
+def _follow(log: Path, stop: threading.Event, start: int) -> None:
+    """`--verbose`: copy what this invocation adds to the log (from byte `start`) onto the screen as it grows,
+    until the run ends and the rest is copied."""
     with open(log, encoding="utf-8", errors="replace") as reading:
+        reading.seek(start)
         while True:
             ended = stop.wait(FOLLOW_SECONDS)
             chunk = reading.read()
