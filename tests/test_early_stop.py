@@ -401,6 +401,8 @@ def test_a_replay_is_stuck_only_past_twenty_times_its_slowest_tick_and_the_floor
     assert stuck.cpu_seconds == pytest.approx(10.0)  # the floor: 20 x 0.19 s is under 5 s
     assert stuck.reason.startswith("stalled: no tick for 5 CPU s after 300 of 1000 requests finished (60 s")
     assert stuck_stall({**beat, "slowest_tick": 1.0}).cpu_seconds == pytest.approx(25.0)  # slow ticks by nature
+    # A planner's ticks are its adjustment intervals: one over a burst may cost 100x the light ones before it.
+    assert stuck_stall({**beat, "planner": True}) is None and stuck_stall({**beat, "planner": False}) is not None
 
 
 def test_the_watch_beats_at_most_every_quarter_second_of_cpu_with_its_slowest_tick():

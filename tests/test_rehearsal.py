@@ -277,7 +277,8 @@ def test_a_worker_whose_engine_refuses_a_setting_is_named_with_its_log(default_r
 
 
 def test_a_worker_that_never_registers_is_named_within_a_bounded_wait(default_run, tmp_path, own_tmp, monkeypatch):
-    monkeypatch.setattr(processes, "REGISTER_WAIT_SECONDS", 10.0)
+    # Long enough for the healthy workers to register on a busy 2-core machine (10 s was not, with other work).
+    monkeypatch.setattr(processes, "REGISTER_WAIT_SECONDS", 20.0)
     record, dgd = first_rank(default_run), dgd_of(default_run)
     model = record.spec.sample["model_name"]
     (port,) = free_ports(1)
@@ -290,9 +291,9 @@ def test_a_worker_that_never_registers_is_named_within_a_bounded_wait(default_ru
                  for s in steps]  # fmt: skip
         live.start(steps)
         started_at = time.monotonic()
-        with pytest.raises(RehearsalFailed, match=r"^prefill-1: never registered with the frontend within 10 s"):
+        with pytest.raises(RehearsalFailed, match=r"^prefill-1: never registered with the frontend within 20 s"):
             live.wait_until_serving(model)
-        assert time.monotonic() - started_at < 60
+        assert time.monotonic() - started_at < 70
     assert live_children() == [] and list(own_tmp.iterdir()) == []
 
 

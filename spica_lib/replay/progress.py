@@ -15,7 +15,8 @@ Between two ticks the watch sees nothing, and a replay can crawl there: a disagg
 deep), its native loop holding the GIL all along, so no thread of its own process could look. So the watch
 beats to the worker (`on_beat`, at most every BEAT_SECONDS of CPU: when its last tick ended and the slowest
 interval between ticks so far), and the worker stops a replay whose last beat is more than STUCK_FACTOR
-times that slowest interval old, and at least STUCK_FLOOR_SECONDS (replay/stall.py `stuck_stall`).
+times that slowest interval old, and at least STUCK_FLOOR_SECONDS (replay/stall.py `stuck_stall`; not with a
+planner, whose ticks are its own uneven adjustment intervals).
 bench/pace_ratio.py replays what it stops without it.
 
 It applies to every replay. With an autoscaling planner, whose own scaling policy needs the same slot,
@@ -105,7 +106,8 @@ class ProgressWatch:
             if self.on_beat is not None and self.ticks > 1 and ended - self._last_beat >= BEAT_SECONDS:
                 self._last_beat = ended
                 self.on_beat({"cpu_seconds": ended, "slowest_tick": self.slowest_tick, "finished": self.finished,
-                              "requests": self.requests, "at_sim_ms": self.now_ms})  # fmt: skip
+                              "requests": self.requests, "at_sim_ms": self.now_ms,
+                              "planner": self.planner is not None})  # fmt: skip
 
     def _on_tick(self, snapshot: dict[str, Any]) -> dict[str, Any]:
         self.ticks += 1

@@ -86,9 +86,17 @@ def prefix_stall(timeout: float | None, rules: dict[str, Any] | None) -> Stall |
     )
 
 
-def stuck_stall(beat: dict[str, Any]) -> Stall:
+def stuck_stall(beat: dict[str, Any]) -> Stall | None:
     """The CPU time past which a replay whose last beat is `beat` is stuck between two ticks (see the module
-    docstring of replay/progress.py)."""
+    docstring of replay/progress.py); None when an autoscaling planner sets the ticks.
+
+    The rule reads the ticks the watch asks for itself, a few CPU ms apart and even. A planner's ticks are its
+    adjustment intervals (30 s and more of simulated time): one interval over a burst legitimately costs many
+    times the light ones before it, and the planner's first decision loads its predictor, so "20x the slowest
+    so far" stopped healthy planner replays. Those are bounded by the prefix share, the pace limit and
+    max_eval_seconds alone."""
+    if beat.get("planner"):
+        return None
     limit = max(STUCK_FLOOR_SECONDS, STUCK_FACTOR * float(beat["slowest_tick"]))
     return Stall(
         float(beat["cpu_seconds"]) + limit,
