@@ -35,6 +35,23 @@ def test_same_meaning_same_hash_and_any_change_a_new_one(tmp_path):
     assert a.config_sha256 == b.config_sha256 != c.config_sha256
 
 
+def test_mtp_drafts_are_refused_by_path_for_a_model_without_an_mtp_head(tmp_path):
+    no_head = config_data(search_space={"model_name": "Qwen/Qwen3-30B-A3B", "decode_nextn": [0, 2]})
+    with pytest.raises(ConfigError) as caught:
+        build_validated_config(write_yaml(tmp_path, no_head, "qwen.yaml"))
+    ((where, message),) = caught.value.problems
+    assert where == "search_space.decode_nextn" and message.startswith("[0, 2]: multi-token prediction")
+    assert "Qwen/Qwen3-30B-A3B has none" in message and "num_nextn_predict_layers 0" in message
+    assert message.endswith("allowed: [0]")
+    head = config_data(search_space={"model_name": "deepseek-ai/DeepSeek-V3", "decode_nextn": [0, 2]})
+    drafting = build_validated_config(write_yaml(tmp_path, head, "deepseek.yaml"))
+    assert drafting.config.search_space.nextn_accept_rates == [0.85, 0.3]
+    # Nothing drafted: the run id of before MTP was searched (the knob replaced one global aic_nextn, unset).
+    plain = build_validated_config(write_yaml(tmp_path, config_data(), "plain.yaml"))
+    explicit = build_validated_config(write_yaml(tmp_path, config_data(search_space={"agg_nextn": [0]}), "zero.yaml"))
+    assert plain.run == explicit.run != drafting.run
+
+
 def test_hash_follows_trace_content_not_its_location(tmp_path):
     def trace_config(folder, text):
         folder.mkdir()
