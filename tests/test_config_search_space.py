@@ -181,6 +181,18 @@ def test_mtp_acceptance_is_stated_the_mockers_own_unless_given_and_refused_where
              "nextn_accept_rates [0.9]", "no role drafts", "would change nothing")  # fmt: skip
 
 
+def test_the_summary_and_report_state_the_acceptance_the_drafts_were_replayed_at():
+    from spica_lib.results.summary import mtp_note
+
+    config = build(config_data(search_space={"agg_nextn": [0, 1, 2]}))
+    note = mtp_note(config, {"agg_nextn": 2, "agg_max_num_seqs": 256})
+    assert "draft tokens [0, 1, 2] per decode step searched" in note and note.endswith("the recommendation drafts 2")
+    assert "acceptance rates [0.85, 0.3] (the pinned mocker's own: not measured for this model" in note
+    given = build(config_data(search_space={"decode_nextn": [1], "nextn_accept_rates": [0.6]}))
+    assert "acceptance rates [0.6] (as given;" in mtp_note(given, {"decode_max_num_seqs": 256})
+    assert mtp_note(given, {}).endswith("the recommendation drafts 0") and mtp_note(build(config_data()), {}) is None
+
+
 def test_a_knob_value_a_listed_backend_cannot_deploy_is_refused_naming_the_backends(monkeypatch):
     from dataclasses import replace
 
