@@ -1,18 +1,11 @@
 """Unrolling a selection and a layout into the flat sample."""
 
 import pytest
-from conftest import build, config_data
+from conftest import build, config_data, plain_selection
 
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.trial.unroll import unroll_sample
 
-AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-DISAGG_KNOBS = {
-    "prefill_max_num_batched_tokens": 16384,
-    "prefill_max_num_seqs": 8,
-    "decode_max_num_batched_tokens": 8192,
-    "decode_max_num_seqs": 512,
-}
 TEP4x2 = ReplicaConfig(shape=ParallelShape(tp=4, moe_ep=4), replicas=2)
 
 
@@ -21,13 +14,7 @@ def space(**overrides):
 
 
 def selection(mode="agg", **knobs):
-    base = {
-        "deployment_mode": mode,
-        "backend": "vllm",
-        "router_mode": "round_robin",
-        "planner_scaling_policy": "disabled",
-    }
-    return {**base, **(AGG_KNOBS if mode == "agg" else DISAGG_KNOBS), **knobs}
+    return plain_selection(mode, **knobs)
 
 
 def test_agg_flat_shape():

@@ -98,23 +98,27 @@ def test_prepare_run_refuses_to_mix_configs_in_one_run(tmp_path, monkeypatch):
         prepare_run(str(second), run="shared")
 
 
+def run_folder_of(tmp_path, run, change):
+    """A run folder whose config.json is the config's as `change` makes it (validated -> its update); the config's
+    path, the folder's layout and its validated config as written now."""
+    path = write_yaml(tmp_path, config_data())
+    layout = prepare_run(str(path), run=run)
+    validated = build_validated_config(path, run)
+    write_model(layout.config_json, validated.model_copy(update=change(validated)))
+    return path, layout, validated
+
+
 def test_prepare_run_refuses_to_resume_a_run_folder_of_an_older_layout(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = write_yaml(tmp_path, config_data())
-    layout = prepare_run(str(path), run="old")
-    older = build_validated_config(path, "old").model_copy(update={"schema_version": 1})
-    write_model(layout.config_json, older)
+    path, _, _ = run_folder_of(tmp_path, "old", lambda validated: {"schema_version": 1})
     with pytest.raises(ConfigError, match="older Spica .* version 1"):
         prepare_run(str(path), run="old")
 
 
 def test_prepare_run_refuses_to_resume_with_another_simulator_naming_the_versions(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = write_yaml(tmp_path, config_data())
-    layout = prepare_run(str(path), run="upgraded")
-    validated = build_validated_config(path, "upgraded")
-    older = validated.model_copy(update={"versions": {**validated.versions, "ai-dynamo": "1.4.0"}})
-    write_model(layout.config_json, older)
+    older = lambda validated: {"versions": {**validated.versions, "ai-dynamo": "1.4.0"}}  # noqa: E731
+    path, layout, validated = run_folder_of(tmp_path, "upgraded", older)
     with pytest.raises(ConfigError, match=r"ai-dynamo 1\.4\.0 \(here 1\.5\.1\)"):
         prepare_run(str(path), run="upgraded")
     write_model(layout.config_json, validated)

@@ -137,6 +137,14 @@ def _sglang_mtp(steps: Any) -> dict[str, tuple[Any, ...]]:
             "--speculative-num-draft-tokens": (int(steps) + 1,)}  # fmt: skip
 
 
+def _router_setting(name: str, what: str, default: tuple[float, ...], label: str = "", unreplayed: str = "") -> Knob:
+    """A setting of the KV router: a number its `KvRouterConfig` takes under the same name, said on the frontend."""
+    return Knob(name, "range", f"the KV router's {what}", default=default, reaches="router", whole=False,
+                replay=name, label=label, unreplayed=unreplayed)  # fmt: skip
+
+
+NO_HOST_TIER = "the pinned replay has no host-memory KV tier"
+
 KNOBS: dict[str, Knob] = {
     knob.name: knob
     for knob in (
@@ -202,31 +210,15 @@ KNOBS: dict[str, Knob] = {
             "router_mode", "choice", "how the frontend picks a worker: the KV-aware router, or round robin",
             default=("kv_router", "round_robin"), reaches="plan", choices=("kv_router", "round_robin"),
         ),
-        Knob(
-            "overlap_score_credit", "range", "the KV router's credit for a worker's cached prefix",
-            default=(0.0, 0.5, 1.0), reaches="router", whole=False, replay="overlap_score_credit",
-            label="credit {:g}",
-        ),
-        Knob(
-            "prefill_load_scale", "range", "the KV router's weight of a worker's prefill load",
-            default=(0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0), reaches="router", whole=False,
-            replay="prefill_load_scale", label="load {:g}",
-        ),
-        Knob(
-            "host_cache_hit_weight", "range", "the KV router's weight of a prefix cached in host memory",
-            default=(0.5, 0.75, 1.0), reaches="router", whole=False, replay="host_cache_hit_weight",
-            unreplayed="the pinned replay has no host-memory KV tier",
-        ),
-        Knob(
-            "disk_cache_hit_weight", "range", "the KV router's weight of a prefix cached on disk",
-            default=(0.0, 0.25, 0.5), reaches="router", whole=False, replay="disk_cache_hit_weight",
-            unreplayed="the pinned replay has no host-memory KV tier",
-        ),
-        Knob(
-            "router_temperature", "range", "the KV router's softmax temperature over worker scores (0: the best)",
-            default=(0.0, 0.2, 0.5, 1.0), reaches="router", whole=False, replay="router_temperature",
-            label="temp {:g}",
-        ),
+        _router_setting("overlap_score_credit", "credit for a worker's cached prefix", (0.0, 0.5, 1.0), "credit {:g}"),
+        _router_setting("prefill_load_scale", "weight of a worker's prefill load",
+                        (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0), "load {:g}"),
+        _router_setting("host_cache_hit_weight", "weight of a prefix cached in host memory", (0.5, 0.75, 1.0),
+                        unreplayed=NO_HOST_TIER),
+        _router_setting("disk_cache_hit_weight", "weight of a prefix cached on disk", (0.0, 0.25, 0.5),
+                        unreplayed=NO_HOST_TIER),
+        _router_setting("router_temperature", "softmax temperature over worker scores (0: the best)",
+                        (0.0, 0.2, 0.5, 1.0), "temp {:g}"),
     )
 }  # fmt: skip
 

@@ -80,14 +80,22 @@ def read(spelling: Spelling, flags: Flags, engine_yaml: dict[str, Any], inert: A
     if isinstance(spelling, EngineYaml):
         parent, key = _yaml_parent(engine_yaml, spelling.path, create=False)
         return _with_fixed(parent.get(key), parent, spelling.fixed, inert)
-    value = flags.number(spelling.name, *spelling.aliases)
-    if value is None or (spelling.positive and value <= 0):
+    text = flags.value(spelling.name, *spelling.aliases)
+    value = None if text is None else _number_or_word(text)
+    if value is None or (spelling.positive and (isinstance(value, str) or value <= 0)):
         return inert
     for companion, accepted in (spelling.also(value) if spelling.also else {}).items():
         found = flags.value(companion)
         if found is None or not any(_same_word(found, one) for one in accepted):
-            return f"{value:g} with {companion} {found}"
+            return f"{_word(value)} with {companion} {found}"
     return value
+
+
+def _number_or_word(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _with_fixed(value: Any, holder: dict[str, Any], fixed: dict[str, Any], inert: Any) -> Any:
