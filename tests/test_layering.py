@@ -1,6 +1,6 @@
 """The tree shows the pipeline: each stage package imports only the packages below it.
 
-base <- facts <- config <- pools | predictor | replay <- trial <- search | baselines <- results | fidelity <- run
+base <- facts | traces <- config <- pools | predictor | replay <- trial <- search | baselines <- results | fidelity <- run
 <- deploy <- rehearsal <- report <- fleet <- host <- pilot <- api <- cli. Packages that share a layer do not import each other. Imports inside functions
 count too: a lazy import is still a dependency. Inside a package the modules import each other without a cycle.
 """
@@ -12,7 +12,7 @@ import spica_lib
 
 LAYERS = [
     ("base",),
-    ("facts",),
+    ("facts", "traces"),
     ("config",),
     ("pools", "predictor", "replay"),
     ("trial",),

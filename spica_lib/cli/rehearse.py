@@ -50,7 +50,7 @@ def rehearse_command(args: argparse.Namespace) -> int:
     except RehearsalFailed as failed:
         print(f"rehearsal of rank {args.rank} failed: {failed}", file=sys.stderr)
         return EXIT_FAILED
-    print((deploy / str(args.rank) / "rehearsal.md").read_text(encoding="utf-8"))
+    print((Path(RunFiles(dir=str(folder)).deployment(args.rank)) / "rehearsal.md").read_text(encoding="utf-8"))
     served = all(run is not None and run.completed == run.requests for run in (found.live, found.closed_live))
     # "too loaded to judge latency" is no verdict on the deployment: the machine is said to be the cause, exit 0.
     return EXIT_OK if found.error is None and served and found.verdict != "differs" else EXIT_FAILED

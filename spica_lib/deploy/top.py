@@ -44,6 +44,7 @@ from spica_lib.deploy.slurm_files import write_slurm_files
 from spica_lib.deploy.slurm_script import SlurmOptions
 from spica_lib.replay.plan import role_sku
 from spica_lib.run.view import RunView
+from spica_lib.run.layout import deployment_folder
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
 
@@ -85,11 +86,11 @@ def write_top_deployments(
     Path(deploy_dir).mkdir(parents=True, exist_ok=True)
     top = view.ranked[: view.config.sweep.top_k]
     written = [
-        write_deployment(Path(deploy_dir) / str(rank), rank, view.records[row.key], view.config,
+        write_deployment(deployment_folder(deploy_dir, rank), rank, view.records[row.key], view.config,
                          run=view.validated.run, namespace=namespace, slurm=slurm)
         for rank, row in enumerate(top, start=1)
     ]  # fmt: skip
-    selected = Path(deploy_dir) / "1" / DGD_FILE  # a DGDR's answer: its status names the recommendation's DGD
+    selected = Path(deployment_folder(deploy_dir, 1)) / DGD_FILE  # a DGDR's answer: its status names the recommendation's DGD
     ready = bool(written) and written[0].error is None and selected.is_file()
     write_dgdr_status(view.config, deploy_dir, next(yaml.safe_load_all(selected.read_text())) if ready else None)
     return written

@@ -36,6 +36,7 @@ from spica_lib.rehearsal.record import (
     load_stats,
     replay_rows,
 )
+from spica_lib.run.layout import deployment_folder
 from spica_lib.rehearsal.traffic import (
     DEFAULT_REQUESTS,
     RehearsalTraffic,
@@ -59,7 +60,7 @@ def rehearse(
     partition: str | None = None,
 ) -> Rehearsal:
     """Rehearse `deploy/<rank>/` (see the module docstring); raises RehearsalFailed after writing the record."""
-    folder = Path(deploy_dir) / str(rank)
+    folder = Path(deployment_folder(deploy_dir, rank))
     if not (folder / "trial.json").is_file():
         raise RehearsalFailed(f"no deployment files at {folder} (the run ranks fewer, or its deploy stage has not run)")
     record = TrialRecord.model_validate_json((folder / "trial.json").read_text(encoding="utf-8"))
@@ -124,7 +125,7 @@ def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Pat
     workers the live side runs: the planner's starting counts, held (the live mockers have no planner)."""
     import pandas as pd
 
-    from spica_lib.config.trace import scan_trace
+    from spica_lib.traces.scan import scan_trace
     from spica_lib.trial.evaluate import evaluate_trial
 
     workload = spec.replay.workload.model_copy(update={

@@ -57,12 +57,10 @@ def pair_bounds(a: FinishedDeployment, b: FinishedDeployment, robustness: str, a
     if n < 2:
         return UNBOUNDED
     if robustness == "mean":
-        from scipy.stats import t
-
         # A difference within float noise (the simulator's summation order) is no difference: twins differ by 0.
         differences = np.where(_same(theirs, ours), 0.0, theirs - ours)
         sd = float(differences.std(ddof=1))
-        half = float(t.ppf(1 - alpha, n - 1)) * sd / math.sqrt(n)
+        half = _t_quantile(1 - alpha, n - 1) * sd / math.sqrt(n)
         centre = float(differences.mean())
         skew = _skew_widening(differences, sd, half)
         return centre - half + min(skew, 0.0), centre + half + max(skew, 0.0)
@@ -101,11 +99,9 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def quantile_bounds(values: np.ndarray, q: float, alpha: float) -> tuple[float, float]:
     """Distribution-free one-sided bounds on the q-quantile, each at level 1 - alpha: order statistics chosen by
     the binomial law of how many samples fall below the quantile (-inf / +inf where n samples cannot reach alpha)."""
-    from scipy.stats import binom
-
     ordered = np.sort(values)
     n = len(ordered)
-    below_count = binom.cdf(np.arange(n), n, q)  # [r - 1] -> P(Bin(n, q) <= r - 1), for r = 1 .. n
+    below_count = _binomial_cdf(n, q)  # [r - 1] -> P(Bin(n, q) <= r - 1), for r = 1 .. n
     # Lower: the r-th smallest with P(Bin(n, q) >= r) >= 1 - alpha, the largest such r.
     below = np.flatnonzero(below_count <= alpha)
     low = float(ordered[below[-1]]) if below.size else -math.inf
@@ -113,6 +109,24 @@ def quantile_bounds(values: np.ndarray, q: float, alpha: float) -> tuple[float, 
     above = np.flatnonzero(below_count >= 1 - alpha)
     high = float(ordered[above[0]]) if above.size else math.inf
     return low, high
+
+
+# scipy's distribution calls cost far more than the bounds around them, and a finish asks the same few again and
+# again (one level, a handful of sample counts): each is computed once per process.
+@functools.cache
+def _t_quantile(level: float, degrees: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(level, degrees))
+
+
+@functools.cache
+def _binomial_cdf(n: int, q: float) -> np.ndarray:
+    from scipy.stats import binom
+
+    table = binom.cdf(np.arange(n), n, q)
+    table.flags.writeable = False  # shared between calls
+    return table
 
 
 def samples_for_a_claim(robustness: str, alpha: float) -> int | None:
