@@ -17,6 +17,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# The package of this checkout, as the table loaded below is: run as a script, Python would otherwise find the
+# installed one first (an editable install points at the checkout it was made from, not another worktree's).
+sys.path.insert(0, str(REPO))
 
 spec = importlib.util.spec_from_file_location("spica_lib.config.knobs", REPO / "spica_lib" / "config" / "knobs.py")
 knobs = importlib.util.module_from_spec(spec)

@@ -132,7 +132,8 @@ def _rule(knob: Knob) -> str:
     if knob.kind == "switch":
         return "true or false"
     if knob.reaches == "router":
-        return "any number Dynamo's KV router accepts"
+        low = "" if knob.minimum is None else f" >= {knob.minimum:g}"
+        return f"any number{low} Dynamo's KV router accepts"
     return f"any {_kind_text(knob).removeprefix('a ')} the engine accepts"
 
 

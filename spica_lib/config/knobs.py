@@ -138,8 +138,10 @@ def _sglang_mtp(steps: Any) -> dict[str, tuple[Any, ...]]:
 
 
 def _router_setting(name: str, what: str, default: tuple[float, ...], label: str = "", unreplayed: str = "") -> Knob:
-    """A setting of the KV router: a number its `KvRouterConfig` takes under the same name, said on the frontend."""
-    return Knob(name, "range", f"the KV router's {what}", default=default, reaches="router", whole=False,
+    """A setting of the KV router: a number its `KvRouterConfig` takes under the same name, said on the frontend.
+    Its JSON schema says >= 0, as `KvRouterConfig` refuses any negative one (an editor flags it before a run); the
+    config's check leaves every value to `KvRouterConfig` itself, which also bounds the cache weights by 1."""
+    return Knob(name, "range", f"the KV router's {what}", default=default, reaches="router", whole=False, minimum=0,
                 replay=name, label=label, unreplayed=unreplayed)  # fmt: skip
 
 
