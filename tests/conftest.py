@@ -33,6 +33,21 @@ BASE: dict[str, Any] = {
 }
 
 
+# The engine part of a selection, one value per searched engine knob of each mode: what most tests replay.
+ENGINE_KNOBS = {
+    "agg": {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256},
+    "disagg": {"prefill_max_num_batched_tokens": 8192, "prefill_max_num_seqs": 8,
+               "decode_max_num_batched_tokens": 8192, "decode_max_num_seqs": 256},
+}  # fmt: skip
+
+
+def plain_selection(mode: str = "agg", **knobs: Any) -> dict[str, Any]:
+    """A candidate's selection on vLLM with neither router nor planner to choose (round robin, no scaling), the
+    engine knobs of ENGINE_KNOBS, and `knobs` over them."""
+    return {"deployment_mode": mode, "backend": "vllm", **ENGINE_KNOBS[mode], "router_mode": "round_robin",
+            "planner_scaling_policy": "disabled", **knobs}  # fmt: skip
+
+
 def config_data(**sections: dict[str, Any]) -> dict[str, Any]:
     """A valid config dict with each given section's keys merged over the base (None deletes a key)."""
     data = copy.deepcopy(BASE)

@@ -4,7 +4,11 @@ import pytest
 from conftest import build, config_data, rejected
 
 from spica_lib.config.fields import OFFLOAD_WEIGHTS
-from spica_lib.config.knob_values import CHOICES, ENGINE_KNOB_DEFAULTS, KNOB_DEFAULTS, ROUTER_WEIGHT_DEFAULTS
+from spica_lib.config.knob_values import list_defaults
+from spica_lib.config.knobs import KNOBS, knob_fields
+
+LIST_DEFAULTS = list_defaults()
+CHOICES = {knob.name: knob.choices for knob in KNOBS.values() if knob.kind == "choice"}
 
 SCALING_DICT = {
     "enable_throughput_scaling": True,
@@ -25,9 +29,9 @@ def test_defaults_fill_in():
     assert space.router_mode == ["kv_router", "round_robin"]
 
 
-@pytest.mark.parametrize("knob", sorted(set(KNOB_DEFAULTS) - set(OFFLOAD_WEIGHTS)))
+@pytest.mark.parametrize("knob", sorted(set(LIST_DEFAULTS) - set(OFFLOAD_WEIGHTS)))
 def test_every_atomic_knob_takes_a_subset_and_needs_one_value(knob):
-    subset = list(KNOB_DEFAULTS[knob])[-1:]
+    subset = list(LIST_DEFAULTS[knob])[-1:]
     assert getattr(build(config_data(search_space={knob: subset})).search_space, knob) == subset
     rejected(config_data(search_space={knob: []}), f"search_space.{knob}", "at least one")
 
@@ -69,10 +73,13 @@ def test_a_block_size_the_backend_refuses_is_refused_naming_the_engine_rule():
     assert build(config_data(search_space={"agg_block_size": 16})).search_space.agg_block_size == 16
 
 
-def test_omitted_knobs_keep_the_references_sets():
+def test_omitted_knobs_take_the_tables_one_default():
     space = build(config_data()).search_space
-    assert {name: tuple(getattr(space, name)) for name in ENGINE_KNOB_DEFAULTS} == ENGINE_KNOB_DEFAULTS
-    assert {name: tuple(getattr(space, name)) for name in ROUTER_WEIGHT_DEFAULTS} == ROUTER_WEIGHT_DEFAULTS
+    assert {name: getattr(space, name) for name in knob_fields()} == {
+        name: knob.role_default(role) for knob in KNOBS.values() for role, name in knob.role_fields()
+    }
+    assert space.agg_max_num_seqs == [256, 512, 1024] and space.prefill_load_scale[-1] == 32.0  # the reference's sets
+    assert space.backend == ["vllm"] and space.decode_nextn == [0] and space.nextn_accept_rates is None
 
 
 def test_out_of_choice_values_named_in_the_error():
@@ -149,10 +156,51 @@ def test_gpu_budget_bounds():
     rejected(config_data(search_space={"min_gpu_budget": 0}), "search_space", "0 < min_gpu_budget")
 
 
-def test_aic_nextn_is_an_mtp_depth_0_to_5():
-    assert build(config_data(search_space={"aic_nextn": 2})).search_space.aic_nextn == 2
-    rejected(config_data(search_space={"aic_nextn": 6}), "search_space.aic_nextn", "less than or equal to 5")
-    rejected(config_data(search_space={"aic_nextn": -1}), "search_space.aic_nextn")
+def test_mtp_draft_tokens_are_searched_per_role_from_0_to_3():
+    space = build(config_data(search_space={"decode_nextn": [0, 1, 2, 3], "agg_nextn": [2.0]})).search_space
+    assert space.decode_nextn == [0, 1, 2, 3] and space.agg_nextn == [2] and space.most_draft_tokens == 3
+    for bad in (4, -1, 1.5, True):
+        rejected(config_data(search_space={"decode_nextn": [bad]}), "search_space.decode_nextn",
+                 f"{bad!r} is not allowed", "nextn is a whole number from 0 to 3")  # fmt: skip
+    assert "prefill_nextn" not in type(space).model_fields  # a prefill engine's drafts are never replayed
+    rejected(config_data(search_space={"aic_nextn": 2}), "search_space", "aic_nextn 2 is no longer one setting",
+             "decode_nextn: [2] and agg_nextn: [2]")  # fmt: skip
+
+
+def test_mtp_acceptance_is_stated_the_mockers_own_unless_given_and_refused_where_nothing_drafts():
+    space = build(config_data(search_space={"decode_nextn": [0, 3]})).search_space
+    assert space.nextn_accept_rates == [0.85, 0.3, 0.0]  # ai-dynamo 1.5.1's mocker: 0.85, then 0.3, then none
+    assert build(config_data(search_space={"agg_nextn": [1]})).search_space.nextn_accept_rates == [0.85]
+    given = build(config_data(search_space={"decode_nextn": [2], "nextn_accept_rates": [0.7, 0.4]}))
+    assert given.search_space.nextn_accept_rates == [0.7, 0.4]
+    assert build(given.model_dump(mode="json")) == given  # config.json reads back
+    for rates in ([0.7], [0.7, 0.4, 0.1], [0.7, 1.5]):
+        rejected(config_data(search_space={"decode_nextn": [2], "nextn_accept_rates": rates}), "search_space",
+                 f"nextn_accept_rates {rates}", "one acceptance rate in [0, 1] per draft position", "(2)")  # fmt: skip
+    rejected(config_data(search_space={"nextn_accept_rates": [0.9]}), "search_space",
+             "nextn_accept_rates [0.9]", "no role drafts", "would change nothing")  # fmt: skip
+
+
+def test_the_summary_and_report_state_the_acceptance_the_drafts_were_replayed_at():
+    from spica_lib.results.summary import mtp_note
+
+    config = build(config_data(search_space={"agg_nextn": [0, 1, 2]}))
+    note = mtp_note(config, {"agg_nextn": 2, "agg_max_num_seqs": 256})
+    assert "draft tokens [0, 1, 2] per decode step searched" in note and note.endswith("the recommendation drafts 2")
+    assert "acceptance rates [0.85, 0.3] (the pinned mocker's own: not measured for this model" in note
+    given = build(config_data(search_space={"decode_nextn": [1], "nextn_accept_rates": [0.6]}))
+    assert "acceptance rates [0.6] (as given;" in mtp_note(given, {"decode_max_num_seqs": 256})
+    assert mtp_note(given, {}).endswith("the recommendation drafts 0") and mtp_note(build(config_data()), {}) is None
+
+
+def test_a_knob_value_a_listed_backend_cannot_deploy_is_refused_naming_the_backends(monkeypatch):
+    from dataclasses import replace
+
+    mute = replace(KNOBS["nextn"], spellings={"vllm": KNOBS["nextn"].spellings["vllm"]})
+    monkeypatch.setitem(KNOBS, "nextn", mute)
+    rejected(config_data(search_space={"backend": ["vllm", "trtllm"], "decode_nextn": [0, 2]}), "search_space",
+             "decode_nextn [0, 2]", "['trtllm'] cannot say nextn", "['vllm'] only")  # fmt: skip
+    assert build(config_data(search_space={"backend": ["vllm"], "decode_nextn": [0, 2]}))
 
 
 def test_pinned_scalars_are_checked():

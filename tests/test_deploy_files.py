@@ -7,6 +7,8 @@ read with the parts a cluster would use: ai-dynamo 1.5.1's frontend parser, its 
 planner's own component lookup, the kubernetes client's models.
 """
 
+import json
+import re
 from importlib import metadata
 
 import pytest
@@ -41,7 +43,7 @@ VARIANTS = {
 
 
 def trial_record(mode="agg", backend="vllm", router="round_robin", policy="disabled", layout=None, goal=None,
-                 workload=None, **space):  # fmt: skip
+                 workload=None, knobs=None, **space):  # fmt: skip
     data = config_data(search_space={"backend": [backend], **space}, workload=workload or {})
     if goal:
         data["goal"] = goal
@@ -55,6 +57,7 @@ def trial_record(mode="agg", backend="vllm", router="round_robin", policy="disab
                          decode_max_num_batched_tokens=2048, decode_max_num_seqs=256)  # fmt: skip
     if router == "kv_router":
         selection.update(overlap_score_credit=0.5, prefill_load_scale=0.75, router_temperature=0.1)
+    selection.update(knobs or {})
     layout = layout or (AGG if mode == "agg" else PAIR)
     spec = prepare_trial(config, selection, layout, backend_version=VERSION[backend])
     result = TrialResult(status="feasible", score=1.0, used_gpus=spec.used_gpus)
@@ -97,10 +100,11 @@ def test_every_mode_and_backend_is_deployed_as_replayed(tmp_path, backend, mode,
         assert main_container(component)["workingDir"] == release.backends[backend].working_dir
         engine, deployed = played.roles[role], deployed_engine(backend, component)
         assert deployed["tp"] == replica.shape.tp == engine.tp
-        for setting in ("max_num_seqs", "max_num_batched_tokens", "block_size", "memory_fraction"):
-            assert deployed[setting] == pytest.approx(getattr(engine, setting)), setting
+        for setting in ("max_num_seqs", "max_num_batched_tokens", "block_size", "gpu_memory_utilization"):
+            assert deployed[setting] == pytest.approx(engine.settings[setting]), setting
         assert deployed["chunked_prefill"] is True  # the mocker's default, replayed
-        assert deployed["prefix_caching"] in (engine.prefix_caching, None if engine.prefix_caching else False)
+        assert deployed["enable_prefix_caching"] is engine.settings["enable_prefix_caching"]
+        assert deployed["nextn"] == engine.settings.get("nextn", 0) == 0  # no MTP drafts: no speculative config
     frontend = frontend_config(main_container(components["frontend"]))  # the 1.5.1 frontend's own parser
     assert frontend.router_mode == {"round_robin": "round-robin", "kv_router": "kv"}[played.router_mode]
     for name, value in played.router.items():
@@ -120,6 +124,49 @@ def test_every_mode_and_backend_is_deployed_as_replayed(tmp_path, backend, mode,
     script = job["spec"]["template"]["spec"]["containers"][0]["args"][0]
     assert f"aiperf=={AIPERF}" in script and f"--url {frontend_url(files.name, DEFAULT_NAMESPACE)}" in script
     assert "--request-rate 4" in script and "--request-count 40" in script and "--isl 1024" in script
+
+
+MTP_LAYOUTS = {
+    "agg": ReplicaConfig(shape=ParallelShape(tp=8, moe_ep=8)),
+    "disagg": DisaggConfig(prefill=ReplicaConfig(shape=ParallelShape(tp=8, moe_ep=8)),
+                           decode=ReplicaConfig(shape=ParallelShape(tp=8, moe_ep=8))),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_mtp_drafts_reach_the_replay_and_every_engine_as_each_engine_spells_them(tmp_path, backend, mode):
+    drafting = "agg" if mode == "agg" else "decode"
+    config, record = trial_record(mode=mode, backend=backend, layout=MTP_LAYOUTS[mode], knobs={f"{drafting}_nextn": 2},
+                                  model_name="deepseek-ai/DeepSeek-V3", gpu_budget=16,
+                                  **{f"{drafting}_nextn": [0, 2]})  # fmt: skip
+    plan = record.spec.replay.plan
+    engine = getattr(plan, f"{drafting}_engine_args")
+    assert (engine["aic_nextn"], engine["aic_nextn_accept_rates"]) == (2, "0.85,0.3")  # the mocker's own, stated
+    if mode == "disagg":  # a prefill engine emits one token: it drafts nothing in the replay
+        assert "aic_nextn" not in plan.prefill_engine_args
+    files, documents, _ = written(tmp_path, record, config)
+    assert files.differences == []
+    for role, component in components_by_role(documents[0]).items():
+        if role in ("frontend", "planner"):
+            continue
+        main = main_container(component)
+        assert deployed_engine(backend, component)["nextn"] == 2, role  # every engine, prefill's sized for the drafts
+        script = " ".join([*main.get("command", []), *main.get("args", [])])
+        if backend == "vllm":
+            spec = json.loads(main["args"][main["args"].index("--speculative-config") + 1])
+            assert spec == {"method": "mtp", "num_speculative_tokens": 2}
+        elif backend == "sglang":
+            for flag, value in (("num-steps", 2), ("eagle-topk", 1), ("num-draft-tokens", 3)):
+                assert re.search(rf"--speculative-{flag} \W?{value}\b", script), flag
+        else:
+            engine_yaml = yaml.safe_load(re.search(r"<<'YAML'\n(.*?)\nYAML\n", script, re.DOTALL).group(1))
+            assert engine_yaml["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 2}
+    if backend == "sglang":  # another speculation than the replay's is named
+        decode = main_container(components_by_role(documents[0])[drafting])
+        decode["args"] = [decode["args"][0].replace("\nexec ", "\nargs+=(--speculative-eagle-topk 4)\nexec ")]
+        found = differences(replayed(record), documents[0], {r: "h200_sxm" for r in replayed(record).roles})
+        assert f"{drafting}: nextn 2 replayed, 2 with --speculative-eagle-topk 4 in the sglang command" in found
 
 
 def _planner_finds_its_workers(dgd, played):

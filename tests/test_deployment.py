@@ -3,19 +3,12 @@
 import os
 
 import pytest
-from conftest import build, config_data
+from conftest import ENGINE_KNOBS, build, config_data
 
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.replay.plan import build_deployment
 from spica_lib.trial.unroll import unroll_sample
 
-AGG = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-DISAGG = {
-    "prefill_max_num_batched_tokens": 8192,
-    "prefill_max_num_seqs": 8,
-    "decode_max_num_batched_tokens": 8192,
-    "decode_max_num_seqs": 256,
-}
 SCALING = {"planner_fpm_sampling": "default", "planner_load_sensitivity": "default"}
 
 
@@ -28,7 +21,7 @@ def sample_for(config, mode="agg", backend="vllm", policy="disabled", router="ro
         "planner_scaling_policy": policy,
         **SCALING,
     }
-    sel.update(AGG if mode == "agg" else DISAGG)
+    sel.update(ENGINE_KNOBS[mode])
     if router == "kv_router":
         sel.update(overlap_score_credit=0.5, prefill_load_scale=1.0, router_temperature=0.0)
     return unroll_sample(search_space, sel, config, {180.0: "prophet_w50_raw"})

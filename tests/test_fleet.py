@@ -9,7 +9,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, build, config_data, rejected, write_yaml
+from conftest import ENGINE_KNOBS, REPO, build, config_data, rejected, write_yaml
 
 from spica_lib.config import ConfigError, SmartSearchConfig
 from spica_lib.config.validate import check_config, config_sha256
@@ -33,13 +33,6 @@ PLANNER = {
     "planner_fpm_sampling": "default",
     "planner_load_sensitivity": "default",
 }
-DISAGG_KNOBS = {
-    "prefill_max_num_batched_tokens": 8192,
-    "prefill_max_num_seqs": 8,
-    "decode_max_num_batched_tokens": 8192,
-    "decode_max_num_seqs": 256,
-}
-AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
 # What one-SKU configs hash to: each config's run id and the trial key of each branch's default suggestion. The
 # trial keys were computed with the code of commit 679092f, before inventories, coverage floors and capacity
 # existed; those of configs with an SLA changed once since, with the sound early stops (issue 38: the screen
@@ -73,7 +66,7 @@ def replica(tp, replicas=1, sku=None):
 
 
 def trial(cfg, layout, mode="disagg", **selection):
-    knobs = DISAGG_KNOBS if mode == "disagg" else AGG_KNOBS
+    knobs = ENGINE_KNOBS[mode]
     sel = {"deployment_mode": mode, "backend": "vllm", "router_mode": "round_robin",
            "planner_scaling_policy": "disabled", **knobs, **selection}  # fmt: skip
     estimator = KvEstimator("Qwen/Qwen3-32B", cfg.search_space.hardware_sku, {"vllm": "0.24.0"})

@@ -28,28 +28,24 @@ SWEEP = {"max_rounds": 1, "candidates_per_round": 2, "parallel_evals": 2, "top_k
          "stress_top": 0, "baselines": False, "capacity_top": 1}  # fmt: skip
 SPACE = {"deployment_mode": ["agg"], "backend": ["vllm"], "router_mode": ["round_robin"],
          "planner_scaling_policy": ["disabled"]}  # fmt: skip
+
+
+def fleet_model(name: str, model: str, rate: float, ttft_ms: float, itl_ms: float) -> dict:
+    """One model of the fleet: its small sweep at `rate` requests/s, the cheapest deployment within its SLA for
+    90 % of the requests."""
+    return {"name": name, "search_space": {"model_name": model, **SPACE},
+            "workload": {"isl": 256, "osl": 32, "request_rate": rate, "num_request_ratio": 5},
+            "goal": {"target": "cost_per_million_output_tokens", "sla": {"ttft_ms": ttft_ms, "itl_ms": itl_ms},
+                     "sla_coverage": 0.9},
+            "sweep": SWEEP}  # fmt: skip
+
+
 FLEET = {
     "inventory": {"h200_sxm": 2, "h100_sxm": 2},
     "gpu_hour_usd": {"h200_sxm": 3.5, "h100_sxm": 2.5},
     "headroom": 0.1,
-    "models": [
-        {
-            "name": "eight",
-            "search_space": {"model_name": "Qwen/Qwen3-8B", **SPACE},
-            "workload": {"isl": 256, "osl": 32, "request_rate": 4.0, "num_request_ratio": 5},
-            "goal": {"target": "cost_per_million_output_tokens", "sla": {"ttft_ms": 1000, "itl_ms": 40},
-                     "sla_coverage": 0.9},  # fmt: skip
-            "sweep": SWEEP,
-        },
-        {
-            "name": "tiny",
-            "search_space": {"model_name": "Qwen/Qwen3-0.6B", **SPACE},
-            "workload": {"isl": 256, "osl": 32, "request_rate": 8.0, "num_request_ratio": 5},
-            "goal": {"target": "cost_per_million_output_tokens", "sla": {"ttft_ms": 500, "itl_ms": 20},
-                     "sla_coverage": 0.9},  # fmt: skip
-            "sweep": SWEEP,
-        },
-    ],
+    "models": [fleet_model("eight", "Qwen/Qwen3-8B", 4.0, 1000, 40),
+               fleet_model("tiny", "Qwen/Qwen3-0.6B", 8.0, 500, 20)],
 }
 SPICA = [sys.executable, "-m", "spica_lib.cli"]
 

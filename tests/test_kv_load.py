@@ -26,7 +26,7 @@ def workload(isl=100, osl=100):
 
 def sample(mode="agg", block=64):
     roles = ("agg",) if mode == "agg" else ("prefill", "decode")
-    out = {"backend": "vllm", "aic_nextn": None}
+    out = {"backend": "vllm"}
     for role in roles:
         out.update(
             {

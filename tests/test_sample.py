@@ -1,18 +1,11 @@
 """Unrolling a selection and a layout into the flat sample."""
 
 import pytest
-from conftest import build, config_data
+from conftest import build, config_data, plain_selection
 
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.trial.unroll import unroll_sample
 
-AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-DISAGG_KNOBS = {
-    "prefill_max_num_batched_tokens": 16384,
-    "prefill_max_num_seqs": 8,
-    "decode_max_num_batched_tokens": 8192,
-    "decode_max_num_seqs": 512,
-}
 TEP4x2 = ReplicaConfig(shape=ParallelShape(tp=4, moe_ep=4), replicas=2)
 
 
@@ -21,13 +14,7 @@ def space(**overrides):
 
 
 def selection(mode="agg", **knobs):
-    base = {
-        "deployment_mode": mode,
-        "backend": "vllm",
-        "router_mode": "round_robin",
-        "planner_scaling_policy": "disabled",
-    }
-    return {**base, **(AGG_KNOBS if mode == "agg" else DISAGG_KNOBS), **knobs}
+    return plain_selection(mode, **knobs)
 
 
 def test_agg_flat_shape():
@@ -131,11 +118,24 @@ def test_raw_dict_composites():
 
 
 def test_pinned_scalars_are_folded_in():
-    search_space = space(
-        gpu_budget=16, min_gpu_budget=8, min_endpoint=2, context_length=4096, startup_time=300, aic_nextn=2
-    )
+    search_space = space(gpu_budget=16, min_gpu_budget=8, min_endpoint=2, context_length=4096, startup_time=300)
     sample = unroll_sample(search_space, selection(), TEP4x2)
     assert (sample["gpu_budget"], sample["min_gpu_budget"], sample["min_endpoint"]) == (16, 8, 2)
-    assert (sample["context_length"], sample["startup_time"], sample["aic_nextn"]) == (4096, 300, 2)
+    assert (sample["context_length"], sample["startup_time"]) == (4096, 300)
     assert "num_g2_blocks" not in sample and "kv_bytes_per_token" not in sample
     assert sample["agg_gpu_memory_utilization"] == 0.9
+
+
+def test_mtp_drafts_are_in_the_sample_with_their_acceptance_and_none_leaves_the_sample_of_before():
+    drafting = space(agg_nextn=[0, 2], decode_nextn=[1])
+    sample = unroll_sample(drafting, selection(agg_nextn=2), TEP4x2)
+    assert sample["agg_nextn"] == 2 and sample["nextn_accept_rates"] == drafting.nextn_accept_rates
+    assert "aic_nextn" not in sample and "decode_nextn" not in sample  # the other mode's role is not this sample's
+    plain = unroll_sample(drafting, selection(agg_nextn=0), TEP4x2)
+    before = unroll_sample(space(), selection(), TEP4x2)
+    assert plain == before and before["aic_nextn"] is None and list(plain) == list(before)
+    assert not {"agg_nextn", "decode_nextn", "nextn_accept_rates"} & set(before)
+    # `before`'s selection has no agg_nextn (as one stored before the knob existed): it takes the space's one value;
+    # of several, one must be chosen.
+    with pytest.raises(KeyError, match="agg_nextn"):
+        unroll_sample(drafting, selection(), TEP4x2)

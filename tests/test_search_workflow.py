@@ -268,48 +268,8 @@ def test_a_replay_job_killed_with_no_retry_left_shows_its_error_and_the_logs_pat
     assert "spica done:" not in stdout  # no answer: there is none
 
 
-def test_stopping_spica_run_stops_every_job_and_replay_and_leaves_no_temporary_file(tmp_path):
-    path = write_yaml(tmp_path, slow_replays_config())
-    process = subprocess.Popen(
-        [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    launcher, deadline, everything = psutil.Process(process.pid), time.time() + 300, []
-    while time.time() < deadline and process.poll() is None and replay_job_in_flight(launcher) is None:
-        time.sleep(0.05)
-    everything = launcher.children(recursive=True)
-    assert replay_job_in_flight(launcher) is not None
-    process.send_signal(signal.SIGTERM)  # only `spica run` itself, as a user's kill would
-    process.wait(timeout=120)
-    deadline = time.time() + 30
-    while time.time() < deadline and alive(everything):
-        time.sleep(0.1)
-    assert alive(everything) == []
-    assert [p for p in (tmp_path / "results").rglob("*") if p.name.endswith(".tmp")] == []
-
-
-def test_a_sigkill_of_snakemake_mid_replay_takes_the_warm_host_its_jobs_and_their_replays_with_it(tmp_path):
-    path = write_yaml(tmp_path, slow_replays_config())
-    process = subprocess.Popen(
-        [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    launcher, deadline = psutil.Process(process.pid), time.time() + 300
-    while time.time() < deadline and process.poll() is None and replay_job_in_flight(launcher) is None:
-        time.sleep(0.05)
-    assert replay_job_in_flight(launcher) is not None
-    everything = launcher.children(recursive=True)
-    (host,) = warm_hosts(everything)
-    snakemake = host.parent()
-    snakemake.kill()  # nothing can clean up after a SIGKILL: the kernel's parent-death signals must
-    deadline = time.time() + 30
-    while time.time() < deadline and alive(everything):
-        time.sleep(0.1)
-    assert alive(everything) == []
-    process.wait(timeout=60)
-
-
-def test_a_sigkill_of_spica_run_stops_snakemake_its_jobs_and_their_replays(tmp_path):
-    data = slow_replays_config()
-    data["sweep"]["max_rounds"] = 4  # left alone, the sweep would run on for a minute or more
+def sweep_replaying(tmp_path, data):
+    """`spica run` of `data`, once a replay job is in flight: the process, and every process under it then."""
     path = write_yaml(tmp_path, data)
     process = subprocess.Popen(
         [*SPICA, str(path)], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -318,13 +278,41 @@ def test_a_sigkill_of_spica_run_stops_snakemake_its_jobs_and_their_replays(tmp_p
     while time.time() < deadline and process.poll() is None and replay_job_in_flight(launcher) is None:
         time.sleep(0.05)
     assert replay_job_in_flight(launcher) is not None
-    everything = launcher.children(recursive=True)
+    return process, launcher.children(recursive=True)
+
+
+def gone(processes, seconds):
+    """Whether every one of `processes` has ended within `seconds`."""
+    deadline = time.time() + seconds
+    while time.time() < deadline and alive(processes):
+        time.sleep(0.1)
+    return alive(processes) == []
+
+
+def test_stopping_spica_run_stops_every_job_and_replay_and_leaves_no_temporary_file(tmp_path):
+    process, everything = sweep_replaying(tmp_path, slow_replays_config())
+    process.send_signal(signal.SIGTERM)  # only `spica run` itself, as a user's kill would
+    process.wait(timeout=120)
+    assert gone(everything, 30)
+    assert [p for p in (tmp_path / "results").rglob("*") if p.name.endswith(".tmp")] == []
+
+
+def test_a_sigkill_of_snakemake_mid_replay_takes_the_warm_host_its_jobs_and_their_replays_with_it(tmp_path):
+    process, everything = sweep_replaying(tmp_path, slow_replays_config())
+    (host,) = warm_hosts(everything)
+    snakemake = host.parent()
+    snakemake.kill()  # nothing can clean up after a SIGKILL: the kernel's parent-death signals must
+    assert gone(everything, 30)
+    process.wait(timeout=60)
+
+
+def test_a_sigkill_of_spica_run_stops_snakemake_its_jobs_and_their_replays(tmp_path):
+    data = slow_replays_config()
+    data["sweep"]["max_rounds"] = 4  # left alone, the sweep would run on for a minute or more
+    process, everything = sweep_replaying(tmp_path, data)
     process.kill()  # `spica run` itself, as a test's timeout or the OOM killer would: it cannot forward anything
     process.wait(timeout=60)
-    deadline = time.time() + 20
-    while time.time() < deadline and alive(everything):
-        time.sleep(0.1)
-    assert alive(everything) == []
+    assert gone(everything, 20)
 
 
 TIMINGS = {"wall_seconds", "cpu_seconds", "replay_seconds"}

@@ -7,7 +7,7 @@ import statistics
 import pandas as pd
 import psutil
 import pytest
-from conftest import TRACE, build, config_data
+from conftest import TRACE, build, config_data, plain_selection
 
 from spica_lib.base.artifacts import write_model
 from spica_lib.facts.kv_capacity import KvEstimator
@@ -20,13 +20,6 @@ from spica_lib.trial.store import note_job_error, read_trial, run_replay_job
 pytestmark = pytest.mark.slow
 VERSION = "0.24.0"  # vLLM perf DB behind the `current` slot on h200_sxm
 SLA = {"ttft_ms": 2000, "itl_ms": 50}
-AGG_KNOBS = {"agg_max_num_batched_tokens": 8192, "agg_max_num_seqs": 256}
-DISAGG_KNOBS = {
-    "prefill_max_num_batched_tokens": 8192,
-    "prefill_max_num_seqs": 8,
-    "decode_max_num_batched_tokens": 8192,
-    "decode_max_num_seqs": 256,
-}
 
 
 def agg(tp, replicas):
@@ -40,15 +33,7 @@ def config(goal=None, **workload):
 
 
 def spec_for(cfg, layout, mode="agg", **selection):
-    knobs = AGG_KNOBS if mode == "agg" else DISAGG_KNOBS
-    sel = {
-        "deployment_mode": mode,
-        "backend": "vllm",
-        "router_mode": "round_robin",
-        "planner_scaling_policy": "disabled",
-        **knobs,
-        **selection,
-    }
+    sel = plain_selection(mode, **selection)
     estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"vllm": VERSION})
     return prepare_trial(cfg, sel, layout, backend_version=VERSION, estimator=estimator)
 
@@ -601,8 +586,7 @@ def test_a_replay_whose_queue_runs_away_after_its_prefix_is_stopped_at_its_prefi
 def queueing_disagg(cfg):
     """SGLang 1 x TP4 prefill + 1 x TP4 decode: under the shipped trace at half speed its queue runs away."""
     layout = DisaggConfig(prefill=agg(4, 1), decode=agg(4, 1))
-    sel = {"deployment_mode": "disagg", "backend": "sglang", "router_mode": "round_robin",
-           "planner_scaling_policy": "disabled", **DISAGG_KNOBS}  # fmt: skip
+    sel = plain_selection("disagg", backend="sglang")
     estimator = KvEstimator("Qwen/Qwen3-32B", "h200_sxm", {"sglang": "0.5.14"})
     return prepare_trial(cfg, sel, layout, backend_version="0.5.14", estimator=estimator)
 

@@ -7,7 +7,7 @@ import math
 
 import pydantic
 import pytest
-from conftest import build, config_data
+from conftest import build, config_data, plain_selection
 
 from spica_lib.facts.parallel import ParallelShape, ReplicaConfig
 from spica_lib.replay.worker import ChildOutcome
@@ -20,16 +20,8 @@ GOOD = {"output_throughput_tok_s": 500.0, "gpu_hours": 0.01, "duration_ms": 9000
 def spec(goal):
     data = config_data()
     data["goal"] = goal
-    selection = {
-        "deployment_mode": "agg",
-        "backend": "vllm",
-        "agg_max_num_batched_tokens": 8192,
-        "agg_max_num_seqs": 256,
-        "router_mode": "round_robin",
-        "planner_scaling_policy": "disabled",
-    }
     layout = ReplicaConfig(shape=ParallelShape(tp=2), replicas=2)
-    return prepare_trial(build(data), selection, layout, backend_version="0.24.0")
+    return prepare_trial(build(data), plain_selection(), layout, backend_version="0.24.0")
 
 
 def fake_outcome(metrics):

@@ -35,6 +35,23 @@ def test_same_meaning_same_hash_and_any_change_a_new_one(tmp_path):
     assert a.config_sha256 == b.config_sha256 != c.config_sha256
 
 
+def test_mtp_drafts_are_refused_by_path_for_a_model_without_an_mtp_head(tmp_path):
+    no_head = config_data(search_space={"model_name": "Qwen/Qwen3-30B-A3B", "decode_nextn": [0, 2]})
+    with pytest.raises(ConfigError) as caught:
+        build_validated_config(write_yaml(tmp_path, no_head, "qwen.yaml"))
+    ((where, message),) = caught.value.problems
+    assert where == "search_space.decode_nextn" and message.startswith("[0, 2]: multi-token prediction")
+    assert "Qwen/Qwen3-30B-A3B has none" in message and "num_nextn_predict_layers 0" in message
+    assert message.endswith("allowed: [0]")
+    head = config_data(search_space={"model_name": "deepseek-ai/DeepSeek-V3", "decode_nextn": [0, 2]})
+    drafting = build_validated_config(write_yaml(tmp_path, head, "deepseek.yaml"))
+    assert drafting.config.search_space.nextn_accept_rates == [0.85, 0.3]
+    # Nothing drafted: the run id of before MTP was searched (the knob replaced one global aic_nextn, unset).
+    plain = build_validated_config(write_yaml(tmp_path, config_data(), "plain.yaml"))
+    explicit = build_validated_config(write_yaml(tmp_path, config_data(search_space={"agg_nextn": [0]}), "zero.yaml"))
+    assert plain.run == explicit.run != drafting.run
+
+
 def test_hash_follows_trace_content_not_its_location(tmp_path):
     def trace_config(folder, text):
         folder.mkdir()
@@ -81,23 +98,27 @@ def test_prepare_run_refuses_to_mix_configs_in_one_run(tmp_path, monkeypatch):
         prepare_run(str(second), run="shared")
 
 
+def run_folder_of(tmp_path, run, change):
+    """A run folder whose config.json is the config's as `change` makes it (validated -> its update); the config's
+    path, the folder's layout and its validated config as written now."""
+    path = write_yaml(tmp_path, config_data())
+    layout = prepare_run(str(path), run=run)
+    validated = build_validated_config(path, run)
+    write_model(layout.config_json, validated.model_copy(update=change(validated)))
+    return path, layout, validated
+
+
 def test_prepare_run_refuses_to_resume_a_run_folder_of_an_older_layout(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = write_yaml(tmp_path, config_data())
-    layout = prepare_run(str(path), run="old")
-    older = build_validated_config(path, "old").model_copy(update={"schema_version": 1})
-    write_model(layout.config_json, older)
+    path, _, _ = run_folder_of(tmp_path, "old", lambda validated: {"schema_version": 1})
     with pytest.raises(ConfigError, match="older Spica .* version 1"):
         prepare_run(str(path), run="old")
 
 
 def test_prepare_run_refuses_to_resume_with_another_simulator_naming_the_versions(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    path = write_yaml(tmp_path, config_data())
-    layout = prepare_run(str(path), run="upgraded")
-    validated = build_validated_config(path, "upgraded")
-    older = validated.model_copy(update={"versions": {**validated.versions, "ai-dynamo": "1.4.0"}})
-    write_model(layout.config_json, older)
+    older = lambda validated: {"versions": {**validated.versions, "ai-dynamo": "1.4.0"}}  # noqa: E731
+    path, layout, validated = run_folder_of(tmp_path, "upgraded", older)
     with pytest.raises(ConfigError, match=r"ai-dynamo 1\.4\.0 \(here 1\.5\.1\)"):
         prepare_run(str(path), run="upgraded")
     write_model(layout.config_json, validated)

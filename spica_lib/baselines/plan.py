@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from spica_lib.baselines.model import LABELS, AiconfiguratorPick, Baseline
 from spica_lib.config import SmartSearchConfig
+from spica_lib.config.knobs import KNOBS, role_field
 from spica_lib.config.presets import CompositeEntry, scaling_policy
 from spica_lib.facts.catalog import resolve_backend_version
 from spica_lib.facts.kv_capacity import KvEstimator
@@ -28,6 +29,7 @@ from spica_lib.trial.evaluate import prepare_trial
 from spica_lib.trial.spec import TrialRecord, TrialResult, TrialSpec
 
 DEFAULT_ROUTER = "round_robin"  # Dynamo's frontend routes round robin unless told otherwise
+BATCH = KNOBS["max_num_seqs"]  # the engine limit aiconfigurator's pick sizes per role (its batch size)
 NO_PLANNER = "disabled"
 BASELINE_SUFFIX = "+baseline"  # a baseline's replay in the journal: "<trial key>+baseline" (never pruned)
 
@@ -119,7 +121,7 @@ def _aiconfigurator(
     selection: dict[str, Any] = {"deployment_mode": mode, "backend": pick.backend}
     selection.update({knob: values[0] for knob, values in branch_knob_choices(config.search_space, mode).items()})
     selection.update({"router_mode": DEFAULT_ROUTER, "planner_scaling_policy": NO_PLANNER})
-    selection.update({f"{role}_max_num_seqs": seqs for role, seqs in pick.max_num_seqs.items()})
+    selection.update({role_field(role, BATCH.name): seqs for role, seqs in pick.max_num_seqs.items()})
     space = config.search_space
     layout = pick.parallel_config
     if space.has_gpu_inventory:  # the pick was made on the inventory's largest GPU type (SearchSpace.largest_sku_space)

@@ -6,7 +6,8 @@
     agg_max_num_seqs: 512                      # any knob of the branch; omitted knobs take the
     router_mode: kv_router                     # config's first choice
 
-Knob values are checked against the knob's allowed values, so a typo fails with the choices listed.
+Knob values are checked against the knob's allowed values (its rule in the knob table, config/knobs.py), so a typo
+fails with the choices listed.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 import yaml
 
 from spica_lib.config import ConfigError, SmartSearchConfig
-from spica_lib.config.knob_values import KNOB_DEFAULTS, check_atomic_knob, check_composite_knob
+from spica_lib.config.knob_values import check_atomic_knob, check_composite_knob
+from spica_lib.config.knobs import KNOBS, field_knob
 from spica_lib.config.presets import COMPOSITE_KNOBS
 from spica_lib.facts.parallel import ParallelConfig, parse_pinned_config
 from spica_lib.pools.knobs import branch_knob_choices
 
-STRUCTURAL_KEYS = ("deployment_mode", "backend", "parallel", "kv_load_ratio")
+MODE = KNOBS["deployment_mode"]
+STRUCTURAL_KEYS = (MODE.name, KNOBS["backend"].name, "parallel", "kv_load_ratio")
 
 
 def read_candidate(text_or_path: str) -> dict[str, Any]:
@@ -43,9 +46,9 @@ def read_candidate(text_or_path: str) -> dict[str, Any]:
 def candidate_selection(config: SmartSearchConfig, data: dict[str, Any]) -> tuple[dict[str, Any], ParallelConfig]:
     """Check a candidate against the config and return (selection, parallel config)."""
     space = config.search_space
-    mode = data.get("deployment_mode", space.deployment_mode[0])
+    mode = data.get(MODE.name, space.deployment_mode[0])
     try:
-        check_atomic_knob("deployment_mode", [mode])
+        check_atomic_knob(MODE.name, [mode])
     except ValueError as exc:
         raise ConfigError([("candidate.deployment_mode", str(exc))], subject="candidate") from None
     if "parallel" not in data:
@@ -65,7 +68,7 @@ def candidate_selection(config: SmartSearchConfig, data: dict[str, Any]) -> tupl
         try:
             if knob in COMPOSITE_KNOBS:
                 check_composite_knob(knob, [value])
-            elif knob in KNOB_DEFAULTS:
+            elif field_knob(knob) is not None:
                 check_atomic_knob(knob, [value])
         except ValueError as exc:
             problems.append((f"candidate.{knob}", str(exc)))

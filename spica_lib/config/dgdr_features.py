@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spica_lib.config.goal import OptimizationTarget
+from spica_lib.config.knobs import KNOBS
 from spica_lib.config.narrow import narrowed
 from spica_lib.config.presets import PREDICTOR_FAMILIES
 
@@ -35,7 +36,8 @@ NOT_READ = {
     "pre_deployment_sweeping_mode": "Spica replays instead of sweeping before deployment",
 }
 PLANNER = "spec.features.planner"
-NARROWING = ("router_mode", "planner_scaling_policy", "deployment_mode")
+ROUTER, MODE = KNOBS["router_mode"], KNOBS["deployment_mode"]  # the knobs a DGDR's features pin
+NARROWING = (ROUTER.name, "planner_scaling_policy", MODE.name)
 
 
 @dataclass
@@ -55,11 +57,12 @@ def map_features(
     enabled = (raw.get("kvRouter") or {}).get("enabled")
     out.origins["search_space.router_mode"] = "spec.features.kvRouter.enabled"
     if enabled is None:
-        routers = space.get("router_mode", "both")
+        routers = space.get("router_mode", ROUTER.role_default(None))
         out.notes.append(f"spec.features.kvRouter.enabled (not given) -> search_space.router_mode {routers}: Spica "
-                         "searches both routers (config/default.yaml); give true or false to pin one")  # fmt: skip
+                         "searches both routers (its default); give true or false to pin one")  # fmt: skip
     else:
-        lists["router_mode"] = ["kv_router" if typed.kvRouter.enabled else "round_robin"]
+        kv_router, round_robin = ROUTER.choices
+        lists["router_mode"] = [kv_router if typed.kvRouter.enabled else round_robin]
     if raw.get("planner") is None:
         policies = space.get("planner_scaling_policy", "every preset")
         out.notes.append(f"{PLANNER} (not given) -> search_space.planner_scaling_policy {policies}: Spica searches "
@@ -83,7 +86,7 @@ def _planner(
     out.problems += _derived_problems(raw, planner, goal, spec)
     for key in set(NOT_READ) & set(raw):
         out.notes.append(f"{PLANNER}.{key} -> not read: {NOT_READ[key]}")
-    if raw.get("mode") in ("agg", "disagg"):
+    if raw.get("mode") in MODE.choices:
         lists["deployment_mode"] = [raw["mode"]]
         out.origins["search_space.deployment_mode"] = f"{PLANNER}.mode"
         out.notes.append(f"{PLANNER}.mode {raw['mode']} -> search_space.deployment_mode [{raw['mode']}]")
@@ -157,7 +160,7 @@ def _derived_problems(raw: dict[str, Any], planner: Any, goal: dict[str, Any], s
         if key in raw and raw[key] != value:
             found.append((f"{PLANNER}.{key}", f"{raw[key]!r}: Spica sets it from {source}, which says {value!r}; "
                           "make them agree, or leave it out"))  # fmt: skip
-    if "mode" in raw and raw["mode"] not in ("agg", "disagg"):
+    if "mode" in raw and raw["mode"] not in MODE.choices:
         found.append((f"{PLANNER}.mode", f"{raw['mode']!r}: a planner of one role is not a deployment Spica searches; "
                       "give agg or disagg (it pins the deployment mode), or leave it out"))  # fmt: skip
     return found

@@ -1,32 +1,24 @@
-"""The shared vocabulary: deployment modes, roles, layout fields and the knob names several stages spell.
+"""The shared vocabulary: deployment modes, roles, layout fields and the groups of knobs several stages spell.
 
-A role's engine knob is named `<role>_<knob>` (`agg_max_num_seqs`, `prefill_block_size`); a disagg
-role's layout field is `<role>_<shape field>` (`decode_tp`), an agg one is the bare field (`tp`).
+A role's engine knob is named `<role>_<knob>` (`agg_max_num_seqs`, `prefill_block_size`: config/knobs.py's
+`role_field`); a disagg role's layout field is `<role>_<shape field>` (`decode_tp`), an agg one is the bare field
+(`tp`). The knob groups are read from the knob table (config/knobs.py), never listed again here.
 """
 
 from __future__ import annotations
 
+from spica_lib.config.knobs import KNOBS, role_field, role_knobs, router_knobs
 from spica_lib.facts.parallel import ParallelShape
 
-DEPLOYMENT_MODES = ("disagg", "agg")
-BACKENDS = ("vllm", "sglang", "trtllm")
+DEPLOYMENT_MODES: tuple[str, ...] = KNOBS["deployment_mode"].choices
+BACKENDS: tuple[str, ...] = KNOBS["backend"].choices
 ROLES: dict[str, tuple[str, ...]] = {"agg": ("agg",), "disagg": ("prefill", "decode")}
 
 SHAPE_FIELDS: tuple[str, ...] = tuple(ParallelShape.model_fields)  # tp, attention_dp, moe_tp, moe_ep, pp
 PARALLEL_KEYS = (*SHAPE_FIELDS, "replicas")  # what a `parallel_configs` entry may give
 
-ENGINE_KNOBS = ("max_num_batched_tokens", "max_num_seqs")  # searched, per role
-ENGINE_PINS = ("block_size", "gpu_memory_utilization", "enable_prefix_caching")  # pinned, per role
-
-ROUTER_WEIGHTS = (
-    "overlap_score_credit",
-    "prefill_load_scale",
-    "host_cache_hit_weight",
-    "disk_cache_hit_weight",
-    "router_temperature",
-)
-ROUTER_KNOBS = ("router_mode", *ROUTER_WEIGHTS)
-OFFLOAD_WEIGHTS = ("host_cache_hit_weight", "disk_cache_hit_weight")  # only matter with host offload
+ROUTER_WEIGHTS = tuple(knob.name for knob in router_knobs())  # the KV router's own settings
+OFFLOAD_WEIGHTS = tuple(knob.name for knob in router_knobs() if knob.unreplayed)  # only matter with host offload
 OFFLOAD_FIELDS = (
     "num_g2_blocks",
     "kv_bytes_per_token",
@@ -48,6 +40,12 @@ def role_prefix(mode: str, role: str) -> str:
     return "" if mode == "agg" else f"{role}_"
 
 
-def engine_knobs(mode: str) -> tuple[str, ...]:
-    """The searched engine knobs of a deployment mode, role by role."""
-    return tuple(f"{role}_{knob}" for role in ROLES[mode] for knob in ENGINE_KNOBS)
+def engine_fields(mode: str, searched: bool | None = None) -> tuple[str, ...]:
+    """The per-role knobs' fields of a deployment mode, role by role: the searched ones, the pinned ones, or (None)
+    both."""
+    return tuple(
+        role_field(role, knob.name)
+        for role in ROLES[mode]
+        for knob in role_knobs(role)
+        if searched is None or knob.searched == searched
+    )

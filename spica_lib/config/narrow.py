@@ -11,23 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from spica_lib.config.fields import ADMISSION_FIELDS, ENGINE_KNOBS, ENGINE_PINS, OFFLOAD_WEIGHTS, ROUTER_WEIGHTS
+from spica_lib.config.fields import ADMISSION_FIELDS, ROLES, engine_fields
+from spica_lib.config.knobs import KNOBS, router_knobs
 from spica_lib.config.presets import scaling_policy
 
-ROLES_OF_MODE = {"agg": ("agg",), "disagg": ("prefill", "decode")}
-KV_ROUTER_ONLY = (*(name for name in ROUTER_WEIGHTS if name not in OFFLOAD_WEIGHTS), *ADMISSION_FIELDS)
+KV_ROUTER_ONLY = (*(knob.name for knob in router_knobs() if not knob.unreplayed), *ADMISSION_FIELDS)
 
 
 def narrowed(search_space: dict[str, Any], **lists: list[Any]) -> dict[str, Any]:
     """A copy of the `search_space` mapping with `lists` (deployment_mode, router_mode,
     planner_scaling_policy, ...) set, and the settings they make inert left out."""
     space = {**search_space, **lists}
-    modes = space.get("deployment_mode", list(ROLES_OF_MODE))
-    for mode, roles in ROLES_OF_MODE.items():
+    modes = space.get("deployment_mode", KNOBS["deployment_mode"].default)
+    for mode in ROLES:
         if mode not in modes:
-            for role in roles:
-                for knob in (*ENGINE_KNOBS, *ENGINE_PINS):
-                    space.pop(f"{role}_{knob}", None)
+            for name in engine_fields(mode):
+                space.pop(name, None)
     if "router_mode" in space and "kv_router" not in space["router_mode"]:
         for name in KV_ROUTER_ONLY:
             space.pop(name, None)

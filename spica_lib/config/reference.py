@@ -3,7 +3,8 @@
 The documentation site's reference page (docs/reference/config.md) is this output, written when the site is built
 (`make docs`), so it cannot drift from the code: every section, field, type, allowed set and bound is read from
 the models' JSON Schema, and each default from the pydantic field itself (a list default made by a factory
-included). docs/config.md explains the fields in words; this page lists them all.
+included); the knob table (config/knobs.py) is listed after it, with how each knob reaches the replay and how each
+engine's deployment files spell it. docs/config.md explains the fields in words; this page lists them all.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import to_jsonable_python
 
+from spica_lib.config.knobs import KNOBS, EngineYaml, Flag, JsonFlag, Knob, Spelling, Switch
 from spica_lib.config.root import SmartSearchConfig
 
 SECTIONS = ("search_space", "workload", "goal", "sweep", "calibration")
@@ -47,7 +49,58 @@ def config_reference() -> str:
             default = "required" if name in required else _default(model, name)
             notes = _one_line(field.get("description", ""))
             lines.append(f"| `{name}` | {_type(field, defs)} | {default} | {notes} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _knob_table()) + "\n"
+
+
+def _knob_table() -> list[str]:
+    """The knob table: each knob's fields, kind, how it reaches the replay and how each engine spells it."""
+    lines = [
+        "", "## Knobs", "",
+        "Each searched setting of `search_space` is one entry of the knob table (`spica_lib/config/knobs.py`): its",
+        "fields (one per role, `<role>_<name>`, where each role has its own), its kind, the argument it reaches the",
+        "replay as (Dynamo's `MockEngineArgs` for an engine, `KvRouterConfig` for the router), and how each engine's",
+        "deployment files say it. A value that changes nothing is left out of the replay and the files alike.",
+        "", "| knob | fields | kind | replay | vLLM | SGLang | TRT-LLM |", "|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for knob in KNOBS.values():
+        fields = ", ".join(f"`{name}`" for name in knob.fields())
+        cells = [_spelled(knob.spellings.get(backend)) for backend in ("vllm", "sglang", "trtllm")]
+        if knob.reaches == "router":  # the frontend's, whatever the engine
+            cells = [f"the frontend's `{knob.name}`"] * len(cells)
+        lines.append(f"| `{knob.name}` | {fields} | {_kind(knob)} | {_replay(knob)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _kind(knob: Knob) -> str:
+    kind = {"choice": "choice", "range": "range", "switch": "on/off"}[knob.kind]
+    kind += "" if knob.searched else ", pinned"
+    return kind + (f"; {_one_line(knob.unreplayed)}: only its default" if knob.unreplayed else "")
+
+
+def _replay(knob: Knob) -> str:
+    if knob.reaches == "plan":
+        return "the deployment plan"
+    where = "KvRouterConfig" if knob.reaches == "router" else "MockEngineArgs"
+    if isinstance(knob.replay, dict):
+        return f"{where} " + ", ".join(f"`{argument}` ({backend})" for backend, argument in knob.replay.items())
+    return f"{where} `{knob.replay}`"
+
+
+def _spelled(spelling: Spelling | None) -> str:
+    if spelling is None:
+        return "—"
+    if isinstance(spelling, Switch):
+        return " / ".join(f"`{flag}`" for flag in (spelling.on, spelling.off) if flag)
+    if isinstance(spelling, JsonFlag):
+        return f"`{spelling.name}` `{spelling.key}` (with {_pairs(spelling.fixed)})"
+    if isinstance(spelling, EngineYaml):
+        return f"engine YAML `{spelling.path}`" + (f" (with {_pairs(spelling.fixed)})" if spelling.fixed else "")
+    also = spelling.also(1) if isinstance(spelling, Flag) and spelling.also else {}
+    return f"`{spelling.name}`" + (f" (with {', '.join(f'`{flag}`' for flag in also)})" if also else "")
+
+
+def _pairs(pairs: dict[str, Any]) -> str:
+    return ", ".join(f"`{key}: {value}`" for key, value in pairs.items())
 
 
 def _model(annotation: Any) -> type[BaseModel] | None:

@@ -1,9 +1,10 @@
 """`search_space`: what may vary between candidates, and what is pinned.
 
-Four kinds of field: atomic list knobs (one entry pins, several are searched), pinned scalars,
-composite knobs (preset ids or self-contained dicts, see `spica_lib.config.presets`) and
-`parallel_configs` (empty means "enumerate every legal shape"). What a knob's values may be, and its
-default list, is config/knob_values.py's; the rules between fields are here.
+Four kinds of field: the knobs of the table (config/knobs.py: list knobs, where one entry pins and several are
+searched, and pinned ones, per role or for the whole deployment), other pinned scalars, composite knobs (preset ids
+or self-contained dicts, see `spica_lib.config.presets`) and `parallel_configs` (empty means "enumerate every legal
+shape"). A knob's field, its values and its default come from the table through config/knob_values.py; the rules
+between fields are here.
 """
 
 from __future__ import annotations
@@ -11,38 +12,37 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, create_model, field_validator, model_validator
 
 from spica_lib.config.fields import (
     ADMISSION_FIELDS,
-    ENGINE_KNOBS,
-    ENGINE_PINS,
     OFFLOAD_FIELDS,
     OFFLOAD_WEIGHTS,
     PARALLEL_KEYS,
     ROLES,
     ROUTER_WEIGHTS,
+    engine_fields,
 )
 from spica_lib.config.knob_values import (
-    KNOB_DEFAULTS,
     check_atomic_knob,
     check_composite_knob,
     composite_knob_field,
     engine_refusal,
-    list_knob_field,
+    knob_field,
+    list_defaults,
+    mocker_nextn_accept_rates,
 )
+from spica_lib.config.knobs import KNOBS, field_knob, knob_fields
 from spica_lib.config.presets import COMPOSITE_KNOBS, CompositeEntry, scaling_policy
 from spica_lib.config.strict import StrictModel, several_problems
 
 Number = StrictInt | StrictFloat
+MTP = KNOBS["nextn"]  # the draft tokens per step, whose gain rests on the acceptance rates stated beside them
 
 
-class SearchSpace(StrictModel):
-    """Every knob of a deployment, searched or pinned. Unknown keys are rejected."""
+class _Deployment(StrictModel):
+    """What is deployed where: the model, the GPUs and the pinned scalars that are not knobs of the table."""
 
-    # deployment
-    deployment_mode: list[Any] = list_knob_field("deployment_mode")
-    backend: list[Any] = Field(default_factory=lambda: ["vllm"])
     parallel_configs: list[dict[str, Any]] = Field(default_factory=list)
     model_name: str = Field(min_length=1)
     hardware_sku: str = Field(min_length=1)
@@ -58,27 +58,30 @@ class SearchSpace(StrictModel):
     min_endpoint: StrictInt | None = Field(default=None, ge=1)
     context_length: StrictInt | None = Field(default=None, ge=1)
     startup_time: Number | None = Field(default=None, ge=0)
-    aic_nextn: StrictInt | None = Field(default=None, ge=0, le=5)
     # The attention kernels' precision the perf DB is read at (None: the checkpoint's). SGLang runs MLA
     # attention in bf16 over an fp8 KV cache, and its perf DB holds only such context-MLA rows.
     aic_fmha_dtype: Literal["bfloat16", "fp8"] | None = None
+    # P(draft i accepted | the drafts before it were): what the replay's MTP gain rests on. None while no role
+    # drafts; with drafts searched and none given, the pinned mocker's own (SearchSpace fills it in, and the run's
+    # summary and report say it).
+    nextn_accept_rates: list[Number] | None = Field(
+        default=None,
+        description="multi-token prediction's acceptance rates: entry i is P(draft i accepted | every draft before "
+        "it was), one per draft token up to the most searched; not given, the pinned mocker's own",
+    )
 
-    # engines, per role
-    prefill_max_num_batched_tokens: list[Any] = list_knob_field("prefill_max_num_batched_tokens")
-    prefill_max_num_seqs: list[Any] = list_knob_field("prefill_max_num_seqs")
-    prefill_block_size: StrictInt = Field(default=64, ge=1)
-    prefill_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
-    prefill_enable_prefix_caching: StrictBool = True
-    decode_max_num_batched_tokens: list[Any] = list_knob_field("decode_max_num_batched_tokens")
-    decode_max_num_seqs: list[Any] = list_knob_field("decode_max_num_seqs")
-    decode_block_size: StrictInt = Field(default=64, ge=1)
-    decode_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
-    decode_enable_prefix_caching: StrictBool = False
-    agg_max_num_batched_tokens: list[Any] = list_knob_field("agg_max_num_batched_tokens")
-    agg_max_num_seqs: list[Any] = list_knob_field("agg_max_num_seqs")
-    agg_block_size: StrictInt = Field(default=64, ge=1)
-    agg_gpu_memory_utilization: Number = Field(default=0.9, gt=0, le=1)
-    agg_enable_prefix_caching: StrictBool = True
+
+# Every knob of the table (config/knobs.py), in table order: one field per knob, or per role of a per-role knob.
+_Knobs = create_model(
+    "_Knobs",
+    __base__=_Deployment,
+    __module__=__name__,
+    **{name: knob_field(knob, role) for knob in KNOBS.values() for role, name in knob.role_fields()},
+)
+
+
+class SearchSpace(_Knobs):
+    """Every knob of a deployment, searched or pinned. Unknown keys are rejected."""
 
     # KV offload to host memory (G2): part of the reference schema, refused while the replay cannot simulate it
     num_g2_blocks: StrictInt = Field(default=0, ge=0)
@@ -87,13 +90,7 @@ class SearchSpace(StrictModel):
     bandwidth_g2_to_g1_gbps: Number | None = Field(default=None, gt=0)
     offload_batch_size: StrictInt | None = Field(default=None, ge=1)
 
-    # router
-    router_mode: list[Any] = list_knob_field("router_mode")
-    overlap_score_credit: list[Any] = list_knob_field("overlap_score_credit")
-    prefill_load_scale: list[Any] = list_knob_field("prefill_load_scale")
-    host_cache_hit_weight: list[Any] = list_knob_field("host_cache_hit_weight")
-    disk_cache_hit_weight: list[Any] = list_knob_field("disk_cache_hit_weight")
-    router_temperature: list[Any] = list_knob_field("router_temperature")
+    # the router's admission control
     active_decode_blocks_threshold: StrictInt | None = None
     active_prefill_tokens_threshold: StrictInt | None = None
     active_prefill_tokens_threshold_frac: Number | None = None
@@ -104,6 +101,20 @@ class SearchSpace(StrictModel):
     planner_fpm_sampling: list[str | dict[str, Any]] = composite_knob_field("planner_fpm_sampling")
     planner_load_sensitivity: list[str | dict[str, Any]] = composite_knob_field("planner_load_sensitivity")
     load_predictor_candidates: list[str | dict[str, Any]] = composite_knob_field("load_predictor_candidates")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replaced_settings(cls, data: Any) -> Any:
+        for knob in KNOBS.values():
+            if knob.was and isinstance(data, dict) and knob.was in data:
+                value = data[knob.was]
+                raise ValueError(
+                    f"{knob.was} {value!r} is no longer one setting for the whole deployment: it is now "
+                    f"{list(knob.fields())}, a list each (one value pins it, several are searched); write "
+                    + " and ".join(f"{name}: [{value}]" for name in knob.fields())
+                    + f" instead, or the ones of the roles you mean ({knob.description})"
+                )
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -170,20 +181,23 @@ class SearchSpace(StrictModel):
         with a `gpu_budget`: then every layout names its roles' SKUs."""
         return self.hardware is not None
 
-    @field_validator(*KNOB_DEFAULTS, mode="after")
+    @field_validator(*list_defaults(), mode="after")
     @classmethod
-    def _atomic_in_choices(cls, values: list[Any], info: Any) -> list[Any]:
+    def _list_knob_values(cls, values: list[Any], info: Any) -> list[Any]:
         return check_atomic_knob(info.field_name, values)
 
-    @field_validator("prefill_block_size", "decode_block_size", "agg_block_size", mode="after")
+    @field_validator(*(name for name in knob_fields() if field_knob(name)[0].reaches == "engine"), mode="after")
     @classmethod
-    def _block_size_every_backend_takes(cls, size: int, info: Any) -> int:
-        # Each backend's scheduler has its own rule (vLLM and TRT-LLM need at least 2 tokens per block).
+    def _engine_value_every_backend_takes(cls, value: Any, info: Any) -> Any:
+        # Each backend's scheduler has its own rules (vLLM and TRT-LLM need at least 2 tokens per block).
+        knob = field_knob(info.field_name)[0]
         for backend in dict.fromkeys(info.data.get("backend") or []):
-            refused = engine_refusal({"engine_type": backend, "block_size": size})
-            if refused:
-                raise ValueError(f"{size} is refused by Dynamo's {backend} engine: {refused}")
-        return size
+            argument = knob.replay_argument(backend)
+            for one in value if knob.searched else [value]:
+                refused = None if one == knob.inert else engine_refusal({"engine_type": backend, argument: one})
+                if refused:
+                    raise ValueError(f"{one} is refused by Dynamo's {backend} engine: {refused}")
+        return value
 
     @field_validator(*COMPOSITE_KNOBS, mode="after")
     @classmethod
@@ -212,7 +226,8 @@ class SearchSpace(StrictModel):
         found = []
         rules = (self._check_budget_floor, self._check_offload_unused, self._check_admission_pins,
                  self._check_min_endpoint, self._check_planner_knobs_used, self._check_role_knobs_used,
-                 self._check_kv_router_weights_used, self._check_parallel_pins_mode, self._check_inventory_pins)
+                 self._check_kv_router_weights_used, self._check_parallel_pins_mode, self._check_inventory_pins,
+                 self._state_mtp_acceptance, self._check_backends_spell_knobs)
         for rule in rules:
             try:
                 rule()
@@ -221,6 +236,59 @@ class SearchSpace(StrictModel):
         if found:
             raise several_problems(type(self).__name__, found)
         return self
+
+    @property
+    def most_draft_tokens(self) -> int:
+        """The most MTP draft tokens any role searches (0: no role drafts)."""
+        return max((value for name in MTP.fields() for value in getattr(self, name)), default=0)
+
+    @staticmethod
+    def drafts_of(sample: dict[str, Any]) -> int:
+        """The MTP draft tokens a deployment's sample drafts per step (0: none)."""
+        return max((sample.get(name, MTP.inert) for name in MTP.fields()), default=MTP.inert)
+
+    def mtp_text(self) -> str | None:
+        """The MTP drafts searched and the acceptance they are replayed with, in words (None: no role drafts)."""
+        drafts = self.most_draft_tokens
+        if not drafts:
+            return None
+        searched = sorted({value for name in MTP.fields() for value in getattr(self, name)})
+        own = self.nextn_accept_rates == mocker_nextn_accept_rates(drafts)
+        source = "the pinned mocker's own: not measured for this model" if own else "as given"
+        return (f"draft tokens {searched} per decode step searched, replayed at acceptance rates "
+                f"{self.nextn_accept_rates} ({source}; entry i is P(draft i accepted | every draft before it was)): "
+                "a replayed MTP gain is only as good as these rates")  # fmt: skip
+
+    def _state_mtp_acceptance(self) -> None:
+        """The acceptance rates the drafts are replayed with: given one per draft position, or the mocker's own."""
+        drafts, rates = self.most_draft_tokens, self.nextn_accept_rates
+        if drafts == 0 and rates is not None:
+            raise ValueError(
+                f"nextn_accept_rates {rates} are the acceptance of MTP drafts, and no role drafts "
+                f"({list(MTP.fields())} list only {MTP.inert}), so they would change nothing: remove them, or search "
+                "draft tokens"
+            )
+        if drafts and rates is None:  # the pinned mocker's own, stated: the replay's MTP gain is only as good as them
+            self.__dict__["nextn_accept_rates"] = mocker_nextn_accept_rates(drafts)
+        elif drafts and (len(rates) != drafts or not all(0 <= rate <= 1 for rate in rates)):
+            raise ValueError(
+                f"nextn_accept_rates {rates}: give one acceptance rate in [0, 1] per draft position up to the most "
+                f"draft tokens searched ({drafts}), e.g. {mocker_nextn_accept_rates(drafts)} (the pinned mocker's own)"
+            )
+
+    def _check_backends_spell_knobs(self) -> None:
+        """An engine knob moved off what changes nothing must be said in each backend's deployment files: a backend
+        the table gives no spelling for it could deploy what was replayed only without it."""
+        for knob in KNOBS.values():
+            mute = [backend for backend in dict.fromkeys(self.backend) if backend not in knob.spellings]
+            for name in knob.fields() if knob.reaches == "engine" and mute else ():
+                values = getattr(self, name) if knob.searched else [getattr(self, name)]
+                if any(value != knob.inert for value in values):
+                    raise ValueError(
+                        f"{name} {getattr(self, name)}: the deployment files of {mute} cannot say {knob.name} (the "
+                        f"knob table spells it for {list(knob.spellings)} only): list those backends, or leave {name} "
+                        "out"
+                    )
 
     def _check_budget_floor(self) -> None:
         if self.min_gpu_budget is not None and not 0 < self.min_gpu_budget <= self.gpu_budget:
@@ -245,7 +313,7 @@ class SearchSpace(StrictModel):
         # ai-dynamo 1.5.1's mocker has no host-memory tier: these settings would change nothing replayed.
         given = [name for name in OFFLOAD_FIELDS if getattr(self, name) not in (None, 0)]
         # The weights' defaults are inert (never searched); any other list asks for something the replay lacks.
-        given += [name for name in OFFLOAD_WEIGHTS if getattr(self, name) != list(KNOB_DEFAULTS[name])]
+        given += [name for name in OFFLOAD_WEIGHTS if getattr(self, name) != list_defaults()[name]]
         if given:
             raise ValueError(
                 f"{given}: the pinned Dynamo replay does not simulate host-memory (G2) KV offload, so these "
@@ -300,10 +368,10 @@ class SearchSpace(StrictModel):
 
     def _check_role_knobs_used(self) -> None:
         """Engine settings of a role need a listed mode that has that role."""
-        for mode, roles in (("disagg", ("prefill", "decode")), ("agg", ("agg",))):
+        for mode in ROLES:
             if mode in self.deployment_mode:
                 continue
-            stray = self._changed(f"{role}_{knob}" for role in roles for knob in (*ENGINE_KNOBS, *ENGINE_PINS))
+            stray = self._changed(engine_fields(mode))
             if stray:
                 raise ValueError(
                     f"{stray} set the engines of {mode} deployments, and deployment_mode {self.deployment_mode} "

@@ -18,11 +18,12 @@ from spica_lib.base.versions import package_versions
 from spica_lib.config import ConfigError, SearchSpace, SmartSearchConfig
 from spica_lib.config.dgdr import SUBJECT as DGDR_SUBJECT
 from spica_lib.config.dgdr import UNMAPPED
+from spica_lib.config.knobs import KNOBS
 from spica_lib.config.origins import relabel
 from spica_lib.config.policies import apply_policy_filters
 from spica_lib.traces.scan import scan_trace
 from spica_lib.facts.catalog import CatalogFacts, check_catalog, check_inventory
-from spica_lib.facts.hardware import system_facts
+from spica_lib.facts.hardware import model_features, system_facts
 
 # 2: trial files under the replay job that wrote them (rounds/<b>/<k>/trials/<job>/), found by the
 # round and job recorded in each observation; a run folder of version 1 cannot be resumed.
@@ -87,6 +88,7 @@ def check_parsed_config(
             problems = [p for p in problems if p[0] == "search_space.model_name"]
             problems += check_inventory(space.inventory(), space.backend)
         problems += _node_problems(space) if facts is not None else []
+        problems += _model_feature_problems(space) if facts is not None else []
     try:
         apply_policy_filters(config)
     except ConfigError as exc:
@@ -94,6 +96,21 @@ def check_parsed_config(
     if problems:
         raise ConfigError(problems, source=source)
     return config, facts
+
+
+def _model_feature_problems(space: SearchSpace) -> list[tuple[str, str]]:
+    """A knob set to something the model cannot do (the table's `needs`): MTP drafts on a model without an MTP head."""
+    features = model_features(space.model_name)
+    found = []
+    for knob in KNOBS.values():
+        lacking = features.get(knob.needs) if knob.needs else None
+        for name in knob.fields() if lacking else ():
+            values = getattr(space, name)
+            if any(value != knob.inert for value in (values if knob.searched else [values])):
+                found.append((f"search_space.{name}", f"{values}: {knob.description}, which needs the model's "
+                              f"{knob.needs.replace('_', ' ')}, and {space.model_name} has none ({lacking}); "
+                              f"allowed: [{knob.inert}]"))  # fmt: skip
+    return found
 
 
 def _node_problems(space: SearchSpace) -> list[tuple[str, str]]:
@@ -138,12 +155,27 @@ def config_sha256(config: SmartSearchConfig) -> str:
     data.pop("adapters_alias", None)  # says where settings came from; they are hashed where they were set
     if data["search_space"].get("aic_fmha_dtype") is None:
         data["search_space"].pop("aic_fmha_dtype", None)  # the checkpoint's attention precision: the run id of before
+    _as_before_knobs(config, data["search_space"])
     data["sweep"].pop("stress_band_source", None)  # says where the band came from; the band itself is hashed
     if data["sweep"].get("stress_band_roles") is None:
         data["sweep"].pop("stress_band_roles", None)  # no per-role bands: the run id of before them
     if data.get("calibration") is not None:
         data["calibration"].pop("file")  # its scales and source say what it is, wherever the file lies
     return sha256_of(data)
+
+
+def _as_before_knobs(config: SmartSearchConfig, space: dict) -> None:
+    """A knob that replaced a setting (`was`), left at its default, hashes as that setting unset did: the run id of
+    before (an MTP depth searched per role replaced one global `aic_nextn`, unset unless given)."""
+    for knob in KNOBS.values():
+        fields = knob.fields()
+        if knob.was and all(getattr(config.search_space, name) == knob.role_default(role)
+                            for role, name in knob.role_fields()):  # fmt: skip
+            for name in fields:
+                space.pop(name)
+            space[knob.was] = None
+    if space.get("nextn_accept_rates") is None:
+        space.pop("nextn_accept_rates", None)  # no role drafts: the run id of before MTP was searched
 
 
 def check_run_name(run: str) -> str:

@@ -1,29 +1,31 @@
 """aiconfigurator's generator, asked for the replayed deployment through its own inputs.
 
-Every replayed setting goes in as a generator input, so the generator's own backend mapping
-(`backend_config_mapping.yaml`) turns it into each engine's flag:
+Every replayed setting the generator has an input for goes in as that input, so the generator's own backend
+mapping (`backend_config_mapping.yaml`) turns it into each engine's flag, and its rules size the rest by it (CUDA
+graphs by the batch size):
 
 - per role (`RoleSizing` and its `extra`, lowered to `params.<role>`): TP, attention DP, MoE TP/EP,
-  `max_batch_size` (vLLM `--max-num-seqs`, SGLang `--max-running-requests`, TRT-LLM `max_batch_size`),
-  `max_num_tokens` (`--max-num-batched-tokens`, TRT-LLM `max_num_tokens`; SGLang has none: its
-  `enable_chunked_prefill` mapping sets `--chunked-prefill-size` to it), `tokens_per_block`,
-  `kv_cache_free_gpu_memory_fraction`, `enable_chunked_prefill` and `disable_prefix_cache`;
+  `enable_chunked_prefill`, and each engine knob whose table entry (config/knobs.py) names its `generator` input
+  (`max_batch_size`, `max_num_tokens`, `tokens_per_block`, `kv_cache_free_gpu_memory_fraction`; SGLang has no
+  `max_num_tokens`: its `enable_chunked_prefill` mapping sets `--chunked-prefill-size` to it);
 - `DynConfig.router_mode` / `router_config` (the frontend's `--router-kv-overlap-score-credit`,
   `--router-prefill-load-scale`, `--router-temperature`, ...) and `enable_router` for a KV router,
   which makes the workers publish the KV events the replayed router routed on;
 - `DynConfig.planner_config`: the replayed planner payload, deployed as a Planner component;
-- `ModelConfig.nextn` for a multi-token-prediction depth;
 - `K8sConfig.k8s_image` (the installed release's runtime image; `BackendSpec.dynamo_version` cannot
   say 1.5.1: the generator's version table ends at 1.3.0 and refuses it), `K8sConfig.k8s_namespace`
   and `K8sConfig.name`.
 
-The generator writes v1alpha1 documents into a scratch folder; they are returned as data
-(deploy/dgd.py makes the v1beta1 document the operator stores from them).
+Then each engine knob the generated command leaves out or says otherwise (one without a generator input, such as
+prefix caching or MTP drafts; one a template drops, such as vLLM's memory fraction and speculative config) is written
+in the engine's own spelling from the table (deploy/spellings.py), so a new knob needs no line here. The generator
+writes v1alpha1 documents into a scratch folder; they are returned as data (deploy/dgd.py makes the v1beta1 document
+the operator stores from them).
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import tempfile
 from pathlib import Path
@@ -31,8 +33,10 @@ from typing import Any
 
 import yaml
 
+from spica_lib.config.knobs import KNOBS, role_knobs
 from spica_lib.deploy.release import installed_release
 from spica_lib.deploy.replayed import Replayed, RoleEngine
+from spica_lib.deploy.spellings import Flags, command_words, read, write
 
 DGD_FILE = "k8s_deploy.yaml"
 ROUTER_FLAG = {"kv_router": "kv", "round_robin": "round-robin"}
@@ -78,31 +82,38 @@ def generated_documents(
         if not path.is_file():
             raise FileNotFoundError(f"the generator wrote no {DGD_FILE}")
         documents = [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
-    if played.backend == "vllm":
-        _complete_vllm(documents[0], played)
+    for role, main in _workers(documents[0]):
+        _state_knobs(main, played, role)
+        if played.backend == "vllm":
+            _complete_vllm_chunking(main, played.roles[role])
     return documents
 
 
-def _complete_vllm(dgd: dict[str, Any], played: Replayed) -> None:
-    """Add to each vLLM worker's argv what the generator's vLLM template has no place for.
+def _workers(dgd: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each worker service's role and main container (v1alpha1, as the generator writes them)."""
+    return [
+        (service.get("subComponentType") or "agg", service["extraPodSpec"]["mainContainer"])
+        for service in dgd["spec"]["services"].values()
+        if service.get("componentType") == "worker"
+    ]
 
-    Its `cli_args.j2` emits neither the memory fraction (the mapping has `gpu-memory-utilization`, the
-    template drops it) nor chunked prefill, and loses the speculative config its `vllm.rule` sets for a
-    multi-token-prediction depth; all were replayed, so all are stated.
-    """
-    for service in dgd["spec"]["services"].values():
-        if service.get("componentType") != "worker":
-            continue
-        engine = played.roles[service.get("subComponentType") or "agg"]
-        args = service["extraPodSpec"]["mainContainer"].setdefault("args", [])
-        if "--gpu-memory-utilization" not in args:
-            args += ["--gpu-memory-utilization", f"{engine.memory_fraction:g}"]
-        if not {"--enable-chunked-prefill", "--no-enable-chunked-prefill"} & set(args):
-            args.append("--enable-chunked-prefill" if engine.chunked_prefill else "--no-enable-chunked-prefill")
-        if (
-            engine.nextn and "--speculative-config" not in args
-        ):  # its vllm.rule sets method "mtp", its template loses it
-            args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": engine.nextn})]
+
+def _state_knobs(main: dict[str, Any], played: Replayed, role: str) -> None:
+    """Write each engine knob the command leaves out or says otherwise, in the engine's spelling from the table."""
+    for name, wanted in played.engine_settings(role).items():
+        spelling = KNOBS[name].spellings.get(played.backend)
+        if spelling is None:
+            continue  # the config refuses a value a backend cannot be told; the check names any left
+        words, engine_yaml = command_words(main)
+        if read(spelling, Flags(words), engine_yaml or {}, KNOBS[name].inert) != wanted:
+            write(main, spelling, wanted)
+
+
+def _complete_vllm_chunking(main: dict[str, Any], engine: RoleEngine) -> None:
+    """vLLM's `cli_args.j2` has no place for chunked prefill (not a knob: the mocker's default, replayed): stated."""
+    args = main.setdefault("args", [])
+    if not {"--enable-chunked-prefill", "--no-enable-chunked-prefill"} & set(args):
+        args.append("--enable-chunked-prefill" if engine.chunked_prefill else "--no-enable-chunked-prefill")
 
 
 def _raw_inputs(played: Replayed, name: str, namespace: str, gpus_per_node: int) -> dict[str, Any]:
@@ -122,36 +133,35 @@ def _raw_inputs(played: Replayed, name: str, namespace: str, gpus_per_node: int)
         raw["DynConfig.planner_config"] = dict(played.planner)
     if any(engine.moe_ep * engine.moe_tp > 1 for engine in played.roles.values()):
         raw["ModelConfig.is_moe"] = True
-    nextn = {engine.nextn for engine in played.roles.values()} - {None, 0}
-    if nextn:
-        raw["ModelConfig.nextn"] = max(nextn)
     return raw
 
 
 def _sizing(engine: RoleEngine, backend: str) -> Any:
     from aiconfigurator.generator.request import RoleSizing
 
-    extra: dict[str, Any] = {
-        "max_num_tokens": engine.max_num_batched_tokens,
-        "tokens_per_block": engine.block_size,
-        "kv_cache_free_gpu_memory_fraction": engine.memory_fraction,
+    # Each engine knob with a generator input goes in as it: a `RoleSizing` field, or a key of its `extra`.
+    given = {knob.generator: engine.settings[knob.name] for knob in role_knobs(engine.role) if knob.generator}
+    sizing_fields = {field.name for field in dataclasses.fields(RoleSizing)}
+    fields = {key: value for key, value in given.items() if key in sizing_fields}
+    extra: dict[str, Any] = {key: value for key, value in given.items() if key not in fields}
+    extra.update({
         "enable_chunked_prefill": engine.chunked_prefill,
-        "disable_prefix_cache": not engine.prefix_caching,
         "enable_attention_dp": engine.attention_dp > 1,
         "enable_expert_parallel": engine.moe_ep > 1,  # vLLM's only say in expert parallelism
-    }
+    })  # fmt: skip
     if backend == "sglang":
         # aiconfigurator 0.12.0 evaluates the mapping `chunked-prefill-size: max_num_tokens if max_num_tokens
         # else -1` with only `enable_chunked_prefill` in scope, so it always writes -1 (chunking off). The
         # SGLang key itself is a generator input too (a backend key of params.<role>): it is given instead.
         del extra["enable_chunked_prefill"]
-        extra["chunked-prefill-size"] = engine.max_num_batched_tokens if engine.chunked_prefill else -1
+        chunk = engine.settings["max_num_batched_tokens"]
+        extra["chunked-prefill-size"] = chunk if engine.chunked_prefill else -1
     return RoleSizing(
         tensor_parallel_size=engine.tp,
         pipeline_parallel_size=1,  # the replay runs no pipeline parallelism; unset, TRT-LLM's YAML gets a null
         data_parallel_size=engine.attention_dp,
         moe_tensor_parallel_size=engine.moe_tp,
         moe_expert_parallel_size=engine.moe_ep,
-        max_batch_size=engine.max_num_seqs,
+        **fields,
         extra=extra,
     )

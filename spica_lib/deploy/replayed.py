@@ -1,9 +1,10 @@
 """What one trial replayed, per role, in the terms a deployment is checked against.
 
 The source is the trial's deployment plan (`spec.replay.plan`): the engine arguments the mocker ran
-with, the worker counts, the router's settings and the planner's payload. A setting the plan leaves
-to the mocker takes the mocker's own default, read from `MockEngineArgs`' signature (chunked prefill:
-on). The planner payload loses only what configures the offline replay itself (reports, dashboard,
+with, the worker counts, the router's settings and the planner's payload. Each engine knob of the table
+(config/knobs.py) is read by the argument the table names for it; one the plan leaves out is at the value that
+changes nothing (the table's), or else the mocker's own default, read from `MockEngineArgs`' signature (chunked
+prefill: on). The planner payload loses only what configures the offline replay itself (reports, dashboard,
 Prometheus query parameters): a cluster's planner takes those from its own environment.
 """
 
@@ -16,7 +17,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.dynamo_env import prepare_dynamo_import
-from spica_lib.replay.plan import MEMORY_FRACTION_FIELD, DeploymentPlan
+from spica_lib.config.knobs import KNOBS, role_knobs
+from spica_lib.replay.plan import DeploymentPlan
 from spica_lib.trial.spec import TrialRecord
 
 REPLAY_ONLY_PLANNER_KEYS = (
@@ -37,13 +39,8 @@ class RoleEngine(BaseModel):
     attention_dp: int
     moe_tp: int
     moe_ep: int
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    block_size: int
-    memory_fraction: float
-    prefix_caching: bool
+    settings: dict[str, Any]  # each engine knob of the role (config/knobs.py) by its name, as replayed
     chunked_prefill: bool
-    nextn: int | None = None
     system: str  # the GPU type its steps were timed on
     perf_db_version: str  # the perf-DB version of the backend they were timed with
 
@@ -63,6 +60,16 @@ class Replayed(BaseModel):
     router: dict[str, float]  # the KV router's settings (empty under round robin)
     planner: dict[str, Any] | None  # the planner payload for a cluster, None without a planner
     startup_time: float | None = None  # a simulated worker start-up (seconds), nothing a deployment sets
+
+    def engine_settings(self, role: str) -> dict[str, Any]:
+        """The knob settings a deployment starts this role's engines with: the role's own, and each knob every engine
+        is started with (`every_engine`) at the value of the role that has one."""
+        settings = dict(self.roles[role].settings)
+        for engine in self.roles.values():
+            for name, value in engine.settings.items():
+                if KNOBS[name].every_engine:
+                    settings.setdefault(name, value)
+        return settings
 
 
 def replayed(record: TrialRecord) -> Replayed:
@@ -103,16 +110,18 @@ def _role(role: str, args: dict[str, Any], workers: int, backend: str) -> RoleEn
         attention_dp=args.get("aic_attention_dp_size") or 1,
         moe_tp=args.get("aic_moe_tp_size", 1),
         moe_ep=args.get("aic_moe_ep_size", 1),
-        max_num_seqs=args["max_num_seqs"],
-        max_num_batched_tokens=args["max_num_batched_tokens"],
-        block_size=args["block_size"],
-        memory_fraction=args[MEMORY_FRACTION_FIELD[backend]],
-        prefix_caching=args.get("enable_prefix_caching", mocker_default("enable_prefix_caching")),
+        settings={knob.name: _replayed_value(args, knob, backend) for knob in role_knobs(role)},
         chunked_prefill=args.get("enable_chunked_prefill", mocker_default("enable_chunked_prefill")),
-        nextn=args.get("aic_nextn"),
         system=args["aic_system"],
         perf_db_version=args["aic_backend_version"],
     )
+
+
+def _replayed_value(args: dict[str, Any], knob: Any, backend: str) -> Any:
+    argument = knob.replay_argument(backend)
+    if argument in args:
+        return args[argument]
+    return knob.inert if knob.inert is not None else mocker_default(argument)
 
 
 def _performance_model(backend: str, model: str, roles: dict[str, RoleEngine]) -> dict[str, Any]:

@@ -5,47 +5,40 @@ Nothing here trusts the generator's inputs: each value is read from the v1beta1 
 
 - a worker's argv: its `command` + `args`, or for a `bash -c` script (the generator writes SGLang's
   and TRT-LLM's workers so) the script's words; TRT-LLM's engine settings from the engine YAML the
-  script writes (`cat > <file> <<'YAML' ... YAML`);
+  script writes (deploy/spellings.py);
 - the frontend's flags, parsed by ai-dynamo 1.5.1's own frontend parser (`FrontendArgGroup`,
   `FrontendConfig`): the router mode and the KV router's settings the frontend would run with;
 - the planner's `--config`, validated by ai-dynamo's `PlannerConfig`, and compared key by key.
 
-Each backend's names for the engine settings follow aiconfigurator's backend mapping
-(`backend_config_mapping.yaml`) and the engines' own flags. A setting left out is correct only where
-the engine's default is the replayed value (prefix caching on in vLLM and SGLang; no expert
-parallelism), as listed in ENGINE_DEFAULTS.
+Each engine knob is read by the one spelling the knob table (config/knobs.py) gives each backend; a knob left out
+is correct only where the engine then does what was replayed (the table's value that changes nothing, or a switch's
+`absent`: prefix caching on in vLLM and SGLang). The layout (TP, attention DP, MoE TP/EP) and chunked prefill are
+read here, each backend its own way; one left out is correct where the engine's default is the replayed value, as
+listed in LAYOUT_DEFAULTS.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
-import shlex
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
 from spica_lib.base.dynamo_env import prepare_dynamo_import
+from spica_lib.config.knobs import KNOBS, router_knobs
 from spica_lib.deploy.dgd import GPU, components_by_role, main_container
 from spica_lib.deploy.generator import ROUTER_FLAG
 from spica_lib.deploy.replayed import Replayed, RoleEngine
+from spica_lib.deploy.spellings import Flags, command_words, read
 
-ENGINE_SETTINGS = (
-    "tp", "attention_dp", "moe_tp", "moe_ep", "max_num_seqs", "max_num_batched_tokens", "block_size",
-    "memory_fraction", "prefix_caching", "chunked_prefill", "nextn",
-)  # fmt: skip
+LAYOUT_SETTINGS = ("tp", "attention_dp", "moe_tp", "moe_ep", "chunked_prefill")
 MOE_SETTINGS = ("moe_tp", "moe_ep")
-# What an engine does with a setting its command leaves out (the images' vLLM 0.28 and SGLang 0.5.18).
-ENGINE_DEFAULTS = {
-    "vllm": {"tp": 1, "attention_dp": 1, "prefix_caching": True, "nextn": None, "moe_ep": 1},
-    "sglang": {"prefix_caching": True, "nextn": None},
-    "trtllm": {"attention_dp": 1, "nextn": None, "moe_ep": 1, "moe_tp": 1},
+# What an engine does with a layout its command leaves out (the images' vLLM 0.28 and SGLang 0.5.18).
+LAYOUT_DEFAULTS = {
+    "vllm": {"tp": 1, "attention_dp": 1, "moe_ep": 1},
+    "sglang": {},
+    "trtllm": {"attention_dp": 1, "moe_ep": 1, "moe_tp": 1},
 }
-ENGINE_YAML = re.compile(r"<<'YAML'\n(.*?)\nYAML\n", re.DOTALL)
-ROUTER_FIELDS = ("overlap_score_credit", "prefill_load_scale", "router_temperature", "host_cache_hit_weight",
-                 "disk_cache_hit_weight")  # fmt: skip
 
 
 def differences(played: Replayed, dgd: dict[str, Any], skus: dict[str, str]) -> list[str]:
@@ -57,7 +50,7 @@ def differences(played: Replayed, dgd: dict[str, Any], skus: dict[str, str]) -> 
         if component is None:
             found.append(f"{role}: no component for this role in the DGD")
             continue
-        found += _role_differences(played.backend, engine, component)
+        found += _role_differences(played.backend, engine, component, played.engine_settings(role))
         selector = component.get("podTemplate", {}).get("spec", {}).get("nodeSelector")
         if not selector:
             found.append(
@@ -74,12 +67,18 @@ def differences(played: Replayed, dgd: dict[str, Any], skus: dict[str, str]) -> 
 
 
 def deployed_engine(backend: str, component: dict[str, Any]) -> dict[str, Any]:
-    """The engine settings one worker component's command runs with (None: not in the command)."""
-    words, engine_yaml = _command_words(main_container(component))
-    return READERS[backend](_Flags(words), engine_yaml or {})
+    """The engine settings one worker component's command runs with: its layout (None: not in the command) and each
+    knob the table spells for this backend (left out: what the engine then does)."""
+    words, engine_yaml = command_words(main_container(component))
+    flags = Flags(words)
+    deployed = LAYOUT_READERS[backend](flags, engine_yaml or {})
+    for knob in KNOBS.values():
+        if backend in knob.spellings:
+            deployed[knob.name] = read(knob.spellings[backend], flags, engine_yaml or {}, knob.inert)
+    return deployed
 
 
-def _role_differences(backend: str, engine: RoleEngine, component: dict[str, Any]) -> list[str]:
+def _role_differences(backend: str, engine: RoleEngine, component: dict[str, Any], knobs: dict[str, Any]) -> list[str]:
     role = engine.role
     found = []
     if component.get("replicas") != engine.workers:
@@ -89,12 +88,13 @@ def _role_differences(backend: str, engine: RoleEngine, component: dict[str, Any
     if GPU not in limits or int(limits[GPU]) * nodes != engine.gpus:
         found.append(f"{role}: {engine.gpus} GPUs per worker replayed, {limits.get(GPU)} x {nodes} node(s) in the DGD")
     deployed = deployed_engine(backend, component)
-    defaults = ENGINE_DEFAULTS[backend]
+    defaults = LAYOUT_DEFAULTS[backend]
     moe = engine.moe_tp * engine.moe_ep > 1
-    for setting in ENGINE_SETTINGS:
+    wanted_settings = {setting: getattr(engine, setting) for setting in LAYOUT_SETTINGS} | knobs
+    for setting, wanted in wanted_settings.items():
         if setting in MOE_SETTINGS and not moe:
             continue
-        wanted, value = getattr(engine, setting), deployed.get(setting)
+        value = deployed.get(setting)
         if value is None and setting in defaults:
             value = defaults[setting]
         if value is None and wanted is not None:
@@ -112,7 +112,7 @@ def _router_differences(played: Replayed, frontend: dict[str, Any] | None) -> li
     if config.router_mode != ROUTER_FLAG[played.router_mode]:
         found.append(f"router: {played.router_mode} replayed, the frontend routes {config.router_mode}")
     for name, wanted in played.router.items():
-        if name not in ROUTER_FIELDS:
+        if name not in {knob.name for knob in router_knobs()}:
             found.append(f"router: {name}={wanted} was replayed; the frontend has no such setting")
         elif not _same(getattr(config, name), wanted):
             found.append(f"router: {name} {wanted:g} replayed, {getattr(config, name)} on the frontend")
@@ -157,64 +157,18 @@ def planner_config(main: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-class _Flags:
-    """A command's words, looked up like an argument parser would (last occurrence wins)."""
-
-    def __init__(self, words: list[str]):
-        self.words = words
-
-    def value(self, *names: str) -> str | None:
-        found = None
-        for index, word in enumerate(self.words):
-            for name in names:
-                if word == name and index + 1 < len(self.words):
-                    found = self.words[index + 1]
-                elif word.startswith(f"{name}="):
-                    found = word.split("=", 1)[1]
-        return found
-
-    def has(self, name: str) -> bool:
-        return name in self.words
-
-    def number(self, *names: str) -> float | None:
-        text = self.value(*names)
-        return None if text is None else float(text)
-
-
-def _command_words(main: dict[str, Any]) -> tuple[list[str], dict[str, Any] | None]:
-    command, args = list(main.get("command") or []), list(main.get("args") or [])
-    if command[-2:] == ["/bin/bash", "-c"] or command[-1:] == ["-c"]:
-        script = args[0] if args else ""
-        engine = ENGINE_YAML.search(script)
-        words = [_unwrap(word) for word in shlex.split(ENGINE_YAML.sub("\n", script), comments=True)]
-        return words, (yaml.safe_load(engine.group(1)) if engine else None)
-    return [*command, *args], None
-
-
-def _unwrap(word: str) -> str:
-    """A bash array's word without its `args=(` / `args+=(` opener or `)` closer."""
-    return re.sub(r"^\w+\+?=\(", "", word).removesuffix(")")
-
-
-def _vllm(flags: _Flags, _: dict[str, Any]) -> dict[str, Any]:
+def _vllm(flags: Flags, _: dict[str, Any]) -> dict[str, Any]:
     tp, dp = flags.number("--tensor-parallel-size", "-tp"), flags.number("--data-parallel-size", "-dp")
     width = (tp or 1) * (dp or 1)
     expert = flags.has("--enable-expert-parallel")
-    speculative = json.loads(flags.value("--speculative-config") or "{}")
     return {
         "tp": tp, "attention_dp": dp,
         "moe_ep": width if expert else 1, "moe_tp": 1 if expert else width,
-        "max_num_seqs": flags.number("--max-num-seqs"),
-        "max_num_batched_tokens": flags.number("--max-num-batched-tokens"),
-        "block_size": flags.number("--block-size"),
-        "memory_fraction": flags.number("--gpu-memory-utilization"),
-        "prefix_caching": _switch(flags, "--enable-prefix-caching", "--no-enable-prefix-caching"),
         "chunked_prefill": _switch(flags, "--enable-chunked-prefill", "--no-enable-chunked-prefill"),
-        "nextn": speculative.get("num_speculative_tokens"),
     }  # fmt: skip
 
 
-def _sglang(flags: _Flags, _: dict[str, Any]) -> dict[str, Any]:
+def _sglang(flags: Flags, _: dict[str, Any]) -> dict[str, Any]:
     """SGLang's `--tp` is the worker's width: with `--enable-dp-attention` it holds the `--dp` attention
     ranks (attention TP = tp / dp), and its experts split it `--ep` ways (MoE TP = tp / ep)."""
     chunk = flags.number("--chunked-prefill-size")
@@ -227,19 +181,11 @@ def _sglang(flags: _Flags, _: dict[str, Any]) -> dict[str, Any]:
         "attention_dp": dp if attention or dp == 1 else None,  # plain DP is not the attention DP replayed
         "moe_tp": width / ep,
         "moe_ep": ep,
-        "max_num_seqs": flags.number("--max-running-requests"),
-        "max_num_batched_tokens": chunk if chunk and chunk > 0 else None,
-        "block_size": flags.number("--page-size"),
-        "memory_fraction": flags.number("--mem-fraction-static"),
-        "prefix_caching": False if flags.has("--disable-radix-cache") else None,
         "chunked_prefill": None if chunk is None else chunk > 0,
-        "nextn": flags.number("--speculative-num-steps"),
-    }  # fmt: skip
+    }
 
 
-def _trtllm(_: _Flags, engine: dict[str, Any]) -> dict[str, Any]:
-    cache = engine.get("kv_cache_config") or {}
-    speculative = engine.get("speculative_config") or {}
+def _trtllm(_: Flags, engine: dict[str, Any]) -> dict[str, Any]:
     width = engine.get("tensor_parallel_size")
     attention_dp = bool(engine.get("enable_attention_dp"))  # TRT-LLM then runs attention data-parallel on all ranks
     return {
@@ -247,22 +193,16 @@ def _trtllm(_: _Flags, engine: dict[str, Any]) -> dict[str, Any]:
         "attention_dp": width if attention_dp else None,
         "moe_tp": engine.get("moe_tensor_parallel_size"),
         "moe_ep": engine.get("moe_expert_parallel_size"),
-        "max_num_seqs": engine.get("max_batch_size"),
-        "max_num_batched_tokens": engine.get("max_num_tokens"),
-        "block_size": cache.get("tokens_per_block"),
-        "memory_fraction": cache.get("free_gpu_memory_fraction"),
-        "prefix_caching": cache.get("enable_block_reuse"),
         "chunked_prefill": engine.get("enable_chunked_prefill"),
-        "nextn": speculative.get("num_nextn_predict_layers"),
     }
 
 
-READERS: dict[str, Callable[[_Flags, dict[str, Any]], dict[str, Any]]] = {
+LAYOUT_READERS: dict[str, Callable[[Flags, dict[str, Any]], dict[str, Any]]] = {
     "vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm,
 }  # fmt: skip
 
 
-def _switch(flags: _Flags, on: str, off: str) -> bool | None:
+def _switch(flags: Flags, on: str, off: str) -> bool | None:
     if flags.has(off):
         return False
     return True if flags.has(on) else None

@@ -116,6 +116,22 @@ def _weight_bytes(model_name: str, sku: str, backend: str, backend_version: str)
     return int(result["memory_breakdown"]["weights_bytes"])
 
 
+@functools.cache
+def mtp_head_layers(model_name: str) -> int:
+    """How many multi-token-prediction layers the model's checkpoint ships (0: none), as aiconfigurator reads its
+    config (`resolve_nextn_auto`: DeepSeek-style `num_nextn_predict_layers`, the checkpoint the only source)."""
+    from aiconfigurator_core.sdk.config_builders import resolve_nextn_auto
+
+    return int(resolve_nextn_auto(model_name))
+
+
+def model_features(model_name: str) -> dict[str, str | None]:
+    """What some knobs need of a model (config/knobs.py `needs`): each feature, and None where the model has it, else
+    why it has not."""
+    layers = mtp_head_layers(model_name)
+    return {"mtp_head": None if layers else "its config has no MTP layers (num_nextn_predict_layers 0 or absent)"}
+
+
 def resolve_model_hardware(model_name: str, sku: str, backend: str, backend_version: str) -> HardwareFacts:
     return HardwareFacts(model=model_facts(model_name, sku, backend, backend_version), system=system_facts(sku))
 

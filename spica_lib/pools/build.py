@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import SearchSpace
 from spica_lib.config.fields import ROLES
+from spica_lib.config.knobs import role_field, role_knobs
 from spica_lib.facts.hardware import ModelFacts, shape_problem, system_facts
 from spica_lib.facts.kv_capacity import KvEstimator, KvSettings
 from spica_lib.facts.parallel import (
@@ -63,11 +64,13 @@ class BackendPool(BaseModel):
 
 
 def role_settings(space: SearchSpace, role: str) -> KvSettings:
-    """KV settings of one role: pinned memory fraction, smallest batched-token choice, MTP depth."""
+    """KV settings of one role: its pinned memory fraction, its smallest batched-token choice and its fewest MTP draft
+    tokens (a role without drafts of its own, 0), each the knob table's field of the role (config/knobs.py)."""
+    value = {knob.name: getattr(space, role_field(role, knob.name)) for knob in role_knobs(role)}
     return KvSettings(
-        max_num_tokens=min(getattr(space, f"{role}_max_num_batched_tokens")),
-        memory_fraction=float(getattr(space, f"{role}_gpu_memory_utilization")),
-        nextn=space.aic_nextn or 0,
+        max_num_tokens=min(value["max_num_batched_tokens"]),
+        memory_fraction=float(value["gpu_memory_utilization"]),
+        nextn=min(value.get("nextn", [0])),
     )
 
 

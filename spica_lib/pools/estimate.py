@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import OptimizationGoal, OptimizationTarget, SLATarget, Workload
+from spica_lib.config.knobs import KNOBS
 from spica_lib.traces.scan import scan_trace
 from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ParallelShape, ReplicaConfig
 
@@ -30,7 +31,9 @@ Role = Literal["agg", "prefill", "decode"]
 UTILISATION_LIMIT = 0.95  # prefill utilisation above which a queue is taken to grow without bound
 DECODE_ITERATIONS = 40
 BISECTIONS = 30
-DECODE_BATCH_LIMIT = 1024  # requests in decode per attention-DP rank: the largest max_num_seqs in use
+# Requests in decode per attention-DP rank: the largest max_num_seqs of the knob table's defaults (1024), read there
+# so the two cannot drift. The estimate ranks layouts, not engine limits, so it takes the default space's widest.
+DECODE_BATCH_LIMIT = max(value for values in KNOBS["max_num_seqs"].default.values() for value in values)
 KV_UTILISATION_LIMIT = 0.95  # share of a rank's KV tokens the decode batch may fill before it stops growing
 
 

@@ -2,7 +2,8 @@
 
 The plan is plain data (JSON-ready dicts), so it can be hashed, stored in a trial file, handed to
 a child process and turned into Dynamo objects only where the replay runs. Engine arguments carry
-aiconfigurator's native timing fields (`aic_*`), so every simulated step is timed from the perf DB.
+aiconfigurator's native timing fields (`aic_*`), so every simulated step is timed from the perf DB, and each engine
+knob of the table (config/knobs.py) under the argument the table names for it.
 """
 
 from __future__ import annotations
@@ -12,15 +13,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from spica_lib.base.dynamo_env import prepare_dynamo_import
-from spica_lib.config.fields import ROUTER_WEIGHTS
+from spica_lib.config.knobs import KNOBS, role_field, role_knobs, router_knobs
 from spica_lib.facts.calibration import speedup_ratios
 
-# Each backend names its KV memory fraction differently in the mocker's engine arguments.
-MEMORY_FRACTION_FIELD = {
-    "vllm": "gpu_memory_utilization",
-    "sglang": "mem_fraction_static",
-    "trtllm": "free_gpu_memory_fraction",
-}
+MTP = KNOBS["nextn"]
+
 PLANNER_PASSTHROUGH = (
     "enable_throughput_scaling",
     "enable_load_scaling",
@@ -106,17 +103,18 @@ def engine_args(sample: dict[str, Any], role: str, backend_version: str) -> dict
         "aic_model_path": sample["model_name"],
         "aic_tp_size": sample[f"{shape}tp"],
         "aic_attention_dp_size": sample[f"{shape}attention_dp"],
-        "max_num_batched_tokens": sample[f"{role}_max_num_batched_tokens"],
-        "max_num_seqs": sample[f"{role}_max_num_seqs"],
-        "block_size": sample[f"{role}_block_size"],
-        MEMORY_FRACTION_FIELD[backend]: sample[f"{role}_gpu_memory_utilization"],
-        "enable_prefix_caching": sample[f"{role}_enable_prefix_caching"],
     }
+    # Each engine knob of the role (config/knobs.py) as the mocker names it for this backend; one the sample leaves
+    # out is at the value that changes nothing, which the mocker's own default means too.
+    for knob in role_knobs(role):
+        name = role_field(role, knob.name)
+        if name in sample:
+            args[knob.replay_argument(backend)] = sample[name]
     if sample[f"{shape}moe_tp"] * sample[f"{shape}moe_ep"] > 1:
         args["aic_moe_tp_size"] = sample[f"{shape}moe_tp"]
         args["aic_moe_ep_size"] = sample[f"{shape}moe_ep"]
-    if sample.get("aic_nextn"):
-        args["aic_nextn"] = sample["aic_nextn"]
+    if args.get(MTP.replay_argument(backend)):  # drafting: the acceptance the replay's gain rests on, stated
+        args["aic_nextn_accept_rates"] = ",".join(f"{rate:g}" for rate in sample["nextn_accept_rates"])
     if sample.get("aic_fmha_dtype"):
         args["aic_fmha_dtype"] = sample["aic_fmha_dtype"]
     if sample.get("startup_time") is not None:
@@ -185,7 +183,9 @@ def build_deployment(
 ) -> DeploymentPlan:
     mode = sample["deployment_mode"]
     router_mode = sample.get("router_mode", "round_robin")
-    router = {k: float(sample[k]) for k in ROUTER_WEIGHTS if k in sample} if router_mode == "kv_router" else None
+    router = None
+    if router_mode == "kv_router":  # the router's own settings (config/knobs.py), as its KvRouterConfig names them
+        router = {knob.replay_argument(""): float(sample[knob.name]) for knob in router_knobs() if knob.name in sample}
     planner = planner_config(sample, optimization_target, sla_ttft_ms, sla_itl_ms)
     common = {"deployment_mode": mode, "router_mode": router_mode, "router_config": router, "planner_config": planner}
     if mode == "agg":

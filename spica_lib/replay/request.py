@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from spica_lib.base.since import without_defaults
 from spica_lib.config import SLATarget, Workload
+from spica_lib.config.knobs import KNOBS
 from spica_lib.traces.scan import scan_trace, trace_arrivals, trace_output_lengths
 from spica_lib.config.workload import DEFAULT_ARRIVAL_SEED
 from spica_lib.replay.plan import DeploymentPlan
@@ -152,7 +153,8 @@ def _performance_model(args: dict[str, Any]) -> dict[str, Any]:
         "tp_size": args["aic_tp_size"],
         "attention_dp_size": args["aic_attention_dp_size"],
     }
-    config.update({key: args[key] for key in ("aic_moe_tp_size", "aic_moe_ep_size", "aic_nextn") if key in args})
+    drafts = KNOBS["nextn"].replay_argument(args["aic_backend"])  # MTP drafts: the planner sizes the engine with them
+    config.update({key: args[key] for key in ("aic_moe_tp_size", "aic_moe_ep_size", drafts) if key in args})
     config = {key.removeprefix("aic_"): value for key, value in config.items()}
     return {"provider": "aic", "config": config}
 

@@ -76,6 +76,7 @@ def _head(view: RunView) -> str:
             f"- **Calibration**: {_calibration(config)}",
             f"- **Traffic**: {search_traffic(config)}",
         ]
+        + ([f"- **MTP**: {view.summary.mtp_note}"] if view.summary is not None and view.summary.mtp_note else [])
     )
 
 

@@ -87,6 +87,8 @@ class SweepSummary(BaseModel):
     # statuses: "percentile" and "coverage" are infeasible, "prune" pruned, "stalled" timed out.
     early_stops: dict[str, int] = Field(default_factory=dict)
     prune_rank: int | None = None  # the k of the prune rule: a pruned trial could not rank in the sweep's top k
+    # MTP: the drafts searched, the acceptance rates they were replayed at (the gain rests on them), the winner's.
+    mtp_note: str | None = None
 
 
 def summarise(
@@ -160,8 +162,19 @@ def summarise(
     if capacity is not None:
         summary.capacity_note = capacity.sentence(0) or capacity.note
     summary.early_stops, summary.prune_rank = early_stops(results)
+    summary.mtp_note = mtp_note(config, best[0].candidate.config if best else None)
     summary.line = summary_line(config, summary)
     return summary
+
+
+def mtp_note(config: SmartSearchConfig, winner: dict[str, Any] | None) -> str | None:
+    """The MTP drafts searched and the acceptance they were replayed at, and what the recommendation drafts."""
+    text = config.search_space.mtp_text()
+    if text is None:
+        return None
+    if winner is None:
+        return text
+    return text + f"; the recommendation drafts {config.search_space.drafts_of(winner)}"
 
 
 def early_stops(results: list[Any]) -> tuple[dict[str, int], int | None]:
@@ -260,6 +273,8 @@ def summary_line(config: SmartSearchConfig, summary: SweepSummary) -> str:
         line += f"\nsimulator error: {summary.stress_note}"
     if summary.capacity_note:
         line += f"\ncapacity: {summary.capacity_note}"
+    if summary.mtp_note:
+        line += f"\nMTP: {summary.mtp_note}"
     if summary.baselines:
         line += "\nbaselines: " + "; ".join(ratio_text(b, config.goal) for b in summary.baselines)
     if summary.failure_reasons:

@@ -1,8 +1,9 @@
 """Unrolling: a selection (knob values chosen by the search) and a parallel layout become one flat
 `sample` dict — every field a deployment needs, named as the config names them.
 
-Only the active mode's engine fields appear, KV-router weights only under the KV router, and planner
-fields only when the chosen policy scales. The load-predictor winner for the policy's throughput
+Only the active mode's engine fields appear (each per-role knob of the table, config/knobs.py, but for a value
+that changes nothing), KV-router weights only under the KV router, and planner fields only when the chosen policy
+scales. The load-predictor winner for the policy's throughput
 interval is folded in when the policy scales on throughput.
 """
 
@@ -11,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from spica_lib.config import SearchSpace
-from spica_lib.config.fields import ADMISSION_FIELDS, ENGINE_KNOBS, ENGINE_PINS, ROLES, ROUTER_WEIGHTS, SHAPE_FIELDS
+from spica_lib.config.fields import ADMISSION_FIELDS, ROLES, ROUTER_WEIGHTS, SHAPE_FIELDS
+from spica_lib.config.knobs import KNOBS, Knob, role_field, role_knobs
 from spica_lib.config.presets import CompositeEntry, fpm_sampling, load_predictor, load_sensitivity, scaling_policy
 from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ReplicaConfig, role_configs
 
+MTP = KNOBS["nextn"]
 PINNED_FIELDS = (
     "model_name",
     "hardware_sku",
@@ -23,7 +26,6 @@ PINNED_FIELDS = (
     "min_endpoint",
     "context_length",
     "startup_time",
-    "aic_nextn",
 )
 
 
@@ -37,6 +39,7 @@ def unroll_sample(
     mode = selection["deployment_mode"]
     sample: dict[str, Any] = {"deployment_mode": mode, "backend": selection["backend"]}
     sample.update({name: getattr(space, name) for name in PINNED_FIELDS})
+    sample.update(_replaced_settings(space, selection, mode))
     if space.aic_fmha_dtype is not None:  # only when set: every other sample (and its trial key) stays as it was
         sample["aic_fmha_dtype"] = space.aic_fmha_dtype
     sample.update(_parallel_fields(mode, parallel_config))
@@ -45,6 +48,8 @@ def unroll_sample(
         types = {replica.sku for replica in role_configs(parallel_config).values()}
         sample["gpu_budget"] = sum(space.inventory()[sku] for sku in types)
     sample.update(_engine_fields(space, selection, mode))
+    if any(role_field(role, MTP.name) in sample for role in MTP.roles):  # drafting: the acceptance it rests on
+        sample["nextn_accept_rates"] = space.nextn_accept_rates
     sample.update(_router_fields(space, selection))
     sample.update(_planner_fields(selection, predictor_winners or {}))
     return sample
@@ -74,13 +79,37 @@ def _role_shape(prefix: str, replica: ReplicaConfig) -> dict[str, Any]:
 
 
 def _engine_fields(space: SearchSpace, selection: dict[str, Any], mode: str) -> dict[str, Any]:
+    """Each role's engine knobs: searched ones from the selection, pinned ones from the space; a value that changes
+    nothing is left out, so a sample (and the trial) of a space that never moves it is what it was before."""
     fields: dict[str, Any] = {}
     for role in ROLES[mode]:
-        for knob in ENGINE_KNOBS:
-            fields[f"{role}_{knob}"] = selection[f"{role}_{knob}"]
-        for pinned in ENGINE_PINS:
-            fields[f"{role}_{pinned}"] = getattr(space, f"{role}_{pinned}")
+        for knob in role_knobs(role):
+            name = role_field(role, knob.name)
+            value = _knob_value(space, selection, knob, name)
+            if value != knob.inert:
+                fields[name] = value
     return fields
+
+
+def _knob_value(space: SearchSpace, selection: dict[str, Any], knob: Knob, name: str) -> Any:
+    """A knob field's value in this candidate. A selection made before the knob was in the table (a stored trial)
+    has none; where the space pins it to one value, that is its value."""
+    if not knob.searched:
+        return getattr(space, name)
+    listed = getattr(space, name)
+    return selection[name] if name in selection or len(listed) != 1 else listed[0]
+
+
+def _replaced_settings(space: SearchSpace, selection: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The setting a knob replaced, unset, where this deployment leaves the knob at what changes nothing (the old
+    `aic_nextn: None` of a deployment that drafts no MTP tokens): its samples and ranked.csv columns of before."""
+    out = {}
+    for knob in KNOBS.values():
+        roles = [role for role in ROLES[mode] if role in knob.roles]
+        values = [_knob_value(space, selection, knob, role_field(role, knob.name)) for role in roles]
+        if knob.was and all(value == knob.inert for value in values):
+            out[knob.was] = None
+    return out
 
 
 def _router_fields(space: SearchSpace, selection: dict[str, Any]) -> dict[str, Any]:
