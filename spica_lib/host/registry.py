@@ -25,7 +25,9 @@ Ref = str | Callable[..., Any]  # "module:function", or the function itself (tes
 # process. "cluster": a cluster job of its own (once per sweep, no replay: a pilot of its size would hold a
 # CPU idle for its grace time). "pilot": a replaying job: a cluster job of its own, or, with pilots on
 # (profiles/slurm `replay: pilots`), a local rule whose script hands the job to one of the sweep's pilots.
-Placement = Literal["host", "cluster", "pilot"]
+# "process": a local rule run in its rule script's own fresh process, never the host (a job that imports only
+# what it needs there: the load predictor's scoring, spica_lib/predictor/dynamo.py lean_imports).
+Placement = Literal["host", "cluster", "pilot", "process"]
 
 
 def _resolve(ref: Ref) -> Callable[..., Any]:
@@ -80,7 +82,7 @@ class Job:
 
     def is_local(self, pilots_on: bool) -> bool:
         """Snakemake's `localrule`: a pilot job is one while pilots are on (its script hands it to a pilot)."""
-        return self.placement == "host" or (self.placement == "pilot" and pilots_on)
+        return self.placement in ("host", "process") or (self.placement == "pilot" and pilots_on)
 
 
 def import_plots(job: JobArgs | None = None) -> None:
@@ -154,6 +156,8 @@ _RUN = "spica_lib.run.jobs"
 _AFTER_SEARCH = f"{__name__}:last_jobs_ahead"
 
 JOBS: dict[str, Job] = {
+    # Seconds each: on a cluster, queueing would cost more than the scoring.
+    "load_predictor_score": Job(f"{_RUN}.load_predictor:score", placement="process", memory=2000),
     "suggest": Job(
         f"{_RUN}.search:suggest", prepare=f"{_RUN}.search:prepare_suggest", ahead=f"{_RUN}.search:warm_up_for_branch"
     ),

@@ -1,8 +1,9 @@
 """What every rule script calls: its rule's job handed to whoever runs it, without choosing by hand.
 
 A job its table entry lets a pilot run (spica_lib/host/registry.py, placement "pilot") goes to the sweep's
-pilots when it has them (spica_lib/pilot/waiter.py); every other job, and every job of a sweep without
-pilots, goes to the warm host, or runs in the script's own process (spica_lib/host/client.py). The pilot
+pilots when it has them (spica_lib/pilot/waiter.py); one of placement "process" runs in the script's own process;
+every other job, and every job of a sweep without pilots, goes to the warm host, or runs in the script's own
+process (spica_lib/host/client.py). The pilot
 side is imported only when it is used: a rule script's start is on every job's critical path.
 """
 
@@ -21,6 +22,11 @@ def run_rule(smk: Any) -> None:
     from spica_lib.host.client import run_job_args
 
     name, job = smk.rule, JobArgs.from_snakemake(smk)
+    if runs_in_its_own_process(name):
+        from spica_lib.host.registry import run_job_here
+
+        run_job_here(name, job)
+        return
     spool = pilot_spool(name)
     if spool is None:
         run_job_args(name, job)
@@ -30,6 +36,13 @@ def run_rule(smk: Any) -> None:
     code = run_on_pilot(name, job, spool)
     if code != 0:
         sys.exit(code)
+
+
+def runs_in_its_own_process(name: str) -> bool:
+    """Whether job `name` runs in its rule script's own process whatever the sweep has (placement "process")."""
+    from spica_lib.host.registry import JOBS
+
+    return name in JOBS and JOBS[name].placement == "process"
 
 
 def pilot_spool(name: str) -> str | None:

@@ -17,11 +17,13 @@ rule load_predictor_score:
         score=RUN.predictor_score("{interval}", "{label}"),
     log:
         RUN.log("load_predictor/{interval}/{label}"),
-    threads: 1
+    params:
+        run_dir=RUN.dir,
+    threads: job_threads("load_predictor_score")
     resources:
-        mem_mb=2000,
+        mem_mb=job_mem_mb("load_predictor_score"),
         runtime=30,
-    localrule: True  # seconds each: on a cluster, queueing would cost more than the scoring
+    localrule: job_is_local("load_predictor_score")  # in its script's own process (spica_lib/host/registry.py)
     script:
         "../../scripts/load_predictor_score.py"
 
