@@ -6,7 +6,7 @@ SPICA_FAKE_BEAT_WRITES beat writes, and every result write when SPICA_FAKE_RESUL
 The jobs and warm-ups are fakes (named so); the server, its socket, its peer check, its warm-up
 thread and its forks are the real ones. Fake jobs:
 
-- `report_env`: writes the child's environment and working folder to output["out"], and whether Vizier was
+- `report_env`: writes the child's environment, working folder and trace folders to output["out"], and whether Vizier was
   loaded when it forked (the real host's start step, registry.AT_START, is kept);
 - `panicking_warm_up`: its warm-up runs a "replay" that raises pyo3's PanicException (a BaseException);
 - `hanging_warm_up`: its warm-up runs a "replay" that never returns (the limit is cut to 1 s);
@@ -14,8 +14,8 @@ thread and its forks are the real ones. Fake jobs:
 - `slow_warm_up`: its warm-up sleeps params["warm_up_seconds"]; then `sleep`'s body;
 - `with_steps_ahead`: writes output["out"]; after its fork, the host runs a fake step ahead that appends
   "first <host pid>" to params["steps"] and gives a second step, which appends "second <host pid>";
-- `env_in_prepare`: its prepare step writes the host's own environment and pid to params["prepared"]; then
-  `report_env`'s body.
+- `env_in_prepare`: its prepare step writes the host's own environment, pid and trace folders to
+  params["prepared"]; then `report_env`'s body.
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ def _warm_up_with(fake):
 
 
 def report_env(job):
-    seen = {"env": dict(os.environ), "cwd": os.getcwd(), "vizier_loaded": "vizier.algorithms" in sys.modules}
+    from spica_lib.traces.folders import trace_folders
+
+    seen = {"env": dict(os.environ), "cwd": os.getcwd(), "vizier_loaded": "vizier.algorithms" in sys.modules,
+            "trace_folders": list(trace_folders())}  # fmt: skip
     Path(job.output["out"]).write_text(json.dumps(seen))
 
 
@@ -86,7 +89,10 @@ def failing_spool_writes(write):
 
 
 def report_prepare_env(job):
-    Path(job.params["prepared"]).write_text(json.dumps({"env": dict(os.environ), "pid": os.getpid()}))
+    from spica_lib.traces.folders import trace_folders
+
+    seen = {"env": dict(os.environ), "pid": os.getpid(), "trace_folders": list(trace_folders())}
+    Path(job.params["prepared"]).write_text(json.dumps(seen))
 
 
 def fake_steps_ahead(job):

@@ -9,6 +9,7 @@ from conftest import REPO
 
 from spica_lib.api import SearchOutcome, run_smart_search
 from spica_lib.api.search import RUN_FOLDER_VARIABLES
+from spica_lib.traces.folders import trace_folders
 from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.model import BaselinesResult
 from spica_lib.baselines.plan import BASELINE_SUFFIX
@@ -22,10 +23,11 @@ from spica_lib.trial.store import read_trial
 
 def test_run_smart_search_runs_the_default_sweep_and_returns_its_ranking_then_resumes(tmp_path, monkeypatch):
     monkeypatch.delenv("SPICA_WARM_HOST", raising=False)
-    environment = {name: os.environ.get(name) for name in RUN_FOLDER_VARIABLES}
+    environment, folders = {name: os.environ.get(name) for name in RUN_FOLDER_VARIABLES}, trace_folders()
     outcome = run_smart_search(REPO / "config" / "default.yaml", cores=2, workdir=tmp_path)
     # The run's folders (trace scans, resamples) were the sweep's own: they do not outlive it in this process.
     assert {name: os.environ.get(name) for name in RUN_FOLDER_VARIABLES} == environment
+    assert trace_folders() == folders
     assert isinstance(outcome, SearchOutcome) and all(isinstance(row, CandidateRow) for row in outcome.ranked)
     assert outcome.run_dir.parent == tmp_path / "results"
     ranked = pd.read_csv(outcome.run_dir / "ranked.csv")

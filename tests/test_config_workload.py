@@ -226,9 +226,11 @@ def test_a_kept_scan_is_read_instead_of_the_trace_and_a_changed_trace_is_scanned
 
     copy = tmp_path / "trace.jsonl"
     shutil.copy(TRACE, copy)
-    monkeypatch.delenv(trace_module.SCANS_ENV, raising=False)
+    from spica_lib.traces.folders import TraceFolders, use_trace_folders
+
+    monkeypatch.setattr("spica_lib.traces.folders._IN_USE", [TraceFolders()])
     assert trace_module.keep_scan(copy) is None  # outside a sweep nothing is written
-    monkeypatch.setenv(trace_module.SCANS_ENV, str(tmp_path / "run" / ".trace-scans"))
+    use_trace_folders(TraceFolders(scans=str(tmp_path / "run" / ".trace-scans")))  # a sweep's job names its run's
     kept = trace_module.keep_scan(copy)
     scan = trace_module.scan_trace(copy)
     assert kept.is_file() and kept.parent == tmp_path / "run" / ".trace-scans"

@@ -21,6 +21,7 @@ from spica_lib.host import launch
 from spica_lib.host.client import ADDRESS_VARIABLE, delegate, host_address, job_environment
 from spica_lib.host.registry import JOBS
 from spica_lib.run.job_args import JobArgs
+from spica_lib.run.layout import RunFiles
 from spica_lib.trial.spec import TrialSpec
 
 
@@ -271,16 +272,28 @@ def test_a_job_takes_from_its_caller_only_the_variables_a_job_reads(fake_host, t
 
 
 def test_the_host_takes_its_callers_job_variables_for_its_own_prepare_step_and_no_others(fake_host, tmp_path, monkeypatch):
-    # The Snakefile starts the host before it sets the run's variables (where its traces' scans are kept), so the
-    # host, started without them, must find them for a prepare step that scans a trace.
+    # The Snakefile starts the host before the sweep's variables are all set (the retry count a replay job reads,
+    # say), so the host, started without them, must find them for a prepare step.
     host, _ = fake_host
-    monkeypatch.setenv("SPICA_TRACE_SCANS", str(tmp_path / "scans"))
+    monkeypatch.setenv("SPICA_TRIAL_RETRIES", "3")
     monkeypatch.setenv("LD_PRELOAD", "/caller/evil.so")
     prepared = tmp_path / "prepared.json"
     assert delegate("env_in_prepare", fake_job("env_in_prepare", tmp_path, prepared=str(prepared))) == 0
     seen = json.loads(prepared.read_text())
     assert seen["pid"] == host.pid  # run in the host itself, before the fork
-    assert seen["env"]["SPICA_TRACE_SCANS"] == str(tmp_path / "scans") and "LD_PRELOAD" not in seen["env"]
+    assert seen["env"]["SPICA_TRIAL_RETRIES"] == "3" and "LD_PRELOAD" not in seen["env"]
+
+
+def test_a_job_keeps_its_traces_scans_and_resamples_in_its_own_run_folder_not_one_from_the_environment(fake_host, tmp_path):
+    # The run's folders come from the job's run folder (RunFiles), in the host's prepare step and in the job alike.
+    host, _ = fake_host
+    run = RunFiles(dir=str(tmp_path / "results" / "run1"))
+    prepared = tmp_path / "prepared.json"
+    job = fake_job("env_in_prepare", tmp_path, prepared=str(prepared), run_dir=run.dir)
+    assert delegate("env_in_prepare", job) == 0
+    expected = [str(Path(run.trace_scans).resolve()), str(Path(run.trace_resamples).resolve())]
+    assert json.loads(prepared.read_text())["trace_folders"] == expected
+    assert json.loads((tmp_path / "env_in_prepare.out").read_text())["trace_folders"] == expected
 
 
 def test_the_host_loads_vizier_as_it_starts_so_even_its_first_job_forks_with_it(fake_host, tmp_path):

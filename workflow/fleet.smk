@@ -12,41 +12,38 @@ import sys
 
 PYTHON = sys.executable
 
-from spica_lib.base.lifetime import silence_when_orphaned
+
+include: "rules/common.smk"
+
+
 from spica_lib.config import ConfigError
 from spica_lib.fleet.layout import prepare_fleet
-
-if not (workflow.remote_exec or workflow.subprocess_exec):
-    silence_when_orphaned()  # its owner gone, a write to a closed pipe must not leave it stuck
 
 try:
     RECORD, FLEET, PLANS = prepare_fleet(str(config["fleet"]), run=config.get("run"))
 except KeyError:
-    print("give the fleet config: --config fleet=FILE", file=sys.stderr)
-    sys.exit(2)
+    stop_for("give the fleet config: --config fleet=FILE")
 except ConfigError as error:
-    print(error, file=sys.stderr)
-    sys.exit(2)
+    stop_for(error)
 
 wildcard_constraints:
     model="|".join(FLEET.models),
 
-# Each job's cores, memory and where it runs, from its one declaration (spica_lib/host/registry.py): a
-# confirming replay needs what the model's largest workload needs (spica_lib/run/job_memory.py).
-from spica_lib.host.registry import JOBS
+# Each job's memory and where it runs, from its one declaration (spica_lib/host/registry.py): a confirming
+# replay needs what the model's largest workload needs (spica_lib/run/job_memory.py). The fleet's own workflow
+# starts no pilots.
+from spica_lib.host.rule_asks import RuleSizes
 from spica_lib.run.job_memory import largest_input_tokens, replay_mb
 
 REPLAY_MB = max(replay_mb(largest_input_tokens(plan.config)) for plan in PLANS)
+SIZES = RuleSizes(lambda name: REPLAY_MB)
 
 
 onsuccess:
     # A fleet with no plan has failed its user, whatever the jobs did: exit 1, say why (as a sweep does).
     from spica_lib.fleet.plan import no_plan
 
-    problem = no_plan(FLEET.fleet_json)
-    if problem:
-        print(problem, file=sys.stderr)
-        sys.exit(1)
+    fail_for(no_plan(FLEET.fleet_json))
 
 
 rule all:
@@ -103,8 +100,8 @@ rule fleet_plan:
         fleet_dir=FLEET.dir,
     threads: workflow.cores
     resources:
-        mem_mb=lambda wildcards, threads: JOBS["fleet_plan"].mem_mb(REPLAY_MB, threads),
-    localrule: JOBS["fleet_plan"].is_local(pilots_on=False)  # the fleet's own workflow starts no pilots
+        mem_mb=job_mem_mb("fleet_plan"),
+    localrule: job_is_local("fleet_plan")
     script:
         "../scripts/fleet_plan.py"
 

@@ -20,8 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from spica_lib.traces.scan import SCANS_ENV
-from spica_lib.traces.resample import RESAMPLES_ENV
+from spica_lib.traces.folders import PARSE_SCANS_ENV, trace_folders, use_trace_folders
 from spica_lib.config.validate import build_validated_config
 from spica_lib.results.merge import CandidateRow
 from spica_lib.results.summary import SweepSummary
@@ -29,7 +28,7 @@ from spica_lib.run.launcher import clear_stale_lock, snakemake_command
 from spica_lib.run.layout import RESULTS_ROOT
 from spica_lib.run.view import RunView
 
-RUN_FOLDER_VARIABLES = (SCANS_ENV, RESAMPLES_ENV)  # set by the Snakefile to this run's folders
+RUN_FOLDER_VARIABLES = (PARSE_SCANS_ENV,)  # set by the Snakefile to this run's folders
 
 
 class SearchOutcome(BaseModel):
@@ -103,13 +102,15 @@ def _run_snakemake(arguments: list[str]) -> int:
 
 @contextlib.contextmanager
 def _run_environment() -> Iterator[None]:
-    # The Snakefile points its jobs at the run's own folders through environment variables (trace
-    # scans, resamples). In a `spica run` they die with the process; here they would outlive the
-    # sweep and send the next sweep (or any later resample) of this process to this run's folder.
+    # The Snakefile points its own process at the run's folders (trace scans, resamples: traces/folders.py), and
+    # its jobs' Snakemake at its kept scans through a variable. In a `spica run` they die with the process; here
+    # they would outlive the sweep and send the next sweep (or any later resample) of this process to this run's.
     before = {name: os.environ.get(name) for name in RUN_FOLDER_VARIABLES}
+    folders = trace_folders()
     try:
         yield
     finally:
+        use_trace_folders(folders)
         for name, value in before.items():
             if value is None:
                 os.environ.pop(name, None)

@@ -3,7 +3,8 @@ run, and the cores and memory its rule asks for.
 
 The host (spica_lib/host/server.py) and the pilots (spica_lib/pilot/node.py) run a job by its name here;
 each rule script is one line (`spica_lib.pilot.rule_script.run_rule`) and the rules read `threads`, `mem_mb`
-and `localrule` from here (workflow/Snakefile: job_threads, job_mem_mb, job_is_local). Bodies are named
+and `localrule` from here (workflow/rules/common.smk: job_threads, job_mem_mb, job_is_local, sized by
+host/rule_asks.py). Bodies are named
 "module:function" and imported on their first call, so a rule script, which only hands its job over,
 imports none of them.
 """
@@ -66,10 +67,20 @@ class Job:
     memory: int | Literal["replays"] | None = None
 
     def run(self, job: JobArgs) -> None:
+        use_run_folders(job)
         _resolve(self.body)(job)
 
     def prepare_step(self) -> Body | None:
-        return None if self.prepare is None else _resolve(self.prepare)
+        if self.prepare is None:
+            return None
+        prepare = _resolve(self.prepare)
+
+        def prepare_for(job: JobArgs | None = None) -> None:
+            if job is not None:
+                use_run_folders(job)  # a warm-up may read a trace's kept scan
+            prepare(job)
+
+        return prepare_for
 
     def steps_ahead(self, job: JobArgs) -> list[Callable[[], Any]]:
         return [] if self.ahead is None else _resolve(self.ahead)(job)
@@ -83,6 +94,17 @@ class Job:
     def is_local(self, pilots_on: bool) -> bool:
         """Snakemake's `localrule`: a pilot job is one while pilots are on (its script hands it to a pilot)."""
         return self.placement in ("host", "process") or (self.placement == "pilot" and pilots_on)
+
+
+def use_run_folders(job: JobArgs) -> None:
+    """The job's run keeps its traces' scans and resamples in its own folder (RunFiles): this process uses them
+    for the job (spica_lib/traces/folders.py). A job of no run (the fleet's) leaves them as they are."""
+    run_dir = job.params.get("run_dir")
+    if run_dir:
+        from spica_lib.run.layout import RunFiles  # here: a rule script that hands its job over never imports it
+        from spica_lib.traces.folders import use_trace_folders
+
+        use_trace_folders(RunFiles(dir=str(run_dir)).trace_folders())
 
 
 def import_plots(job: JobArgs | None = None) -> None:

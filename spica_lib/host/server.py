@@ -11,8 +11,9 @@ the host), so any local user can find and reach it: every connection's peer uid 
 must be the host's own, else it is closed at once and nothing of it is read. The name stays out of
 the command line. A job's child keeps the host's environment and takes from the caller only the
 variables a job reads (`JOB_VARIABLES`), so no caller's `PATH` or `LD_PRELOAD` reaches it. The host takes
-the same variables into its own environment before a job's prepare step: it starts before the sweep sets
-the run's (where its traces' scans and resamples are kept).
+the same variables into its own environment before a job's prepare step: it starts before the sweep has set
+them all. Where a job's traces' scans and resamples are kept is no variable: the job's run folder says
+(registry.use_run_folders, for its prepare step and its body).
 
 One caller never holds up another: requests are read as they arrive (a caller that sends nothing
 is dropped after `REQUEST_SECONDS`), and a job's warm-up runs on a thread while the host goes on
@@ -195,7 +196,7 @@ class _Host:
         while self.waiting and self.preparing is None:
             request = self.waiting.popleft()
             # The request's job variables (already filtered, `_parse`) into the host's own environment, for the
-            # prepare step and the steps ahead after it: the Snakefile starts the host before it sets the run's,
+            # prepare step and the steps ahead after it: the Snakefile starts the host before it has set them all,
             # and the host serves that one sweep, whose jobs all carry the same. Here on the main thread, with
             # no warm-up thread running.
             os.environ.update(request.env)

@@ -20,6 +20,7 @@ from spica_lib.pools.branches import NoViableParallelConfig, enumerate_branches
 from spica_lib.predictor.plan import plan_predictor_jobs
 from spica_lib.results.capacity import MAX_REPLAYS as CAPACITY_REPLAYS
 from spica_lib.results.sequential import most_finish_replays
+from spica_lib.traces.folders import TraceFolders
 from spica_lib.run.job_memory import largest_input_tokens, replay_mb, search_input_tokens
 
 RESULTS_ROOT = "results"
@@ -215,6 +216,11 @@ class RunFiles(BaseModel):
     def trace_resamples(self) -> str:
         """The finish's resamples of a trace and the search's sample (traces/resample.py)."""
         return f"{self.dir}/.trace-resamples"
+
+    def trace_folders(self) -> TraceFolders:
+        """Where the run's processes keep their traces' scans and resamples (traces/folders.py), absolute: a job
+        may run from another folder (a pilot, a SLURM job)."""
+        return TraceFolders(str(Path(self.trace_scans).resolve()), str(Path(self.trace_resamples).resolve()))
 
     @property
     def snakemake_log(self) -> str:

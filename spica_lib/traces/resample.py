@@ -22,9 +22,9 @@ gaps between a conversation's turns (docs/benchmarks/finish.md, "Fresh traffic f
 far a resample's request count, rate and lengths move).
 
 A resample is written once per (trace content, sample index, blocks), atomically, in the run's
-folder (`$SPICA_TRACE_RESAMPLES`, which the workflow sets to results/<run>/.trace-resamples for its
-jobs) or, outside a sweep, under the held-out splits' root (SPICA_TRACE_SPLITS); any process (a
-SLURM job included) rebuilds the same bytes from the same inputs.
+folder (`RunFiles.trace_resamples`, results/<run>/.trace-resamples, named for each of its jobs from the job's
+run folder: traces/folders.py) or, outside a sweep, under the held-out splits' root (SPICA_TRACE_SPLITS); any
+process (a SLURM job included) rebuilds the same bytes from the same inputs.
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ from typing import NamedTuple
 import numpy as np
 
 from spica_lib.base.artifacts import atomic_write_text
+from spica_lib.traces.folders import trace_folders
 from spica_lib.traces.scan import DEFAULT_SPLIT_ROOT, SPLIT_ROOT_ENV, scan_trace
 
-RESAMPLES_ENV = "SPICA_TRACE_RESAMPLES"  # where a sweep keeps its resamples (set by the workflow)
 RESAMPLE_FORMAT = 2  # bumped when the rule changes, so an older resample is never reused (2: fresh copies)
 TARGET_BLOCKS = 10
 MIN_BLOCK_MS = 60_000.0
@@ -64,7 +64,7 @@ def derived_trace(path: str | Path, label: str, derive: Callable[[list[dict], np
     """The path of a trace drawn from the one at `path` (a resample, the search's sample), named by the source's
     content and `label`: written once, atomically, with a generator seeded by the source's hash and `seed`."""
     scan = scan_trace(path)
-    root = Path(os.environ.get(RESAMPLES_ENV) or os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
+    root = Path(trace_folders().resamples or os.environ.get(SPLIT_ROOT_ENV, DEFAULT_SPLIT_ROOT)).resolve()
     target = root / f"{scan.sha256[:24]}-{label}" / "trace.jsonl"
     if target.is_file():
         return str(target)

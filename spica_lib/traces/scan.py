@@ -16,6 +16,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, ValidationError
 
 from spica_lib.base.artifacts import atomic_write_text
+from spica_lib.traces.folders import trace_folders
 
 
 class TraceFormatError(ValueError):
@@ -44,10 +45,9 @@ class TraceScan(NamedTuple):
 
 # Derived traces (a held-out split) live next to the runs, on the file system every job of a sweep sees
 # (a SLURM job included); keyed by the trace's content and the split, so any process can rebuild them.
+# A root outside any run, so RunFiles cannot give it: a variable may move it (tests do).
 SPLIT_ROOT_ENV = "SPICA_TRACE_SPLITS"
 DEFAULT_SPLIT_ROOT = "results/.trace-splits"
-# Kept scans live in the run's folder (the workflow sets this for every job): none outside a sweep.
-SCANS_ENV = "SPICA_TRACE_SCANS"
 
 
 def scan_trace(path: str | Path) -> TraceScan:
@@ -87,7 +87,7 @@ SCAN_FORMAT = 1  # bumped when TraceScan changes, so an older kept scan is never
 
 def keep_scan(path: str | Path) -> Path | None:
     """Scan the trace (if this process has not) and write the scan where the run's jobs look for it
-    (`$SPICA_TRACE_SCANS`; None and nothing written outside a sweep)."""
+    (the run's `trace_scans`, traces/folders.py; None and nothing written outside a sweep)."""
     resolved = Path(path).resolve()
     stat = resolved.stat()
     target = _kept_path(str(resolved), stat.st_size, stat.st_mtime_ns)
@@ -102,7 +102,7 @@ def keep_scan(path: str | Path) -> Path | None:
 
 
 def _kept_path(path: str, size: int, mtime_ns: int) -> Path | None:
-    folder = os.environ.get(SCANS_ENV)
+    folder = trace_folders().scans
     if not folder:
         return None
     key = hashlib.sha256(f"{path}\0{size}\0{mtime_ns}\0{SCAN_FORMAT}".encode()).hexdigest()[:32]
