@@ -72,9 +72,9 @@ def test_a_fit_on_rows_with_known_scales_recovers_them_and_the_held_out_error_dr
     assert "calibrated vllm: prefill x1.3" in summary and "held-out error on 3 rows" in summary
 
 
-def calibration_file(tmp_path, rows, ttft=(40.0, 8.0), tpot=(30.0, 6.0)):
+def calibration_file(tmp_path, rows, ttft=(40.0, 8.0), tpot=(30.0, 6.0), bands=()):
     from spica_lib.base.versions import package_versions
-    from spica_lib.facts.calibration import CalibrationFile, HeldOutError, StepScale, write_calibration
+    from spica_lib.facts.calibration import BandError, CalibrationFile, HeldOutError, StepScale, write_calibration
 
     scale = StepScale(system="h100_sxm", backend="vllm", model="Qwen/Qwen3-32B", prefill=1.2, decode=0.9, fit_rows=6,
                       modes=["agg"])  # fmt: skip
@@ -82,8 +82,11 @@ def calibration_file(tmp_path, rows, ttft=(40.0, 8.0), tpot=(30.0, 6.0)):
                          uncalibrated={"ttft_ms": ttft[0], "tpot_ms": tpot[0], "tokens_per_second_per_gpu": 20.0},
                          calibrated={"ttft_ms": ttft[1], "tpot_ms": tpot[1], "tokens_per_second_per_gpu": 5.0})  # fmt: skip
     path = tmp_path / "cal.yaml"
+    held = [BandError(system="h100_sxm", backend="vllm", model="Qwen/Qwen3-32B", kind="concurrency", low=low, high=high,
+                      rows=2, uncalibrated={"ttft_ms": 50.0 + low, "tpot_ms": 30.0},
+                      calibrated={"ttft_ms": 10.0 + low, "tpot_ms": 5.0}) for low, high in bands]  # fmt: skip
     write_calibration(path, CalibrationFile(source="your rows: mine.csv", split="test", scales=[scale],
-                                            held_out=[error], versions=package_versions()))  # fmt: skip
+                                            held_out=[error], versions=package_versions(), bands=held))  # fmt: skip
     return path
 
 
@@ -150,7 +153,7 @@ def test_spica_run_with_a_calibration_names_it_its_held_out_error_and_the_bands_
                                     deployment_mode=["agg"], router_mode=["round_robin"],
                                     planner_scaling_policy=["disabled"])  # fmt: skip
     data["sweep"].update(max_rounds=1, candidates_per_round=3, stress_top=2)
-    data["calibration"] = calibration_file(tmp_path, rows=6).name
+    data["calibration"] = calibration_file(tmp_path, rows=6, bands=[(1, 8), (9, 32), (33, None)]).name
     path = write_yaml(tmp_path, data)
     done = subprocess.run([sys.executable, "-m", "spica_lib.cli", "run", str(path)], cwd=tmp_path,
                           capture_output=True, text=True, check=False, timeout=900)  # fmt: skip
@@ -161,3 +164,13 @@ def test_spica_run_with_a_calibration_names_it_its_held_out_error_and_the_bands_
     assert "held-out error on 6 rows: TTFT 40 % -> 8 %, TPOT 30 % -> 6 % (MAPE)" in text
     assert "8 % slower or faster than simulated" in text
     assert "The band: the calibration's measured held-out step-time error: prefill (TTFT) 8 % MAPE on 6" in text
+    # The winner's load, from its own replay, and the calibration's held-out error in the band that holds it.
+    from spica_lib.fidelity.bands import LOAD_BANDS, band_label, band_of
+    from spica_lib.report.load_band import engine_load
+    from spica_lib.run.view import RunView
+
+    view = RunView(report.parents[1])
+    load = engine_load(view.records[view.ranked[0].key])
+    low, high = band_of(max(1, int(load)), LOAD_BANDS)
+    assert f"It ran at {load:.1f} requests in flight per engine" in text
+    assert f"held-out rows of this model with {band_label(low, high)} requests in flight: TTFT {10 + low} % MAPE" in text
