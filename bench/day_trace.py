@@ -145,7 +145,7 @@ def memory_fit(rows: list[tuple[int, float]]) -> tuple[float, float]:
 
 
 def measure_scan(trace: Path) -> float:
-    code = ("import sys,time; sys.path.insert(0, sys.argv[2]); from spica_lib.config.trace import scan_trace; "
+    code = ("import sys,time; sys.path.insert(0, sys.argv[2]); from spica_lib.traces.scan import scan_trace; "
             "t=time.perf_counter(); scan_trace(sys.argv[1]); print(time.perf_counter()-t)")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code, str(trace), str(REPO)], capture_output=True, text=True,
                           check=True)  # fmt: skip
@@ -205,7 +205,7 @@ def main() -> None:
 
 
 def scan_tokens(trace: Path) -> int:
-    from spica_lib.config.trace import scan_trace
+    from spica_lib.traces.scan import scan_trace
 
     return scan_trace(trace).input_tokens
 

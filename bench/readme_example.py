@@ -2,9 +2,11 @@
 
 Runs `config/default.yaml` with `run_smart_search` in a fresh folder, then replaces the README block
 between the `readme-example` markers with the run's own words: the top rows of report.md's "Top
-deployments" table, a sentence for each row that ties an earlier one, and the lines the run printed
-(summary.json -> line). It copies the run's report/tradeoff.png to docs/images/default_tradeoff.png.
-`tests/test_api.py` runs the same sweep and checks that the README's rows are its top rows.
+deployments" table, a sentence for each row that ties an earlier one, and the answer `spica run` ends with
+(summary.json -> line, then where the report and deploy/1/ are; run/answer.py), its run folder written
+`results/<run>`. It copies the run's report/tradeoff.png to docs/images/default_tradeoff.png.
+`tests/test_readme.py` builds the same block from the test suite's run of config/default.yaml at the same
+commit and compares it whole: a changed answer fails there until this script is run again.
 
 Run: .venv/bin/python bench/readme_example.py [--rows 4] [--keep DIR]
 """
@@ -22,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from spica_lib.api import run_smart_search  # noqa: E402
+from spica_lib.run.answer import answer_block  # noqa: E402
 
 README = REPO / "README.md"
 IMAGE = REPO / "docs" / "images" / "default_tradeoff.png"
@@ -51,7 +54,14 @@ def tie_sentences(table: list[str]) -> list[str]:
     return sentences
 
 
-def example_block(report: str, summary_line: str, rows: int) -> str:
+def run_answer(run_dir: Path) -> str:
+    """The answer `spica run` ends with, its run folder written as the README writes it (`results/<run>`)."""
+    answer = answer_block(run_dir)
+    assert answer is not None, f"{run_dir} has no summary.json"
+    return answer.replace(str(run_dir), "results/<run>")
+
+
+def example_block(report: str, answer: str, rows: int) -> str:
     table = top_table(report, rows)
     parts = [
         BEGIN,
@@ -66,10 +76,10 @@ def example_block(report: str, summary_line: str, rows: int) -> str:
     parts += [
         "![score against GPUs for the default sweep](docs/images/default_tradeoff.png)",
         "",
-        "The last lines it printed (also `summary.json` → `line`):",
+        "The last lines it printed (`summary.json` → `line`, then where the report and the deployment files are):",
         "",
         "```",
-        summary_line,
+        answer,
         "```",
         END,
     ]
@@ -91,7 +101,7 @@ def main() -> None:
     try:
         outcome = run_smart_search(REPO / "config" / "default.yaml", workdir=folder)
         report = (outcome.run_dir / "report" / "report.md").read_text(encoding="utf-8")
-        block = example_block(report, outcome.summary.line, args.rows)
+        block = example_block(report, run_answer(outcome.run_dir), args.rows)
         README.write_text(replace_block(README.read_text(encoding="utf-8"), block), encoding="utf-8")
         shutil.copyfile(outcome.run_dir / "report" / "tradeoff.png", IMAGE)
         print(block)

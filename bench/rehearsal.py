@@ -22,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from spica_lib.deploy.rehearse import rehearse  # noqa: E402
+from spica_lib.rehearsal.rehearse import rehearse  # noqa: E402
 from spica_lib.deploy.top import write_deployment  # noqa: E402
 from spica_lib.run.view import RunView  # noqa: E402
 

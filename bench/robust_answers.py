@@ -7,7 +7,7 @@ routers):
   light         8 GPUs, ISL 2048 / OSL 256 at 4 req/s, 160 requests;
   heavy         8 GPUs, ISL 4096 / OSL 512 at 12 req/s, 240 requests;
   trace         16 GPUs, the shipped Mooncake trace (3,993 requests, 17 min), no holdout: its fresh samples are
-                block-bootstrap resamples (config/trace_resample.py);
+                block-bootstrap resamples (traces/resample.py);
   conversation  16 GPUs, a 12k-request conversation-shaped trace (bench/conversation_trace.py, seed 0).
 Each landscape is searched `--sweeps` times (synthetic: on `arrival_seed` 1..N; a trace: the one trace, the
 sweep's `seed` 1..N), through the sweep's own round logic (real Vizier, real replays: `run_round`, 2 branches x

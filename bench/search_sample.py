@@ -3,7 +3,7 @@
 
 For each trace and seed, with early stops and pruning off (every trial gets a full score; `screen_fraction` off):
   1. the sampled search: the default space's rounds (2 branches x 3 rounds x 4, real Vizier, real replays, in this
-     process: bench/robust_answers.py's `search`) on the search's sample (`sweep.search_sample`, config/trace_sample.py);
+     process: bench/robust_answers.py's `search`) on the search's sample (`sweep.search_sample`, traces/sample.py);
   2. every trial of it replayed again on the whole trace;
   3. the whole-trace search, the same seed and rounds.
 Printed per trace, over the seeds: Kendall's tau between the sampled trials' sample and whole-trace scores (median,
@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from robust_answers import SPACE, TRACE, Replays, conversation_trace, search  # noqa: E402
 
 from spica_lib.config import SmartSearchConfig  # noqa: E402
-from spica_lib.config.trace import scan_trace  # noqa: E402
+from spica_lib.traces.scan import scan_trace  # noqa: E402
 from spica_lib.trial.outcome import result_outcome, same_outcome  # noqa: E402
 
 FINISH_TOP = 4

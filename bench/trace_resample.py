@@ -4,7 +4,7 @@ Results: docs/benchmarks/finish.md, "Fresh traffic from a trace".
 
 For each trace (the shipped Mooncake trace; with --conversation also the 12k-request conversation-shaped trace
 of bench/conversation_trace.py), draws --resamples resamples exactly as the finish does
-(config/trace_resample.py: ten windows of at least a minute, drawn with replacement, a repeated window's ids
+(traces/resample.py: ten windows of at least a minute, drawn with replacement, a repeated window's ids
 renamed unless a window laid earlier uses them) and prints, over them, the largest and the 95th-percentile
 change of: the request count (and so the rate: the span is the trace's), the mean input and output length, the
 Kolmogorov-Smirnov distance of the input- and output-length distributions, and the share of KV blocks that reuse
@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from spica_lib.config.trace import scan_trace  # noqa: E402
-from spica_lib.config.trace_resample import blocks_for, resample_plan, resampled_records  # noqa: E402
+from spica_lib.traces.scan import scan_trace  # noqa: E402
+from spica_lib.traces.resample import blocks_for, resample_plan, resampled_records  # noqa: E402
 
 TRACE = REPO / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
 

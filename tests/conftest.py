@@ -95,8 +95,15 @@ def default_config(rounds: int = 2, per_round: int = 3) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def default_run(tmp_path_factory):
-    """One finished sweep of the default config, small, shared by every test that only reads it."""
-    return sweep(tmp_path_factory.mktemp("default"), default_config())
+    """One finished sweep of config/default.yaml as shipped (what `make run` runs, and what the README's tour
+    shows), through `spica run` with its output captured: shared by every test that only reads it."""
+    data = yaml.safe_load((REPO / "config" / "default.yaml").read_text())
+    return sweep(tmp_path_factory.mktemp("default"), data)
+
+
+def snakemake_log(run_dir: Path) -> str:
+    """What Snakemake and its jobs wrote during the run's last `spica run` (its screen shows the progress view)."""
+    return (run_dir / "logs" / "snakemake.log").read_text(encoding="utf-8")
 
 
 # The SLURM tests (tests/test_slurm.py, tests/test_rehearsal.py) touch only the cluster .ci/slurm-up.sh made.

@@ -91,6 +91,10 @@ def test_schema_markdown_is_the_config_reference_with_every_field_and_its_real_d
             assert f"| `{name}` |" in page, f"{section}.{name} is missing from the reference"
     assert '| `deployment_mode` | list of one of `disagg`, `agg` | `["disagg", "agg"]` |' in page
     assert '| `model_name` | string | required |' in page
+    # The page is committed, so links to it work where the repository is read (its forge), not only on the built
+    # site: it must be what the models say now.
+    committed = (REPO / "docs" / "reference" / "config.md").read_text(encoding="utf-8")
+    assert committed == page, "docs/reference/config.md is stale: `make docs`, or spica schema --markdown > it"
 
 
 def test_console_script_is_installed():
@@ -117,8 +121,9 @@ def test_run_keeps_its_own_options_after_the_config_and_passes_only_what_follows
     assert main(["run", "c.yaml", "--profile", "profiles/slurm", "--", "--dry-run", "--retries", "1"]) == 0
     assert main(["run", "c.yaml"]) == 0
     assert calls == [
-        ("c.yaml", {"cores": None, "profile": "profiles/slurm", "run": None, "extra": ["--dry-run", "--retries", "1"]}),
-        ("c.yaml", {"cores": 2, "profile": None, "run": None, "extra": []}),
+        ("c.yaml", {"cores": None, "profile": "profiles/slurm", "run": None, "extra": ["--dry-run", "--retries", "1"],
+                    "verbose": False}),
+        ("c.yaml", {"cores": 2, "profile": None, "run": None, "extra": [], "verbose": False}),
     ]
 
 
@@ -146,9 +151,10 @@ def test_only_one_spica_run_at_a_time_checks_and_clears_the_stale_lock(tmp_path,
         with launcher.unlock_guard(tmp_path, wait_seconds=0.3) as guarded:
             assert not guarded
         monkeypatch.setattr(launcher, "UNLOCK_WAIT_SECONDS", 0.3)
-        assert launcher.run_sweep("c.yaml") == 1 and unlocked == []
+        # (dry runs: the lock is checked before anything else, and c.yaml need not exist for it)
+        assert launcher.run_sweep("c.yaml", extra=["--dry-run"]) == 1 and unlocked == []
         assert "another spica run is checking the lock" in capsys.readouterr().err
-    assert launcher.run_sweep("c.yaml") == 0 and len(unlocked) == 1  # released: the stale lock is cleared
+    assert launcher.run_sweep("c.yaml", extra=["--dry-run"]) == 0 and len(unlocked) == 1  # released: cleared
 
 
 def test_validate_warns_when_a_percentile_sla_has_too_few_requests_and_says_the_finish(tmp_path, capsys):

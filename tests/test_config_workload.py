@@ -143,7 +143,7 @@ def test_a_bad_line_far_past_the_head_is_reported_with_its_number(tmp_path):
 
 
 def test_a_trace_is_parsed_and_hashed_once_per_process():
-    from spica_lib.config.trace import _scan, scan_trace
+    from spica_lib.traces.scan import _scan, scan_trace
 
     _scan.cache_clear()
     first = scan_trace(TRACE)
@@ -222,7 +222,7 @@ def test_settings_a_workload_shape_cannot_use_are_refused():
 def test_a_kept_scan_is_read_instead_of_the_trace_and_a_changed_trace_is_scanned_afresh(tmp_path, monkeypatch):
     import shutil
 
-    from spica_lib.config import trace as trace_module
+    from spica_lib.traces import scan as trace_module
 
     copy = tmp_path / "trace.jsonl"
     shutil.copy(TRACE, copy)

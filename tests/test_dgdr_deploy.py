@@ -70,17 +70,18 @@ def test_the_deployment_of_a_request_named_qwen_chat_carries_its_name_and_its_la
     assert "Every name starts with `qwen-chat-2`" in (tmp_path / "2" / "README.md").read_text()
 
 
-def test_the_node_size_splits_a_worker_over_nodes_and_is_the_system_s_fixed_8_when_not_given(tmp_path):
+def test_the_node_size_splits_a_worker_over_nodes_and_is_the_system_s_when_not_given(tmp_path):
+    # One default for the node, the system file's (search_space.node_gpus): GB200's nodes hold 4 GPUs, so a TP8
+    # worker spans two of them whether or not the config says so, as it does on SLURM; H200's hold 8.
     layout = ReplicaConfig(shape=ParallelShape(tp=8))
-    config, record = trial_record(layout=layout, hardware_sku="gb200")
-    _, documents, _ = written(tmp_path / "default", record, config)
-    worker = components_by_role(documents[0])["agg"]
-    assert main_container(worker)["resources"]["limits"][GPU] == "8" and "multinode" not in worker
-    config, record = trial_record(layout=layout, hardware_sku="gb200", gpus_per_node=4)
-    _, documents, _ = written(tmp_path / "four", record, config)
-    worker = components_by_role(documents[0])["agg"]
-    assert main_container(worker)["resources"]["limits"][GPU] == "4" and worker["multinode"] == {"nodeCount": 2}
-    assert all(document_problems(document) == [] for document in documents)
+    for name, sku, node in (("default", "gb200", None), ("four", "gb200", 4), ("h200", "h200_sxm", None)):
+        config, record = trial_record(layout=layout, hardware_sku=sku, **({"gpus_per_node": node} if node else {}))
+        files, documents, _ = written(tmp_path / name, record, config)
+        worker = components_by_role(documents[0])["agg"]
+        limit, nodes = ("8", None) if sku == "h200_sxm" else ("4", {"nodeCount": 2})
+        assert main_container(worker)["resources"]["limits"][GPU] == limit and worker.get("multinode") == nodes, name
+        assert files.gpus_per_node == (8 if sku == "h200_sxm" else 4)
+        assert all(document_problems(document) == [] for document in documents)
 
 
 def test_a_node_smaller_than_the_system_s_keeps_every_worker_within_one_node():

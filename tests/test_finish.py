@@ -208,7 +208,7 @@ def test_a_minimised_target_tells_every_miss_worse_than_every_feasible_trial_and
 
 @pytest.mark.slow
 def test_a_trace_with_a_holdout_is_searched_without_it_and_the_finish_checks_the_answer_on_it(tmp_path, monkeypatch):
-    from spica_lib.config.trace import scan_trace
+    from spica_lib.traces.scan import scan_trace
 
     monkeypatch.setenv("SPICA_TRACE_SPLITS", str(tmp_path / "splits"))
     data = yaml.safe_load((REPO / "config" / "examples" / "trace.yaml").read_text())

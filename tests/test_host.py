@@ -15,7 +15,7 @@ import pytest
 from conftest import TRACE, write_yaml
 
 from spica_lib.base.artifacts import read_model, write_model
-from spica_lib.config import trace
+from spica_lib.traces import scan
 from spica_lib.config.validate import build_validated_config
 from spica_lib.host import launch
 from spica_lib.host.client import ADDRESS_VARIABLE, delegate, host_address, job_environment
@@ -110,11 +110,11 @@ def test_the_host_scans_the_runs_trace_before_it_forks_a_suggest(tmp_path):
     job = broken_tell_job(tmp_path).model_copy(
         update={"rule": "suggest", "input": {"config": str(tmp_path / "config.json")}, "wildcards": {"round": "1"}}
     )
-    trace._scan.cache_clear()
+    scan._scan.cache_clear()
     JOBS["suggest"].prepare_step()(job)  # what the host runs before it forks the job
-    assert trace._scan.cache_info().currsize == 1
-    trace.scan_trace(TRACE)  # as a forked suggest would: found, not read again
-    assert trace._scan.cache_info().misses == 1
+    assert scan._scan.cache_info().currsize == 1
+    scan.scan_trace(TRACE)  # as a forked suggest would: found, not read again
+    assert scan._scan.cache_info().misses == 1
 
 
 def stage_job(rule, files, **named):

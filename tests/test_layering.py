@@ -1,7 +1,7 @@
 """The tree shows the pipeline: each stage package imports only the packages below it.
 
-base <- facts <- config <- pools | predictor | replay <- trial <- search | baselines <- results | fidelity <- run
-<- deploy <- report <- fleet <- host <- pilot <- api <- cli. Packages that share a layer do not import each other. Imports inside functions
+base <- facts | traces <- config <- pools | predictor | replay <- trial <- search | baselines <- results | fidelity <- run
+<- deploy <- rehearsal <- report <- fleet <- host <- pilot <- api <- cli. Packages that share a layer do not import each other. Imports inside functions
 count too: a lazy import is still a dependency. Inside a package the modules import each other without a cycle.
 """
 
@@ -12,14 +12,14 @@ import spica_lib
 
 LAYERS = [
     ("base",),
-    ("facts",),
+    ("facts", "traces"),
     ("config",),
     ("pools", "predictor", "replay"),
     ("trial",),
     ("search", "baselines"),
     ("results", "fidelity"),
 ]
-LAYERS += [("run",), ("deploy",), ("report",), ("fleet",), ("host",), ("pilot",), ("api",), ("cli",)]
+LAYERS += [("run",), ("deploy",), ("rehearsal",), ("report",), ("fleet",), ("host",), ("pilot",), ("api",), ("cli",)]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
 LIB = Path(spica_lib.__file__).parent
 
@@ -74,43 +74,53 @@ def test_the_check_sees_lazy_and_sibling_imports():
     assert upward_imports("search", "from spica_lib import trial\nimport spica_lib.config.fields\n") == []
 
 
-def sibling_imports(package: str, siblings: set[str], source: str) -> set[str]:
-    """The modules of `package` (by name; `__init__` for the package itself) that a module of it imports.
+def module_names(package_dir: Path) -> dict[str, Path]:
+    """Every module of a package, sub-packages included, by its dotted name inside it (`view`, `jobs.finish`,
+    `jobs.__init__`, `__init__`)."""
+    return {".".join(path.relative_to(package_dir).with_suffix("").parts): path for path in sorted(package_dir.rglob("*.py"))}
 
-    `from spica_lib.pkg import name` reaches the module `name` where there is one, else the package's
-    `__init__`; a relative import is read against the package the module is in."""
+
+def sibling_imports(package: str, modules: set[str], source: str, module: str = "") -> set[str]:
+    """The modules of `package` (dotted names inside it, as `module_names` gives them) that its module `module`
+    imports.
+
+    `from spica_lib.pkg.sub import name` reaches the module `sub.name` where there is one, else the package
+    `sub`'s `__init__`; a relative import is read against the package `module` is in."""
     found = set()
+    here = module.split(".")[:-1]  # the sub-package `module` is in (its own, for an __init__)
 
-    def reach(dotted: str, names: list[str]) -> None:
-        parts = dotted.split(".")
-        if parts[:2] != ["spica_lib", package]:
+    def reach(dotted: list[str], names: list[str]) -> None:
+        if dotted[:2] != ["spica_lib", package]:
             return
-        if len(parts) > 2:
-            found.add(parts[2])
-            return
-        found.update(name if name in siblings else "__init__" for name in names or ["__init__"])
+        inner = dotted[2:]
+        for name in names or [None]:
+            candidates = [".".join([*inner, name])] if name else []
+            candidates += [".".join(inner), ".".join([*inner, "__init__"])] if inner else ["__init__"]
+            found.update(next(([c] for c in candidates if c in modules), []))
 
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Import | ast.ImportFrom):
             continue
         names = [alias.name for alias in node.names]
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            reach(".".join(["spica_lib", package, *filter(None, [node.module])]), names)
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "spica_lib" and package in names:
-                found.add("__init__")
-            reach(node.module, names)
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = ["spica_lib", package, *here][: 2 + len(here) - (node.level - 1)]
+            reach([*base, *filter(None, (node.module or "").split("."))], names)
+        elif isinstance(node, ast.ImportFrom) and node.module == "spica_lib":
+            if package in names:
+                reach(["spica_lib", package], [])
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            reach(node.module.split("."), names)
         elif isinstance(node, ast.Import):
             for name in names:
-                reach(name, [])
+                reach(name.split("."), [])
     return found
 
 
 def module_graph(package_dir: Path) -> dict[str, set[str]]:
-    """Module -> the modules of the same package it imports (lazy imports too), for one package folder."""
-    paths = {path.stem: path for path in sorted(package_dir.glob("*.py"))}
+    """Module -> the modules of the same package (sub-packages included) it imports, lazy imports too."""
+    paths = module_names(package_dir)
     return {
-        name: sibling_imports(package_dir.name, set(paths), path.read_text(encoding="utf-8")) - {name}
+        name: sibling_imports(package_dir.name, set(paths), path.read_text(encoding="utf-8"), name) - {name}
         for name, path in paths.items()
     }
 
@@ -145,14 +155,29 @@ def test_no_two_modules_of_a_package_import_each_other_even_through_others():
 
 
 def test_the_cycle_check_sees_lazy_relative_and_package_imports():
-    siblings = {"plan", "scoring", "table"}
+    siblings = {"plan", "scoring", "table", "__init__"}
     lazy = "def f():\n    from spica_lib.predictor.scoring import warmup_windows\n"
     assert sibling_imports("predictor", siblings, lazy) == {"scoring"}
     named = "from spica_lib.predictor import plan, SomeName\nimport spica_lib.predictor.table\n"
     assert sibling_imports("predictor", siblings, named) == {"plan", "table", "__init__"}
     assert sibling_imports("predictor", siblings, "import spica_lib.predictor\n") == {"__init__"}
     relative = "from . import table\nfrom .plan import PredictorJob\nfrom spica_lib.config.presets import x\n"
-    assert sibling_imports("predictor", siblings, relative) == {"table", "plan"}
+    assert sibling_imports("predictor", siblings, relative, "scoring") == {"table", "plan"}
     assert sibling_imports("predictor", siblings, "from spica_lib import predictor\n") == {"__init__"}
     assert import_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert import_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_the_cycle_check_walks_sub_packages_and_finds_a_circle_planted_there(tmp_path):
+    run = tmp_path / "run"
+    (run / "jobs").mkdir(parents=True)
+    for name in ("__init__.py", "layout.py", "jobs/__init__.py", "jobs/ranked.py"):
+        (run / name).write_text('"""A module."""\n')
+    (run / "jobs" / "finish.py").write_text("from spica_lib.run.jobs.merge import merged\n")
+    (run / "jobs" / "merge.py").write_text("def f():\n    from .finish import finish\n")  # lazily, back
+    assert import_cycle(module_graph(run)) in (["jobs.finish", "jobs.merge", "jobs.finish"],
+                                               ["jobs.merge", "jobs.finish", "jobs.merge"])  # fmt: skip
+    (run / "jobs" / "merge.py").write_text("from spica_lib.run.jobs import ranked\nfrom ..layout import RunFiles\n")
+    assert import_cycle(module_graph(run)) == [] and module_graph(run)["jobs.merge"] == {"jobs.ranked", "layout"}
+    (run / "layout.py").write_text("from spica_lib.run.jobs.finish import x\n")  # run/ and run/jobs/ in a circle
+    assert import_cycle(module_graph(run)) == ["jobs.finish", "jobs.merge", "layout", "jobs.finish"]

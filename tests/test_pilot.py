@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from spica_lib.pilot.launch import SPOOLS
+from spica_lib.run.layout import RunFiles
 from spica_lib.pilot.settings import PilotSettings, PilotSettingsError, check_executor, pilot_settings
 from spica_lib.pilot.spool import PilotBeat, PilotClass, PilotRequest, Spool, write_private
 from spica_lib.pilot.waiter import needs_of, run_on_pilot
@@ -87,7 +87,7 @@ class Sweep:
     is "scancelled" by SIGKILL, and "no longer listed" once its process is gone), and fake pilots started on it."""
 
     def __init__(self, folder: Path):
-        self.spool = Spool(folder / SPOOLS / "sweep").create()
+        self.spool = Spool(Path(RunFiles(dir=str(folder)).pilot_spools) / "sweep").create()
         self.beating = threading.Event()
         self.beating.set()
         self.ended = threading.Event()
@@ -293,20 +293,20 @@ def test_the_keeper_dies_with_the_sweep_and_removes_its_spool(tmp_path, signum):
     owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     keeper = psutil.Process(int(owner.stdout.readline()))
     deadline = time.time() + 30
-    while time.time() < deadline and not list((tmp_path / SPOOLS).glob("*/heartbeat")):
+    while time.time() < deadline and not list((Path(RunFiles(dir=str(tmp_path)).pilot_spools)).glob("*/heartbeat")):
         time.sleep(0.05)
-    assert list((tmp_path / SPOOLS).glob("*/heartbeat")), "the keeper wrote no heartbeat"
-    assert oct((tmp_path / SPOOLS).stat().st_mode & 0o777) == "0o700"  # no other user reaches a pilot's jobs
+    assert list((Path(RunFiles(dir=str(tmp_path)).pilot_spools)).glob("*/heartbeat")), "the keeper wrote no heartbeat"
+    assert oct((Path(RunFiles(dir=str(tmp_path)).pilot_spools)).stat().st_mode & 0o777) == "0o700"  # no other user reaches a pilot's jobs
     owner.send_signal(signum)
     owner.wait(timeout=30)
     keeper.wait(timeout=30)
-    assert not (tmp_path / SPOOLS).exists()
+    assert not (Path(RunFiles(dir=str(tmp_path)).pilot_spools)).exists()
 
 
 def test_when_slurm_takes_no_pilot_the_waiting_job_fails_saying_why(tmp_path, monkeypatch):
     bare = tmp_path / "bin"  # no sbatch here
     bare.mkdir()
-    spool = Spool(tmp_path / SPOOLS / "sweep").create()
+    spool = Spool(Path(RunFiles(dir=str(tmp_path)).pilot_spools) / "sweep").create()
     keeper = subprocess.Popen(
         [sys.executable, "-m", "spica_lib.pilot.keeper", str(os.getpid()), str(spool.root),
          "--settings", PilotSettings(pilots=1).model_dump_json(), "--log-dir", str(tmp_path / "logs")],
@@ -322,7 +322,7 @@ def test_when_slurm_takes_no_pilot_the_waiting_job_fails_saying_why(tmp_path, mo
     finally:
         keeper.terminate()
         keeper.wait(timeout=30)
-    assert not (tmp_path / SPOOLS).exists()
+    assert not (Path(RunFiles(dir=str(tmp_path)).pilot_spools)).exists()
 
 
 class KeeperWithFakeSbatch:
@@ -331,7 +331,7 @@ class KeeperWithFakeSbatch:
     def __init__(self, folder: Path, pilots: int):
         from spica_lib.pilot.keeper import Keeper
 
-        self.spool = Spool(folder / SPOOLS / "sweep").create()
+        self.spool = Spool(Path(RunFiles(dir=str(folder)).pilot_spools) / "sweep").create()
         self.keeper = Keeper(self.spool, PilotSettings(pilots=pilots), folder / "logs")
         self.submissions: list[PilotClass] = []
 

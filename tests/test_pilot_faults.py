@@ -24,7 +24,7 @@ from test_pilot import FAKE_HOST, NEEDS, RULE_SCRIPT, Sweep, fake_job, wait_for_
 
 from spica_lib.pilot import keeper as keeper_module
 from spica_lib.pilot import node as node_module
-from spica_lib.pilot.launch import SPOOLS
+from spica_lib.run.layout import RunFiles
 from spica_lib.pilot.settings import PilotSettings
 from spica_lib.pilot.spool import (
     PilotBeat,
@@ -80,7 +80,7 @@ class FakeCluster:
             script.chmod(0o755)
         self.env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
         self.env["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
-        self.spool = Spool(folder / SPOOLS / "sweep").create()
+        self.spool = Spool(Path(RunFiles(dir=str(folder)).pilot_spools) / "sweep").create()
         self.keeper_log = folder / "keeper.log"
         with open(self.keeper_log, "w") as log:
             self.keeper = subprocess.Popen(
@@ -240,7 +240,7 @@ def test_a_rule_script_fails_the_wait_when_the_pilot_that_claimed_its_job_names_
 
 @pytest.mark.parametrize("renamed", [True, False], ids=["rename done (NFS retransmit)", "taken by another pilot"])
 def test_enoent_on_a_claim_is_checked_against_the_claimed_file(tmp_path, monkeypatch, renamed):
-    spool = Spool(tmp_path / SPOOLS / "sweep").create()
+    spool = Spool(Path(RunFiles(dir=str(tmp_path)).pilot_spools) / "sweep").create()
     hand_over(spool, "r1", fake_job("sleep", tmp_path, seconds=0))
     pilot = node_module.Pilot(spool, NEEDS, minutes=30, idle_seconds=60, name="p1")
     real_rename = os.rename
@@ -263,7 +263,7 @@ def test_enoent_on_a_claim_is_checked_against_the_claimed_file(tmp_path, monkeyp
 
 
 def test_the_keeper_survives_io_errors_and_only_its_stop_ends_it(tmp_path, monkeypatch, capfd):
-    spool = Spool(tmp_path / SPOOLS / "sweep").create()
+    spool = Spool(Path(RunFiles(dir=str(tmp_path)).pilot_spools) / "sweep").create()
     keeper = keeper_module.Keeper(spool, PilotSettings(pilots=1), tmp_path / "logs")
     heartbeat_writes, real_write = [], keeper_module.write_private
 
@@ -343,7 +343,7 @@ def test_a_pilot_slurm_keeps_pending_for_a_limit_it_exceeds_is_cancelled_and_its
 
 
 def test_a_pilot_takes_no_job_before_it_has_seen_the_sweeps_heartbeat_change(tmp_path):
-    spool = Spool(tmp_path / SPOOLS / "sweep").create()
+    spool = Spool(Path(RunFiles(dir=str(tmp_path)).pilot_spools) / "sweep").create()
     write_private(spool.heartbeat, "41")  # a killed keeper's last beat
     hand_over(spool, "left-over", fake_job("report_env", tmp_path))
     pilot = start_pilot(spool, sweep_lost_seconds=3)
@@ -396,7 +396,7 @@ def mode(path: Path) -> int:
 def test_the_spool_is_private_from_creation_and_a_removed_spool_stays_removed(tmp_path, capfd):
     previous = os.umask(0)  # the most open umask: nothing may depend on it
     try:
-        spool = Spool(tmp_path / "run" / SPOOLS / "sweep").create()
+        spool = Spool(Path(RunFiles(dir=str(tmp_path / "run")).pilot_spools) / "sweep").create()
         write_private(spool.heartbeat, "1")
         touch_private(spool.cancel("r"))
     finally:
@@ -415,7 +415,7 @@ def test_the_spool_is_private_from_creation_and_a_removed_spool_stays_removed(tm
 
 
 def test_a_request_is_read_only_when_it_is_the_users_own_and_no_one_elses(tmp_path, monkeypatch):
-    spool = Spool(tmp_path / SPOOLS / "sweep").create()
+    spool = Spool(Path(RunFiles(dir=str(tmp_path)).pilot_spools) / "sweep").create()
     hand_over(spool, "r", fake_job("sleep", tmp_path, seconds=0))
     assert read_request(spool.request("r")).job == "sleep"
     os.chmod(spool.request("r"), 0o644)

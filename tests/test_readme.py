@@ -141,6 +141,22 @@ def test_the_tour_quotes_the_example_run():
         assert number in example, f"the tour quotes {number}, which the example run does not show"
 
 
+def test_the_tour_block_is_what_a_run_of_this_commit_writes(default_run):
+    """The example block (table, tie sentences, the answer's lines and counts) is rebuilt by bench/readme_example.py's
+    own functions from the suite's run of config/default.yaml as shipped, and must be the README's, whole: a change
+    in the answer, or one number edited by hand, fails here until `bench/readme_example.py` is run again."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from readme_example import BEGIN, END, example_block, run_answer
+
+    run_dir = default_run[0]
+    text = README.read_text(encoding="utf-8")
+    shown = text[text.index(BEGIN) : text.index(END) + len(END)]
+    rows = sum(line.startswith("| ") and "·" in line for line in shown.splitlines())
+    report = (run_dir / "report" / "report.md").read_text(encoding="utf-8")
+    ran = example_block(report, run_answer(run_dir), rows)
+    assert rows >= 1 and shown == ran, "the README's tour is not this commit's run: run bench/readme_example.py"
+
+
 def _kind(words: list[str]) -> str:
     name = Path(words[0]).name
     if name in ("make", "spica", "snakemake"):

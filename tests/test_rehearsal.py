@@ -17,19 +17,19 @@ import psutil
 import pytest
 import yaml
 
-from spica_lib.deploy import live_processes
+from spica_lib.rehearsal import processes
 from spica_lib.deploy.live_plan import STEP_ENV, frontend_process, rehearsal_steps
-from spica_lib.deploy.live_processes import LiveDeployment, RehearsalFailed, free_ports
-from spica_lib.deploy.model_folder import write_model_folder
-from spica_lib.deploy.rehearsal import Rehearsal
-from spica_lib.deploy.rehearse import rehearse
+from spica_lib.rehearsal.processes import LiveDeployment, RehearsalFailed, free_ports
+from spica_lib.rehearsal.model_folder import write_model_folder
+from spica_lib.rehearsal.record import Rehearsal
+from spica_lib.rehearsal.rehearse import rehearse
 from spica_lib.deploy.slurm_script import SlurmOptions
 from spica_lib.deploy.top import write_deployment, write_top_deployments
 from spica_lib.run.view import RunView
 from spica_lib.trial.spec import TrialRecord
 
 pytestmark = pytest.mark.slow
-# How far live throughput may be from the replay in the suite: the rehearsal's own tolerance (deploy/rehearsal.py,
+# How far live throughput may be from the replay in the suite: the rehearsal's own tolerance (rehearsal/record.py,
 # 10 %) with room for this shared 2-core machine's load during the suite; latency is judged by the rehearsal's
 # verdict, which says when the machine was too loaded to judge it.
 TOLERANCE = {"output_tok_s": 0.15, "closed_output_tok_s": 0.15}
@@ -172,14 +172,14 @@ def test_the_sbatch_rehearsal_runs_the_deployments_own_script_counts_every_worke
 def test_a_worker_given_a_bad_engine_flag_fails_the_sbatch_rehearsal_by_name_and_leaves_nothing(
     default_run, tmp_path, cluster, monkeypatch
 ):
-    from spica_lib.deploy import rehearse_slurm
+    from spica_lib.rehearsal import on_slurm
 
     def broken(*args, **kwargs):
         steps = rehearsal_steps(*args, **kwargs)
         bad = steps[-1]
         return [*steps[:-1], bad.model_copy(update={"argv": [*bad.argv, "--no-such-engine-flag"]})]
 
-    monkeypatch.setattr(rehearse_slurm, "rehearsal_steps", broken)
+    monkeypatch.setattr(on_slurm, "rehearsal_steps", broken)
     run, _ = default_run
     deploy = copied_rank(run, 1, tmp_path)
     last = rehearsal_steps(first_rank(default_run).spec.replay.plan, dgd_of(default_run), "sglang", "m", 1.0)[-1].name
@@ -261,7 +261,7 @@ def dgd_of(default_run) -> dict:
 
 
 def test_a_worker_whose_engine_refuses_a_setting_is_named_with_its_log(default_run, tmp_path, own_tmp, monkeypatch):
-    from spica_lib.deploy import rehearse as rehearse_module
+    from spica_lib.rehearsal import rehearse as rehearse_module
 
     def refused(*args, **kwargs):  # the last worker's engine is handed a flag it does not know
         steps = rehearsal_steps(*args, **kwargs)
@@ -277,7 +277,7 @@ def test_a_worker_whose_engine_refuses_a_setting_is_named_with_its_log(default_r
 
 
 def test_a_worker_that_never_registers_is_named_within_a_bounded_wait(default_run, tmp_path, own_tmp, monkeypatch):
-    monkeypatch.setattr(live_processes, "REGISTER_WAIT_SECONDS", 10.0)
+    monkeypatch.setattr(processes, "REGISTER_WAIT_SECONDS", 10.0)
     record, dgd = first_rank(default_run), dgd_of(default_run)
     model = record.spec.sample["model_name"]
     (port,) = free_ports(1)
@@ -297,7 +297,7 @@ def test_a_worker_that_never_registers_is_named_within_a_bounded_wait(default_ru
 
 
 def test_a_frontend_that_never_answers_fails_within_a_bounded_wait(default_run, tmp_path, own_tmp, monkeypatch):
-    monkeypatch.setattr(live_processes, "FRONTEND_WAIT_SECONDS", 5.0)
+    monkeypatch.setattr(processes, "FRONTEND_WAIT_SECONDS", 5.0)
     dgd = dgd_of(default_run)
     port, elsewhere = free_ports(2)
     with LiveDeployment(tmp_path / "logs", port) as live:
@@ -314,9 +314,9 @@ def test_a_frontend_that_never_answers_fails_within_a_bounded_wait(default_run, 
 def test_a_role_the_router_never_reaches_is_a_failure(default_run):
     # The router's choices, as the live client saw them (each chunk names its prefill and decode worker, and /health
     # says which component each worker registered under): every request went to the decode worker alone.
-    from spica_lib.deploy.live_client import LiveRequest
+    from spica_lib.rehearsal.client import LiveRequest
     from spica_lib.deploy.live_plan import role_workers
-    from spica_lib.deploy.live_results import live_rows, unreached
+    from spica_lib.rehearsal.results import live_rows, unreached
 
     plan = first_rank(default_run).spec.replay.plan
     assert plan.num_prefill_workers, "the default run's #1 is disaggregated"
@@ -367,8 +367,8 @@ def test_a_killed_rehearsal_leaves_no_process_and_no_shared_folder(default_run, 
 
 
 def test_requests_the_live_system_refused_are_said_first_and_fail_the_command():
-    from spica_lib.deploy.rehearsal import LoadStats
-    from spica_lib.deploy.rehearse import refusals, rehearsal_markdown
+    from spica_lib.rehearsal.record import LoadStats
+    from spica_lib.rehearsal.rehearse import refusals, rehearsal_markdown
 
     error = "HTTP 503: Generate Error: mocker handoff session limit reached for DP rank 0"
     found = Rehearsal(rank=1, key="k", deployment="d", where="local", speedup=1.0, traffic="t",

@@ -2,13 +2,14 @@
 the manifest, and `spica status` / `show` / `report` — on real sweeps of the real replay."""
 
 import json
+import re
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, SPICA_RUN, TRACE, default_config, sweep
+from conftest import REPO, SPICA_RUN, TRACE, default_config, snakemake_log, sweep
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.baselines.model import BaselinesResult
@@ -22,7 +23,8 @@ from spica_lib.deploy.settings import differences
 from spica_lib.deploy.top import DeploymentFiles
 from spica_lib.report.manifest import RunManifest
 from spica_lib.results.ranking import pareto_front
-from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status
+from spica_lib.run.answer import answer_block
+from spica_lib.run.status import BranchStatus, RunStatus, progress_text, run_status, status_text
 from spica_lib.run.view import RunView
 from spica_lib.trial.store import read_trial
 
@@ -49,10 +51,9 @@ def test_a_sweep_writes_the_report_its_plots_the_manifest_and_top_k_deployments(
     assert manifest.versions["ai-dynamo"] == "1.5.1" and manifest.perf_db_versions == validated.catalog.perf_db_versions
     assert manifest.sha256["config_normalised"] == validated.config_sha256 and manifest.sha256["lock"]
     assert manifest.started_at <= manifest.finished_at and manifest.seed == validated.config.sweep.seed
-    # One progress line per told round, naming the branch, the round and the best so far, then the progress.
-    assert done.stdout.count("spica agg round ") == 2 and "new trial(s), best" in done.stdout
-    rounds = [line for line in done.stdout.splitlines() if " round " in line and "trials done" in line]
-    assert len(rounds) == 4 and "the search's trials are done" in rounds[-1]  # two rounds of two branches
+    # Not a terminal: one progress line per told round, naming the branch, the round and the best so far.
+    rounds = [line for line in done.stdout.splitlines() if re.search(r"\] (agg|disagg) +round \d/3 ", line)]
+    assert len(rounds) == 6 and "round 3/3 · trials 12 of ~12" in rounds[-1]  # three rounds of two branches
 
 
 def test_the_plots_show_the_candidates_the_sla_misses_and_the_best_so_far(default_run):
@@ -159,10 +160,22 @@ def test_status_show_and_report_read_a_finished_run(default_run, capsys, monkeyp
     statuses = {s.branch: s for s in status.branches}
     summary = json.loads((run / "summary.json").read_text())
     for branch, status in statuses.items():
-        assert status.rounds_told == 2 and status.trials_running == 0
-        assert status.trials_finished == summary["branches"][branch]["counts"].get("feasible", 0) + status.trials_failed
+        assert status.rounds_told == 3 and status.trials_running == 0
+        counts = summary["branches"][branch]["counts"]  # every status but a cache hit is a trial of its own
+        assert status.trials_finished == sum(n for outcome, n in counts.items() if outcome != "cache_hit")
+        assert status.trials_stopped_early == counts.get("pruned", 0)  # the default sweep's only early stops
+    # A finished run's status leads with its answer: the fresh score first, the search's beside it, each named.
+    text = status_text(run, run_status(run))
+    lead = text.splitlines()[1]
+    fresh, search = json.loads((run / "summary.json").read_text())["best_value"], summary["search_best_score"]
+    assert lead.startswith("  recommended: #1 ") and f"{fresh:.4g} tok/s/GPU fresh" in lead
+    assert f"{search:.4g} tok/s/GPU on the search's sample" in lead and lead.index("fresh") < lead.index("search's")
+    assert text.rstrip().endswith(answer_block(run))
     monkeypatch.chdir(run.parent.parent)
-    assert main(["show", run.name]) == 0 and "trial " in capsys.readouterr().out
+    assert main(["show", run.name]) == 0
+    shown = capsys.readouterr().out  # the fresh-sample metrics beside the search sample's
+    assert "trial " in shown and re.search(r"^  metric +fresh mean +search sample$", shown, re.M)
+    assert re.search(r"^  mean_ttft_ms +\d[\d.]* +\d[\d.]*$", shown, re.M) and "fresh (mean of" in shown
     assert main(["show", run.name, "999"]) == 2
     (run / "report" / "report.md").unlink()
     assert main(["report", str(run)]) == 0 and (run / "report" / "report.md").is_file()
@@ -328,12 +341,18 @@ def test_the_default_sweep_ranks_its_finished_top_first_and_a_rerun_does_nothing
     assert (ranked.loc[fell_back, "config_router_mode"] == "round_robin").all() and (ranked["selections"] >= 1).all()
     summary = json.loads((run / "summary.json").read_text())
     trials = len(list(run.glob("rounds/*/*/trials/*/*.json")))
-    assert summary["unique_trials"] == trials <= 2 * 2 * 3  # rounds x branches x candidates per round
+    assert summary["unique_trials"] == trials <= 3 * 2 * 4  # rounds x branches x candidates per round
     assert set(summary["branches"]) == {"agg", "disagg"}
     # Every new feasible trial is one candidate; a cache hit is counted under its own status.
     assert len(pd.read_parquet(run / "candidates.parquet")) == summary["tallies"]["feasible"]
     before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
     again = subprocess.run([*SPICA_RUN, str(run.parents[1] / "spica.yaml")], cwd=run.parents[1], capture_output=True,
                            text=True, check=False, timeout=900)  # fmt: skip
-    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
-    assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == before
+    assert again.returncode == 0 and "Nothing to be done" in snakemake_log(run)
+    # The same answer block ends both: the run's answer is shown again when Snakemake had nothing to do.
+    answer = done.stdout[done.stdout.index("spica done:") :]
+    assert again.stdout.endswith(answer) and answer.strip()
+    # Nothing but the log of this invocation changed.
+    after = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    log = run / "logs" / "snakemake.log"
+    assert {p: t for p, t in after.items() if p != log} == {p: t for p, t in before.items() if p != log}

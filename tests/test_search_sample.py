@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from conftest import build, config_data, rejected
 
-from spica_lib.config.trace import scan_trace
-from spica_lib.config.trace_sample import STRATA, sample_size, sampled_records
+from spica_lib.traces.scan import scan_trace
+from spica_lib.traces.sample import STRATA, sample_size, sampled_records
 from spica_lib.run.job_memory import largest_input_tokens, search_input_tokens
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from conftest import REPO, WALL_CLOCK_METRICS, search_only, write_yaml
+from conftest import REPO, WALL_CLOCK_METRICS, search_only, snakemake_log, write_yaml
 
 from spica_lib.config.narrow import narrowed
 from spica_lib.run.status import run_status, status_text
@@ -244,6 +244,30 @@ def test_a_replay_job_killed_from_outside_records_its_started_trials_as_failed_a
     assert json.loads((run_dir(tmp_path) / "summary.json").read_text())["tallies"]["failed"] == len(failed)
 
 
+def test_a_replay_job_killed_with_no_retry_left_shows_its_error_and_the_logs_path(tmp_path):
+    """A failed sweep still says what failed: the progress view names the job and its log, and `spica run` ends
+    with the last lines of Snakemake's log (its error) and the log's path."""
+    path = write_yaml(tmp_path, slow_replays_config())
+    process = subprocess.Popen(
+        [*SPICA, str(path), "--", "--retries", "0"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    killed, deadline = False, time.time() + 300
+    while not killed and time.time() < deadline and process.poll() is None:
+        found = replay_job_in_flight(psutil.Process(process.pid))
+        if found is not None and list(run_dir(tmp_path).glob("journal/*.started")):
+            found[0].kill()  # the job's process, as the OOM killer would; no retry is left
+            killed = True
+        time.sleep(0.05)
+    stdout, stderr = process.communicate(timeout=600)
+    assert killed and process.returncode == 1, stdout + stderr
+    log = run_dir(tmp_path) / "logs" / "snakemake.log"
+    assert re.search(r"\] job replay failed; its log: results/\w+/logs/rounds/agg/0/replay/\d+\.log$", stdout, re.M), stdout
+    assert "spica run failed" in stderr and f"the whole log: {log.relative_to(tmp_path)}" in stderr, stderr
+    assert "Error in rule replay" in stderr and "Error in rule replay" in log.read_text()  # Snakemake's own words
+    assert "spica done:" not in stdout  # no answer: there is none
+
+
 def test_stopping_spica_run_stops_every_job_and_replay_and_leaves_no_temporary_file(tmp_path):
     path = write_yaml(tmp_path, slow_replays_config())
     process = subprocess.Popen(
@@ -350,7 +374,7 @@ def test_every_replay_job_of_a_round_is_started_at_once_not_one_after_another(tm
         tmp_path, path, "--cores", "2", "--", "--set-resources", "replay:trials_per_job=1", "--set-threads", "replay=1"
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    log = (done.stdout + done.stderr).splitlines()
+    log = snakemake_log(run_dir(tmp_path)).splitlines()
     started = [i for i, line in enumerate(log) if re.search(r"Replaying job \d of round 0 of agg", line)]
     first_end = next(i for i, line in enumerate(log) if "(Rule: replay)" in line)
     assert len(started) == 2 and max(started) < first_end, "\n".join(log)

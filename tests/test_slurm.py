@@ -24,7 +24,7 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from conftest import CI_CLUSTER, REPO, refusal, search_only, write_yaml
+from conftest import CI_CLUSTER, REPO, refusal, search_only, snakemake_log, write_yaml
 
 from spica_lib.config.narrow import narrowed
 
@@ -187,7 +187,14 @@ def test_a_sweep_on_slurm_runs_its_trials_there_several_per_job_and_matches_the_
     trials = trial_files(tmp_path)
     assert len(trials) >= 4 and {t.stem for t in trials} == set(jobs)  # every trial ran inside a SLURM job
     assert len(set(jobs.values())) < len(jobs)  # several trials per job, not one sbatch job per trial
-    output = done.stdout + done.stderr
+    output = snakemake_log(run_dir(tmp_path))  # Snakemake's and its jobs' words; the screen shows the progress view
+    # The progress view under SLURM, not a terminal: a line per told round from the run folder (a job's output never
+    # reaches Snakemake's process here), no Snakemake job header, and the answer last.
+    rounds = [line for line in done.stdout.splitlines() if re.search(r"\] (agg|disagg) +round \d/2 ", line)]
+    assert len(rounds) == 4 and all("best so far" in line for line in rounds), done.stdout
+    assert not re.search(r"^(\[\w{3} |Job \d+|rule |localrule |Finished jobid|Select jobs)", done.stdout, re.M)
+    assert done.stdout.rstrip().splitlines()[-1].startswith("deployment files of #1: results/")
+    assert len(done.stdout.splitlines()) <= 40
     pilots = set(re.findall(r"submitted pilot job (\d+)", output))
     assert set(jobs.values()) <= pilots  # the replays ran in pilots, not in a SLURM job each
     for job in set(jobs.values()):

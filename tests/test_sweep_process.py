@@ -8,8 +8,8 @@ import time
 import psutil
 
 from spica_lib.base.artifacts import read_model, write_model
+from spica_lib.run.layout import RunFiles
 from spica_lib.run.sweep_process import (
-    FILE_NAME,
     SweepProcess,
     clear_mark,
     clear_stale_temporaries,
@@ -24,19 +24,19 @@ def test_a_sweep_is_running_while_its_recorded_snakemake_lives_and_stopped_once_
     assert sweep_state(tmp_path, manifest) == "stopped"  # a folder, no record, no manifest: it ended unfinished
     mark_running(tmp_path)  # this test's process stands in for Snakemake
     assert sweep_state(tmp_path, manifest) == "running"
-    record = read_model(tmp_path / FILE_NAME, SweepProcess)
+    record = read_model(RunFiles(dir=str(tmp_path)).sweep_process_json, SweepProcess)
     killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     killed.kill()
     time.sleep(0.5)  # a zombie now: killed, not yet reaped (as a killed Snakemake whose parent died too)
     started = psutil.Process(killed.pid).create_time()
-    write_model(tmp_path / FILE_NAME, record.model_copy(update={"pid": killed.pid, "process_started": started}))
+    write_model(RunFiles(dir=str(tmp_path)).sweep_process_json, record.model_copy(update={"pid": killed.pid, "process_started": started}))
     assert sweep_state(tmp_path, manifest) == "stopped"
     killed.wait()
     assert sweep_state(tmp_path, manifest) == "stopped"  # and once it is gone
     # A pid the kernel gave to another process since: its start time differs.
-    write_model(tmp_path / FILE_NAME, record.model_copy(update={"process_started": record.process_started - 3600}))
+    write_model(RunFiles(dir=str(tmp_path)).sweep_process_json, record.model_copy(update={"process_started": record.process_started - 3600}))
     assert sweep_state(tmp_path, manifest) == "stopped"
-    write_model(tmp_path / FILE_NAME, record.model_copy(update={"host": "another-node"}))
+    write_model(RunFiles(dir=str(tmp_path)).sweep_process_json, record.model_copy(update={"host": "another-node"}))
     assert sweep_state(tmp_path, manifest) == "running elsewhere"
     clear_mark(tmp_path)
     manifest.write_text("{}")

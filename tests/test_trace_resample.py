@@ -7,8 +7,8 @@ import pytest
 from conftest import TRACE, build, config_data
 from scipy.stats import ks_2samp
 
-from spica_lib.config.trace import scan_trace
-from spica_lib.config.trace_resample import blocks_for, resample_trace, resampled_records
+from spica_lib.traces.scan import scan_trace
+from spica_lib.traces.resample import blocks_for, resample_trace, resampled_records
 from spica_lib.results.finish import needs_replay, sample_kind
 
 RESAMPLES = 12

@@ -8,7 +8,7 @@ rankings (its own control flow).
 import pytest
 from conftest import TRACE, build, config_data, rejected
 
-from spica_lib.config.trace import scan_trace
+from spica_lib.traces.scan import scan_trace
 from spica_lib.facts.parallel import DisaggConfig, ParallelShape, ReplicaConfig
 from spica_lib.pools.branches import enumerate_branches
 from spica_lib.pools.estimate import LayoutEstimate, StepModel, Traffic, estimate_layout, traffic_of

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from spica_lib.config.trace import SCANS_ENV
-from spica_lib.config.trace_resample import RESAMPLES_ENV
+from spica_lib.traces.scan import SCANS_ENV
+from spica_lib.traces.resample import RESAMPLES_ENV
 from spica_lib.config.validate import build_validated_config
 from spica_lib.results.merge import CandidateRow
 from spica_lib.results.summary import SweepSummary

@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "-n", "--dry-run", action="store_true", help="print the planned stages and rounds; run nothing (Snakemake's -n)"
     )
+    run.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="show Snakemake's own log instead of the progress view (it is in results/<run>/logs/snakemake.log either way)",
+    )  # fmt: skip
     run.epilog = "Anything after a lone `--` goes to Snakemake unchanged, e.g. `spica run c.yaml -- --dry-run`."
     fleet = commands.add_parser("fleet", help="several models on one GPU inventory: sweep each, split the GPUs")
     fleet.add_argument("config", help="a fleet config YAML (config/examples/fleet_models.yaml)")
@@ -176,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
 
         cores = args.cores if args.cores is not None else (None if args.profile else 2)
         extra = ["--dry-run", *extra] if args.dry_run else extra
-        return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra)
+        if args.verbose and args.dry_run:
+            parser.error("-v shows a running sweep's Snakemake log; a dry run (-n) prints Snakemake's plan already")
+        return run_sweep(args.config, cores=cores, profile=args.profile, run=args.run_name, extra=extra,
+                         verbose=args.verbose)  # fmt: skip
     if args.command in ("run", "fleet"):  # a fleet config under `spica run` is run as `spica fleet` runs it
         if extra:
             parser.error("arguments after `--` are for one sweep's Snakemake; a fleet runs one sweep per model")

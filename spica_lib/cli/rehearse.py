@@ -10,7 +10,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 def add_rehearse_parser(commands: argparse._SubParsersAction) -> None:
-    from spica_lib.deploy.rehearsal_traffic import DEFAULT_REQUESTS
+    from spica_lib.rehearsal.traffic import DEFAULT_REQUESTS
 
     rehearse = commands.add_parser(
         "rehearse",
@@ -30,8 +30,8 @@ def add_rehearse_parser(commands: argparse._SubParsersAction) -> None:
 
 def rehearse_command(args: argparse.Namespace) -> int:
     from spica_lib.cli.runs import locate_run
-    from spica_lib.deploy.live_processes import RehearsalFailed
-    from spica_lib.deploy.rehearse import rehearse
+    from spica_lib.rehearsal.processes import RehearsalFailed
+    from spica_lib.rehearsal.rehearse import rehearse
     from spica_lib.run.layout import RunFiles
 
     if args.requests < 1 or args.speedup <= 0 or args.rank < 1:
@@ -50,7 +50,7 @@ def rehearse_command(args: argparse.Namespace) -> int:
     except RehearsalFailed as failed:
         print(f"rehearsal of rank {args.rank} failed: {failed}", file=sys.stderr)
         return EXIT_FAILED
-    print((deploy / str(args.rank) / "rehearsal.md").read_text(encoding="utf-8"))
+    print((Path(RunFiles(dir=str(folder)).deployment(args.rank)) / "rehearsal.md").read_text(encoding="utf-8"))
     served = all(run is not None and run.completed == run.requests for run in (found.live, found.closed_live))
     # "too loaded to judge latency" is no verdict on the deployment: the machine is said to be the cause, exit 0.
     return EXIT_OK if found.error is None and served and found.verdict != "differs" else EXIT_FAILED

@@ -194,12 +194,21 @@ def _label(policy: object) -> str:
     return policy if isinstance(policy, str) else "custom"
 
 
-def trial_report(spec, result) -> str:
+def trial_report(spec, result, fresh=None, target=None) -> str:
+    """One trial: its outcome on the search's sample; for a deployment the finish replayed (`fresh`, a
+    FinishedRank), its fresh-sample score and metrics first, the search sample's beside them."""
     lines = [f"{spec.parallel_config.label()} on {spec.sample['backend']} ({spec.deployment_mode}): {result.status}"]
     if result.reason:
         lines.append(f"  reason     {result.reason}")
     lines += [f"  note       {note}" for note in spec.notes]
-    if result.score is not None:
+    fresh = fresh if fresh is not None and fresh.statistic is not None else None
+    if fresh is not None:
+        from spica_lib.trial.score import score_text
+
+        lines.append(f"  score      {score_text(fresh.statistic, target)} fresh ({spec.goal.robustness} of "
+                     f"{fresh.scored} fresh sample(s)); {score_text(result.score, target, name=False)} on the "
+                     "search's sample")  # fmt: skip
+    elif result.score is not None:
         head = f"  score      {result.score:.4g} ({spec.goal.target.value})"
         if result.objectives:
             head += "  objectives " + ", ".join(f"{k} {v:.4g}" for k, v in result.objectives.items())
@@ -207,9 +216,15 @@ def trial_report(spec, result) -> str:
     from spica_lib.results.merge import HEADLINE_METRICS
 
     shown = (*HEADLINE_METRICS, "prefix_cache_reused_ratio")
+    if fresh is not None:
+        lines.append(f"  {'metric':<38} {'fresh mean':>12} {'search sample':>14}")
     for key in shown:
-        if key in result.metrics:
-            lines.append(f"  {key:<38} {result.metrics[key]:.4g}")
+        if fresh is not None and key in fresh.metrics:
+            search = f"{result.metrics[key]:.4g}" if key in result.metrics else "—"
+            lines.append(f"  {key:<38} {fresh.metrics[key]:>12.4g} {search:>14}")
+        elif key in result.metrics:
+            lines.append(f"  {key:<38} {'—':>12} {result.metrics[key]:>14.4g}" if fresh is not None
+                         else f"  {key:<38} {result.metrics[key]:.4g}")  # fmt: skip
     if result.average_gpus is not None:
         lines.append(f"  {'average_gpus':<38} {result.average_gpus:.3g} (provisioned {result.used_gpus})")
     for event in result.scaling_events:

@@ -8,7 +8,7 @@ from pathlib import Path
 from spica_lib.cli.reports import trial_report
 from spica_lib.deploy.k8s_names import DEFAULT_NAMESPACE
 from spica_lib.deploy.slurm_script import SlurmOptions
-from spica_lib.run.layout import RESULTS_ROOT
+from spica_lib.run.layout import RESULTS_ROOT, RunFiles
 from spica_lib.run.status import run_status, status_text
 from spica_lib.run.view import RunView
 from spica_lib.trial.describe import describe
@@ -54,7 +54,7 @@ def _report(view: RunView, namespace: str, slurm: SlurmOptions | None = None) ->
 
 def locate_run(run: str) -> Path | None:
     for candidate in (Path(run), Path(RESULTS_ROOT) / run):
-        if (candidate / "config.json").is_file():
+        if Path(RunFiles(dir=str(candidate)).config_json).is_file():
             return candidate
     return None
 
@@ -76,7 +76,8 @@ def _show(view: RunView, which: str, namespace: str | None = None) -> int:
     if namespace is not None:
         return _manifests(view, key, namespace)
     print(f"{describe(record.spec)}\n  trial      {key}")
-    print(trial_report(record.spec, record.result))
+    finished = next((row.finish for row in view.ranked if row.key == key and row.finish is not None), None)
+    print(trial_report(record.spec, record.result, fresh=finished, target=view.config.goal.target))
     return EXIT_OK if record.result.status == "feasible" else EXIT_FAILED
 
 

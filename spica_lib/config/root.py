@@ -27,8 +27,8 @@ from spica_lib.config.sweep import (
     SweepConfig,
     default_max_eval_seconds,
 )
-from spica_lib.config.trace import scan_trace
-from spica_lib.config.trace_sample import sample_size
+from spica_lib.traces.scan import scan_trace
+from spica_lib.traces.sample import sample_size
 from spica_lib.config.workload import LOAD_DRIVERS, NamedWorkload, Workload
 
 DEFAULT_PARETO_KV_LOAD_RATIO = [0.0, 1.0]
@@ -200,7 +200,7 @@ class SmartSearchConfig(StrictModel):
             sweep.stress_band_source = f"the default {100 * DEFAULT_STRESS_BAND:.0f} % ({why})"
 
     def _resolve_search_sample(self) -> None:
-        """`sweep.search_sample` into the workload's `search_requests` (config/trace_sample.py has the rule)."""
+        """`sweep.search_sample` into the workload's `search_requests` (traces/sample.py has the rule)."""
         mode = self.sweep.search_sample if self.sweep.search_sample is not None else DEFAULT_SEARCH_SAMPLE
         workload = self.workload
         if mode == "full" or workload.search_requests is not None:

@@ -51,8 +51,9 @@ class SearchSpace(StrictModel):
     # shorthand; with an inventory they are derived (its first SKU, its total) and may be left out.
     hardware: dict[str, StrictInt] | None = None
     min_gpu_budget: StrictInt | None = None
-    # GPUs per node (None: the system file's, and 8 in the deployment files). Not above the system's; below it, a
-    # worker stays within one node (the perf DB times its collectives inside one), and the files split by it.
+    # GPUs per node (None: the system file's, for the search and the deployment files alike: `node_gpus`). Not above
+    # the system's; below it, a worker stays within one node (the perf DB times its collectives inside one), and the
+    # files split by it.
     gpus_per_node: StrictInt | None = Field(default=None, ge=1)
     min_endpoint: StrictInt | None = Field(default=None, ge=1)
     context_length: StrictInt | None = Field(default=None, ge=1)
@@ -133,6 +134,17 @@ class SearchSpace(StrictModel):
         if bad or not hardware:
             raise ValueError(f"an inventory maps each GPU type to the GPUs available (at least 1), got {hardware}")
         return hardware
+
+    def node_gpus(self, sku: str | None = None) -> int:
+        """GPUs per node on `sku` (default: hardware_sku): gpus_per_node, else the system file's. The one place this
+        default is applied: the search, the Kubernetes files and the SLURM script all read it here."""
+        from spica_lib.facts.hardware import system_facts
+
+        return self.gpus_per_node or system_facts(sku or self.hardware_sku).gpus_per_node
+
+    def context_limit(self, model_max_context: int) -> int:
+        """The longest sequence a worker is sized for: context_length, else the model's own maximum."""
+        return self.context_length or model_max_context
 
     def inventory(self) -> dict[str, int]:
         """GPUs available per GPU type: the inventory, or {hardware_sku: gpu_budget}."""

@@ -51,7 +51,7 @@ class SweepConfig(StrictModel):
     max_eval_seconds: StrictInt | StrictFloat = Field(default=UNKNOWN_SIZE_LIMIT_SECONDS, gt=0)
     seed: StrictInt = Field(default=0, ge=0)
     # On a trace: what the search replays. `full`: the whole trace (its search part); `auto`: a stratified sample
-    # (config/trace_sample.py) sized by its rule, only where the trace holds twice that; a number: that many
+    # (traces/sample.py) sized by its rule, only where the trace holds twice that; a number: that many
     # requests. The finish always decides on the whole trace; config/root.py resolves it into the workload.
     search_sample: Literal["auto", "full"] | StrictInt | None = None
 

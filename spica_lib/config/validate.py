@@ -20,7 +20,7 @@ from spica_lib.config.dgdr import SUBJECT as DGDR_SUBJECT
 from spica_lib.config.dgdr import UNMAPPED
 from spica_lib.config.origins import relabel
 from spica_lib.config.policies import apply_policy_filters
-from spica_lib.config.trace import scan_trace
+from spica_lib.traces.scan import scan_trace
 from spica_lib.facts.catalog import CatalogFacts, check_catalog, check_inventory
 from spica_lib.facts.hardware import system_facts
 

@@ -16,8 +16,8 @@ from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_valida
 
 from spica_lib.base.since import without_defaults
 from spica_lib.config.strict import StrictModel, several_problems
-from spica_lib.config.trace import TraceFormatError, check_split, scan_trace, split_trace
-from spica_lib.config.trace_resample import resample_trace
+from spica_lib.traces.scan import TraceFormatError, check_split, scan_trace, split_trace
+from spica_lib.traces.resample import resample_trace
 
 Number = StrictInt | StrictFloat
 SYNTHETIC_ONLY = ("isl", "osl", "request_rate", "concurrency", "kv_load_ratio", "num_request_ratio", "arrival_seed")
@@ -58,7 +58,7 @@ class Workload(StrictModel):
     # (0 < f < 1) holds out the last f of the trace's time span; a path names a second trace file.
     holdout: Number | str | None = None
     # Written by Spica from `sweep.search_sample` (config/root.py): the requests of the trace the search replays (a
-    # stratified sample, config/trace_sample.py; None: the whole trace or its search part) and the sample's seed;
+    # stratified sample, traces/sample.py; None: the whole trace or its search part) and the sample's seed;
     # and, on the search's own part, the trace it was drawn from (the finish resamples that one, at full size).
     search_requests: StrictInt | None = Field(default=None, ge=1)
     search_seed: StrictInt | None = Field(default=None, ge=0)
@@ -157,7 +157,7 @@ class Workload(StrictModel):
     def search_part(self) -> Workload:
         """The traffic the search replays: the trace without its held-out part (the workload itself without one).
 
-        A fractional holdout is cut off the trace into two files (config/trace.py: split_trace); the
+        A fractional holdout is cut off the trace into two files (traces/scan.py: split_trace); the
         search part then names the held-out file in `holdout`, marked as a split, for the finish.
         """
         part = self
@@ -165,7 +165,7 @@ class Workload(StrictModel):
             split = split_trace(self.trace_path, float(self.holdout))
             part = self.model_copy(update={"trace_path": split.search, "holdout": SPLIT_MARK + split.holdout})
         if self.search_requests is not None and self.sampled_from is None:
-            from spica_lib.config.trace_sample import sample_trace
+            from spica_lib.traces.sample import sample_trace
 
             sample = sample_trace(part.trace_path, self.search_requests, self.search_seed or 0)
             part = part.model_copy(update={"trace_path": sample, "sampled_from": part.trace_path})
@@ -191,7 +191,7 @@ class Workload(StrictModel):
     def fresh_sample(self, index: int) -> Workload:
         """The same traffic on its `index`-th fresh sample, the same for every deployment: a Poisson arrival
         draw the search never replays (every fresh seed is above the search's), or a block-bootstrap
-        resample of a trace without a held-out part (config/trace_resample.py); otherwise the traffic itself."""
+        resample of a trace without a held-out part (traces/resample.py); otherwise the traffic itself."""
         if self.draws_arrivals:
             return self.model_copy(update={"arrival_seed": self.arrival_seed + FRESH_SEED_STRIDE * (index + 1)})
         if self.is_trace_based and self.holdout is None:

@@ -41,7 +41,6 @@ from spica_lib.deploy.replayed import Replayed
 
 DGD_API_VERSION = "nvidia.com/v1beta1"
 GPU = "nvidia.com/gpu"
-GPUS_PER_NODE = 8  # the generator's NodeConfig.num_gpus_per_node (its default), unless search_space.gpus_per_node
 GPU_TYPE_LABEL = "spica.dev/gpu-sku"  # on each worker's pods: the GPU type its role was replayed on
 SERVICE_FIELDS = {
     "componentType", "subComponentType", "replicas", "multinode", "extraPodSpec", "labels", "annotations",
@@ -52,7 +51,7 @@ SCALED_BY_PLANNER = {"agg": ("worker",), "disagg": ("prefill", "decode")}
 
 def v1beta1_documents(
     generated: list[dict[str, Any]], played: Replayed, *, name: str, namespace: str, skus: dict[str, str],
-    annotations: dict[str, str], gpus_per_node: int = GPUS_PER_NODE,
+    annotations: dict[str, str], gpus_per_node: int,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The generator's documents with its v1alpha1 DGD made the v1beta1 one (the others as they are)."""
     dgd, others = generated[0], generated[1:]

@@ -31,7 +31,6 @@ from typing import Any
 
 import yaml
 
-from spica_lib.deploy.dgd import GPUS_PER_NODE
 from spica_lib.deploy.release import installed_release
 from spica_lib.deploy.replayed import Replayed, RoleEngine
 
@@ -41,7 +40,7 @@ ROUTER_FLAG = {"kv_router": "kv", "round_robin": "round-robin"}
 
 def generated_documents(
     played: Replayed, *, name: str, namespace: str, system: str, isl: int | None, osl: int | None,
-    gpus_per_node: int = GPUS_PER_NODE,
+    gpus_per_node: int,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """The generator's Kubernetes documents for the replayed deployment (v1alpha1 DGD first)."""
     from aiconfigurator.generator.api import generate_from_request

@@ -7,7 +7,7 @@ list, so none can drift from another:
 - `spica rehearse --where slurm` renders the very same list through the very same function, with each worker's
   engine command swapped for a mocker's and nothing else (`rehearsal_steps`): the same exports, ports, `srun`
   options, readiness and teardown, so a defect in any of them fails the rehearsal;
-- `spica rehearse --where local` starts the same list as processes on this machine (deploy/live_processes.py).
+- `spica rehearse --where local` starts the same list as processes on this machine (rehearsal/processes.py).
 
 What a step gets:
 

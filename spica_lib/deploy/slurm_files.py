@@ -16,7 +16,6 @@ from spica_lib.base.artifacts import atomic_write_text
 from spica_lib.deploy.bench_job import AIPERF, aiperf_argv
 from spica_lib.deploy.live_plan import deployment_steps
 from spica_lib.deploy.slurm_script import SlurmOptions, TrafficStep, one_node, slurm_script
-from spica_lib.facts.hardware import system_facts
 from spica_lib.replay.plan import role_sku
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
@@ -26,13 +25,15 @@ SCRIPT = "deploy.sbatch"
 
 def write_slurm_files(
     folder: Path, record: TrialRecord, dgd: dict[str, Any], *, name: str, rank: int, run: str, dynamo: str,
-    options: SlurmOptions, gpus_per_node: int | None = None,
+    options: SlurmOptions, gpus_per_node: int,
 ) -> list[str]:  # fmt: skip
     """Write `folder/deploy.sbatch` and `folder/README.md`; return the files written (names in `folder`).
-    `gpus_per_node`: the config's node size, when it gives one (else the system file's)."""
+    `gpus_per_node`: the node the files are written for (deploy.json's, search_space.node_gpus)."""
     plan = record.spec.replay.plan
     skus = {role_sku(record.spec.sample, role) for role in ("agg", "prefill", "decode") if _has(plan, role)}
-    gpus_per_node = gpus_per_node or min(system_facts(sku).gpus_per_node for sku in skus)
+    if len(skus) > 1:
+        raise ValueError(f"its roles run on {sorted(skus)}, which one node does not hold: a SLURM script for several "
+                         "nodes is not written (Dynamo's file discovery cannot span them)")  # fmt: skip
     steps = deployment_steps(plan, dgd, str(record.spec.sample.get("backend")))
     one_node(steps, gpus_per_node)  # refused before any file is written: said in deploy.json's slurm_error
     folder.mkdir(parents=True, exist_ok=True)

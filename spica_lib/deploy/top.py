@@ -33,7 +33,7 @@ from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.config import SmartSearchConfig
 from spica_lib.deploy import settings
 from spica_lib.deploy.bench_job import AIPERF, benchmark_job, frontend_url, job_name, trace_configmap
-from spica_lib.deploy.dgd import GPUS_PER_NODE, v1beta1_documents
+from spica_lib.deploy.dgd import v1beta1_documents
 from spica_lib.deploy.dgdr_status import as_requested, write_dgdr_status
 from spica_lib.deploy.generator import generated_documents
 from spica_lib.deploy.k8s_check import document_problems
@@ -44,6 +44,7 @@ from spica_lib.deploy.slurm_files import write_slurm_files
 from spica_lib.deploy.slurm_script import SlurmOptions
 from spica_lib.replay.plan import role_sku
 from spica_lib.run.view import RunView
+from spica_lib.run.layout import deployment_folder
 from spica_lib.trial.describe import describe
 from spica_lib.trial.spec import TrialRecord
 
@@ -73,6 +74,9 @@ class DeploymentFiles(BaseModel):
     error: str | None = None  # no Kubernetes files: the generator failed, or a cluster would refuse one
     slurm: list[str] = []  # the files of slurm/ (empty: none, see slurm_error)
     slurm_error: str | None = None  # why there is no SLURM script
+    # The GPUs per node the files were written for (search_space.gpus_per_node, else the system's): the node the
+    # Kubernetes files place workers on and the SLURM script asks for, which a rehearsal asks for too.
+    gpus_per_node: int | None = None
 
 
 def write_top_deployments(
@@ -82,11 +86,11 @@ def write_top_deployments(
     Path(deploy_dir).mkdir(parents=True, exist_ok=True)
     top = view.ranked[: view.config.sweep.top_k]
     written = [
-        write_deployment(Path(deploy_dir) / str(rank), rank, view.records[row.key], view.config,
+        write_deployment(deployment_folder(deploy_dir, rank), rank, view.records[row.key], view.config,
                          run=view.validated.run, namespace=namespace, slurm=slurm)
         for rank, row in enumerate(top, start=1)
     ]  # fmt: skip
-    selected = Path(deploy_dir) / "1" / DGD_FILE  # a DGDR's answer: its status names the recommendation's DGD
+    selected = Path(deployment_folder(deploy_dir, 1)) / DGD_FILE  # a DGDR's answer: its status names the recommendation's DGD
     ready = bool(written) and written[0].error is None and selected.is_file()
     write_dgdr_status(view.config, deploy_dir, next(yaml.safe_load_all(selected.read_text())) if ready else None)
     return written
@@ -111,6 +115,8 @@ def write_deployment(
         rank=rank, key=record.key, deployment=describe(record.spec), name=name, namespace=namespace,
         dynamo_version=release.version, images=[], perf_db={}, files=[], differences=[],
     )  # fmt: skip
+    skus = {role: role_sku(record.spec.sample, role) for role in played.roles}
+    summary.gpus_per_node = config.search_space.node_gpus(skus.get("decode") or skus.get("agg"))
     backend = release.backends[played.backend]
     if backend.engine_version:
         summary.engine = f"{ENGINE_NAME[played.backend]} {backend.engine_version}"
@@ -118,7 +124,6 @@ def write_deployment(
         role: f"{ENGINE_NAME[played.backend]} {engine.perf_db_version} on {engine.system}"
         for role, engine in played.roles.items()
     }
-    skus = {role: role_sku(record.spec.sample, role) for role in played.roles}
     try:
         documents, jobs = _documents(record, played, name, namespace, skus, rank, run, config)
         atomic_write_text(folder / DGD_FILE, dump_documents(documents))
@@ -132,7 +137,7 @@ def write_deployment(
         try:  # from the Kubernetes file as written: the same commands, the same engine flags
             summary.slurm = write_slurm_files(folder / "slurm", record, dgd, name=name, rank=rank, run=run,
                                               dynamo=release.version, options=slurm or SlurmOptions(),
-                                              gpus_per_node=config.search_space.gpus_per_node)  # fmt: skip
+                                              gpus_per_node=summary.gpus_per_node)  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - said in deploy.json, the Kubernetes files stand
             summary.slurm_error = f"{type(exc).__name__}: {exc}"
     summary.files = sorted({p.name for p in folder.iterdir()} | {"README.md", "deploy.json"})
@@ -146,7 +151,7 @@ def _documents(
     config: SmartSearchConfig,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:  # fmt: skip
     workload = record.spec.replay.workload
-    node = config.search_space.gpus_per_node or GPUS_PER_NODE
+    node = config.search_space.node_gpus(skus.get("decode") or skus.get("agg"))
     generated = generated_documents(
         played, name=name, namespace=namespace, system=skus.get("decode") or skus["agg"],
         isl=workload.isl, osl=workload.osl, gpus_per_node=node,

@@ -51,7 +51,7 @@ def sweep_model(files: FleetFiles, model: str, cores: int | None, profile: str |
     print(f"model {model}: sweeping in {files.model_run(model).dir}", file=sys.stderr)
     code = run_forwarding_signals(command, cwd=folder)
     if code != 0:
-        raise RuntimeError(f"model {model}: its sweep exited {code}; see {files.model_run(model).dir}/logs/")
+        raise RuntimeError(f"model {model}: its sweep exited {code}; see {files.model_run(model).logs_dir}/")
     run = files.model_run(model)
     sha = read_model(run.config_json, _validated()).config_sha256
     write_model(files.model_done(model), ModelSweepDone(model=model, run_dir=run.dir, config_sha256=sha))

@@ -12,8 +12,8 @@ from pathlib import Path
 from spica_lib.base.lifetime import SWEEP_OWNER_VARIABLE, end_child
 from spica_lib.pilot.settings import SPOOL_VARIABLE, PilotSettings
 from spica_lib.pilot.spool import Spool
+from spica_lib.run.layout import RunFiles
 
-SPOOLS = ".pilot"  # under the run folder: one spool per sweep process
 _keeper: subprocess.Popen | None = None
 
 
@@ -22,13 +22,14 @@ def start_keeper(run_dir: str | Path, settings: PilotSettings) -> None:
     global _keeper
     if _keeper is not None or not settings.on:
         return
-    spools = Path(run_dir) / SPOOLS
+    files = RunFiles(dir=str(run_dir))
+    spools = Path(files.pilot_spools)
     shutil.rmtree(spools, ignore_errors=True)  # a killed sweep's (Snakemake's lock: no other sweep works here)
     spool = Spool(spools / f"{os.getpid()}-{secrets.token_hex(4)}").create()
     os.environ[SPOOL_VARIABLE] = str(spool.root.resolve())
     command = [
         sys.executable, "-m", "spica_lib.pilot.keeper", str(os.getpid()), str(spool.root.resolve()),
-        "--settings", settings.model_dump_json(), "--log-dir", str((Path(run_dir) / "logs" / "pilots").resolve()),
+        "--settings", settings.model_dump_json(), "--log-dir", str(Path(files.pilot_logs).resolve()),
     ]  # fmt: skip
     if os.environ.get(SWEEP_OWNER_VARIABLE, "").isdigit():  # started by `spica run`: the keeper watches it too
         command += ["--sweep-owner", os.environ[SWEEP_OWNER_VARIABLE]]

@@ -96,7 +96,7 @@ def enumerate_branches(config: SmartSearchConfig, policies: list[Any] | None = N
             f"no perf database on {space.hardware_sku} for any of {space.backend}; change search_space.backend or hardware_sku"
         )
     facts = resolve_model_hardware(space.model_name, space.hardware_sku, usable[0], versions[usable[0]])
-    max_seq_len = space.context_length or facts.model.max_context
+    max_seq_len = space.context_limit(facts.model.max_context)
     estimator = KvEstimator(space.model_name, space.hardware_sku, versions)
     branches = [
         _branch(config, mode, versions, facts, estimator, max_seq_len, policies)

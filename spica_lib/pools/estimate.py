@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.config import OptimizationGoal, OptimizationTarget, SLATarget, Workload
-from spica_lib.config.trace import scan_trace
+from spica_lib.traces.scan import scan_trace
 from spica_lib.facts.parallel import DisaggConfig, ParallelConfig, ParallelShape, ReplicaConfig
 
 Role = Literal["agg", "prefill", "decode"]

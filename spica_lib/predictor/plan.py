@@ -101,7 +101,7 @@ MIN_SCORED_WINDOWS = 3
 def window_warnings(config: SmartSearchConfig, kept_policies: list[CompositeEntry]) -> list[str]:
     """Warnings for each throughput interval that leaves the search part of the trace too few windows to score
     the load predictors on (they need warm-up windows first; warmup.warmup_windows), with the numbers."""
-    from spica_lib.config.trace import scan_trace
+    from spica_lib.traces.scan import scan_trace
 
     plan = plan_predictor_jobs(config, kept_policies)
     if plan.reason != "swept":

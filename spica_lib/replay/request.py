@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from spica_lib.base.since import without_defaults
 from spica_lib.config import SLATarget, Workload
-from spica_lib.config.trace import scan_trace, trace_arrivals, trace_output_lengths
+from spica_lib.traces.scan import scan_trace, trace_arrivals, trace_output_lengths
 from spica_lib.config.workload import DEFAULT_ARRIVAL_SEED
 from spica_lib.replay.plan import DeploymentPlan
 from spica_lib.replay.sla_adjust import SlaAdjustment, replayed_bound, replayed_sla

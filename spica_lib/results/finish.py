@@ -10,7 +10,7 @@ levels). What a fresh sample is depends on the traffic:
 - `arrival`: an open-loop synthetic workload drawn again with seeds the search never used
   (Workload.fresh_sample). A KV-router deployment's fresh samples also re-roll its tie-breaks.
 - `bootstrap`: a trace without a held-out part is resampled by blocks of time
-  (config/trace_resample.py): another day like the recorded one. Every deployment is replayed on
+  (traces/resample.py): another day like the recorded one. Every deployment is replayed on
   each resample, round robin included.
 - `holdout`: a trace with a held-out part (`workload.holdout`) is replayed on that part, which the
   search never saw; a KV-router deployment once per sample (its tie-breaks are random), a

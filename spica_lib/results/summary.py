@@ -9,7 +9,6 @@ bisection and the baselines add their sentences.
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -171,12 +170,21 @@ def early_stops(results: list[Any]) -> tuple[dict[str, int], int | None]:
     stops: Counter[str] = Counter()
     rank = None
     for result in results:
+        rule = early_stop_rule(result)
+        if rule is not None:
+            stops[rule] += 1
         if result.stop is not None:
-            stops[result.stop.rule] += 1
             rank = result.stop.rank or rank
-        elif result.status == "timed_out" and (result.reason or "").startswith("stalled"):
-            stops["stalled"] += 1
     return dict(stops), rank
+
+
+def early_stop_rule(result: Any) -> str | None:
+    """The rule that ended a replay before its end ("stalled": stopped for its pace), or None (it ran to the end)."""
+    if result.stop is not None:
+        return result.stop.rule
+    if result.status == "timed_out" and (result.reason or "").startswith("stalled"):
+        return "stalled"
+    return None
 
 
 def stops_text(summary: SweepSummary) -> str:
@@ -185,17 +193,6 @@ def stops_text(summary: SweepSummary) -> str:
         f"{count} {STOP_WORDS.get(rule, rule).format(rank=summary.prune_rank)}"
         for rule, count in sorted(summary.early_stops.items())
     )
-
-
-def no_feasible_candidate(summary_path: str) -> str | None:
-    """Why a finished sweep has nothing to rank (from its summary.json), or None when it has something."""
-    path = Path(summary_path)
-    if not path.is_file():
-        return None  # a partial target (e.g. `--until branches`) was asked for: nothing to judge
-    summary = SweepSummary.model_validate_json(path.read_text(encoding="utf-8"))
-    if summary.best_score is not None:
-        return None
-    return f"spica: the sweep found no feasible candidate ({summary_path}):\n{summary.line}"
 
 
 # Below this share of requests within the SLA, the summary warns: a goodput-per-GPU goal can be served best by

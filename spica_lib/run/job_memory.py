@@ -42,7 +42,7 @@ def search_input_tokens(config: SmartSearchConfig) -> int | None:
     workload = config.workload
     if workload.search_requests is None or not workload.is_trace_based:
         return largest_input_tokens(config)
-    from spica_lib.config.trace import scan_trace
+    from spica_lib.traces.scan import scan_trace
 
     scan = scan_trace(workload.trace_path)
     return math.ceil(scan.input_tokens * min(1.0, workload.search_requests / max(1, scan.records)))
@@ -50,7 +50,7 @@ def search_input_tokens(config: SmartSearchConfig) -> int | None:
 
 def _input_tokens(workload: Workload) -> int | None:
     if workload.is_trace_based:
-        from spica_lib.config.trace import scan_trace
+        from spica_lib.traces.scan import scan_trace
 
         return scan_trace(workload.trace_path).input_tokens  # a held-out split replays fewer
     requests = workload.expected_requests()

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import psutil
 
@@ -83,18 +84,32 @@ def run_sweep(
     profile: str | None = None,
     run: str | None = None,
     extra: list[str] | None = None,
+    verbose: bool = False,
 ) -> int:
+    """Run the sweep; on the screen its progress, then its answer (run/run_screen.py). A dry run prints
+    Snakemake's plan as Snakemake writes it."""
     command = snakemake_command(config, cores, profile, run, list(extra or []))
     problem = clear_stale_lock(Path.cwd().resolve(), command)
     if problem:
         print(problem, file=sys.stderr)
         return 1
-    if not DRY_RUN_FLAGS & set(extra or []):
-        # A sweep that will run: its Snakemake may start the warm host while it parses the Snakefile, not after
-        # (it cannot tell a dry run then), so the host's imports overlap Snakemake's own start.
-        os.environ[HOST_AT_PARSE_VARIABLE] = "1"
-    try:
+    if DRY_RUN_FLAGS & set(extra or []):
         return run_forwarding_signals(command)
+    from spica_lib.config import ConfigError
+    from spica_lib.run.layout import prepare_run
+    from spica_lib.run.run_screen import run_on_screen
+
+    try:  # the run folder holds the log, so it is named first, as the Snakefile names it; a bad config is
+        # refused here, before Snakemake starts and before anything is written under results/
+        run_dir = Path(prepare_run(config, run).dir)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    # A sweep that will run: its Snakemake may start the warm host while it parses the Snakefile, not after
+    # (it cannot tell a dry run then), so the host's imports overlap Snakemake's own start.
+    os.environ[HOST_AT_PARSE_VARIABLE] = "1"
+    try:
+        return run_on_screen(command, run_dir, verbose, run_forwarding_signals)
     finally:
         os.environ.pop(HOST_AT_PARSE_VARIABLE, None)
 
@@ -156,14 +171,19 @@ def _stop_with_parent(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def run_forwarding_signals(command: list[str], cwd: str | Path | None = None) -> int:
+def run_forwarding_signals(
+    command: list[str], cwd: str | Path | None = None, output: IO[str] | None = None, pass_fds: tuple[int, ...] = ()
+) -> int:
     """Run Snakemake and pass SIGTERM / SIGHUP on to it, so stopping `spica run` stops the sweep.
 
     Snakemake then stops its jobs, and each replay worker its children. (Ctrl-C reaches the whole
-    foreground process group by itself.)
+    foreground process group by itself.) With `output`, its stdout and stderr go there; `pass_fds` stay open in it.
     """
     env = {**os.environ, SWEEP_OWNER_VARIABLE: str(os.getpid())}
-    child = subprocess.Popen(command, cwd=cwd, env=env, preexec_fn=functools.partial(_stop_with_parent, os.getpid()))
+    child = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=output, stderr=output, pass_fds=pass_fds,
+        preexec_fn=functools.partial(_stop_with_parent, os.getpid()),
+    )  # fmt: skip
 
     def forward(signum: int, frame: object) -> None:
         child.send_signal(signum)

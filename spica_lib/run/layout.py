@@ -26,6 +26,11 @@ RESULTS_ROOT = "results"
 DEFAULT_CONFIG = "config/default.yaml"
 
 
+def deployment_folder(deploy_dir: str | Path, rank: int) -> str:
+    """`deploy/<rank>/` inside any deploy folder (a run's, or one the deploy files are written to by hand)."""
+    return f"{deploy_dir}/{rank}"
+
+
 class RunFiles(BaseModel):
     """The results tree of one run: every artifact's path is spelled here and nowhere else.
 
@@ -173,14 +178,48 @@ class RunFiles(BaseModel):
         return f"{self.dir}/deploy"
 
     def deployment(self, rank: int) -> str:
-        return f"{self.deploy_dir}/{rank}"
+        return deployment_folder(self.deploy_dir, rank)
 
     @property
     def manifest_json(self) -> str:
         return f"{self.dir}/manifest.json"
 
+    @property
+    def logs_dir(self) -> str:
+        return f"{self.dir}/logs"
+
     def log(self, stage: str) -> str:
-        return f"{self.dir}/logs/{stage}.log"
+        return f"{self.logs_dir}/{stage}.log"
+
+    @property
+    def pilot_logs(self) -> str:
+        """The pilots' own logs (spica_lib/pilot/)."""
+        return f"{self.logs_dir}/pilots"
+
+    @property
+    def pilot_spools(self) -> str:
+        """The pilots' spools: one per sweep process, removed when it ends (spica_lib/pilot/launch.py)."""
+        return f"{self.dir}/.pilot"
+
+    @property
+    def sweep_process_json(self) -> str:
+        """Which Snakemake runs the sweep now, while it runs (run/sweep_process.py)."""
+        return f"{self.dir}/sweep_process.json"
+
+    @property
+    def trace_scans(self) -> str:
+        """Each trace's scan, kept for the run's other processes (traces/scan.py)."""
+        return f"{self.dir}/.trace-scans"
+
+    @property
+    def trace_resamples(self) -> str:
+        """The finish's resamples of a trace and the search's sample (traces/resample.py)."""
+        return f"{self.dir}/.trace-resamples"
+
+    @property
+    def snakemake_log(self) -> str:
+        """Snakemake's own log of the last `spica run`, with whatever its jobs printed (run/run_screen.py)."""
+        return f"{self.logs_dir}/snakemake.log"
 
 
 class RunLayout(RunFiles):

@@ -22,6 +22,8 @@ from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.artifacts import read_model
 from spica_lib.config.validate import ValidatedConfig
+from spica_lib.results.summary import early_stop_rule
+from spica_lib.run.answer import answer_block, fresh_bests, recommendation_line
 from spica_lib.run.layout import RunFiles
 from spica_lib.run.sweep_process import SweepState, running_process, sweep_state
 from spica_lib.search.history import RoundSuggestions
@@ -40,6 +42,7 @@ class BranchStatus(BaseModel):
     trials_running: int
     trials_interrupted: int  # started by a sweep that is gone, never finished
     trials_failed: int
+    trials_stopped_early: int = 0  # ended before their replay's end on a sound bound (pruned, certain misses, stalls)
     trials_expected: int = 0  # suggested so far, plus a round's worth per round still to suggest
     trials_finished_this_run: int = 0  # finished by the sweep running now (its journal written since it started)
     replay_seconds: float = 0.0  # the finished trials' replay time, summed
@@ -115,7 +118,7 @@ def _branch_status(
             keys += read_model(files.refill_suggestions(mode, round_index, refill), RoundSuggestions).new_keys
             refill += 1
         told += Path(files.observations(mode, round_index)).is_file()
-    finished, running, interrupted, failed, here, replay_seconds = 0, 0, 0, 0, 0, 0.0
+    finished, running, interrupted, failed, stopped_early, here, replay_seconds = 0, 0, 0, 0, 0, 0, 0.0
     best: tuple[float, str] | None = None
     for key in dict.fromkeys(keys):
         journal = Path(files.journal(key))
@@ -125,6 +128,7 @@ def _branch_status(
             replay_seconds += result.replay_seconds
             here += live_since is not None and journal.stat().st_mtime >= live_since
             failed += result.status in ("failed", "timed_out")
+            stopped_early += early_stop_rule(result) is not None
             if result.status == "feasible" and result.score is not None and (best is None or result.score > best[0]):
                 best = (result.score, key)
         elif Path(files.started(key)).is_file():
@@ -141,6 +145,7 @@ def _branch_status(
         trials_running=running,
         trials_interrupted=interrupted,
         trials_failed=failed,
+        trials_stopped_early=stopped_early,
         trials_expected=len(dict.fromkeys(keys)) + (0 if stalled else (max_rounds - suggested) * per_round),
         trials_finished_this_run=here,
         replay_seconds=replay_seconds,
@@ -159,10 +164,18 @@ STATE_TEXT = {
 
 
 def status_text(run_dir: str | Path, status: RunStatus) -> str:
+    """How far the run is; a finished run's answer first (its fresh numbers, the search's beside them) and last."""
     target = read_model(RunFiles(dir=str(run_dir)).config_json, ValidatedConfig).config.goal.target
     lines = [f"{run_dir}: {STATE_TEXT[status.state].format(snakemake=status.snakemake)}"]
+    answer = answer_block(run_dir) if status.state == "finished" else None
+    fresh = fresh_bests(run_dir) if answer else {}
+    if answer:
+        lines.append(f"  {recommendation_line(run_dir)}")
     for s in status.branches:
-        best = f"best {score_text(s.best_score, target)} ({s.best_key[:12]})" if s.best_key else "no feasible trial yet"
+        best = (f"best on the search's sample {score_text(s.best_score, target)} ({s.best_key[:12]})"
+                if s.best_key else "no feasible trial yet")  # fmt: skip
+        if s.branch in fresh:
+            best = f"{fresh[s.branch]}; {best}"
         state = ", stalled" if s.stalled else ""
         lines.append(
             f"  {s.branch:<7} rounds {s.rounds_told}/{s.rounds_total}{state}; trials finished {s.trials_finished}, "
@@ -171,6 +184,8 @@ def status_text(run_dir: str | Path, status: RunStatus) -> str:
             + f"failed {s.trials_failed}; {best}"
         )
     lines.append(f"  progress: {progress_text(status)}")
+    if answer:
+        lines += ["", answer]
     return "\n".join(lines)
 
 
@@ -179,15 +194,15 @@ def progress_text(status: RunStatus) -> str:
     running = sum(b.trials_running for b in status.branches)
     replay = sum(b.replay_seconds for b in status.branches)
     text = (f"{status.trials_finished} of about {status.trials_expected} trials done"
-            + (f", {running} running" if running else "") + f"; {_duration(replay)} of replays")  # fmt: skip
+            + (f", {running} running" if running else "") + f"; {duration_text(replay)} of replays")  # fmt: skip
     if status.remaining_seconds is None:
         return text + ("; time left: not known until a trial of this run ends" if status.running_seconds else "")
     if status.remaining_seconds == 0:
         return text + "; the search's trials are done"
-    return text + f"; about {_duration(status.remaining_seconds)} left for the search's trials at this run's pace"
+    return text + f"; about {duration_text(status.remaining_seconds)} left for the search's trials at this run's pace"
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:

@@ -24,9 +24,9 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from spica_lib.base.artifacts import TEMPORARY_SUFFIX, read_model, write_model
+from spica_lib.run.layout import RunFiles
 
 SweepState = Literal["running", "running elsewhere", "stopped", "finished", "not started"]
-FILE_NAME = "sweep_process.json"
 
 
 class SweepProcess(BaseModel):
@@ -50,18 +50,18 @@ def mark_running(run_dir: str | Path) -> SweepProcess:
         started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    write_model(Path(run_dir) / FILE_NAME, process)
+    write_model(RunFiles(dir=str(run_dir)).sweep_process_json, process)
     return process
 
 
 def clear_mark(run_dir: str | Path) -> None:
     """As the sweep ends (well or not): it is no longer running."""
-    (Path(run_dir) / FILE_NAME).unlink(missing_ok=True)
+    Path(RunFiles(dir=str(run_dir)).sweep_process_json).unlink(missing_ok=True)
 
 
 def running_process(run_dir: str | Path) -> SweepProcess | None:
     """The recorded Snakemake of this sweep, when there is a record."""
-    path = Path(run_dir) / FILE_NAME
+    path = Path(RunFiles(dir=str(run_dir)).sweep_process_json)
     return read_model(path, SweepProcess) if path.is_file() else None
 
 

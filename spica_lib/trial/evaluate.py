@@ -15,7 +15,7 @@ from typing import Any
 from spica_lib.base.versions import package_versions
 from spica_lib.config import OptimizationTarget, SmartSearchConfig
 from spica_lib.config.presets import CompositeEntry
-from spica_lib.config.trace import scan_trace
+from spica_lib.traces.scan import scan_trace
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.facts.parallel import ParallelConfig
 from spica_lib.replay.plan import build_deployment, checked_by_dynamo, role_sku

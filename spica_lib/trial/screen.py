@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.config import OptimizationGoal, OptimizationTarget, SmartSearchConfig, Workload
-from spica_lib.config.trace import scan_trace
+from spica_lib.traces.scan import scan_trace
 from spica_lib.replay.request import ReplayRequest, ScreenPlan
 
 MIN_SCREEN_REQUESTS = 40

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spica_lib.base.artifacts import sha256_of
 from spica_lib.config import OptimizationGoal
-from spica_lib.config.trace import scan_trace
+from spica_lib.traces.scan import scan_trace
 from spica_lib.config.workload import SPLIT_MARK
 from spica_lib.facts.parallel import DisaggConfig, ReplicaConfig
 from spica_lib.replay.request import EarlyStop, PaceCheckpoint, ReplayRequest, ScalingEvent

@@ -11,7 +11,7 @@ from pathlib import Path
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.config import SmartSearchConfig
-from spica_lib.config.trace import scan_trace
+from spica_lib.traces.scan import scan_trace
 from spica_lib.config.validate import ValidatedConfig
 from spica_lib.facts.kv_capacity import KvEstimator
 from spica_lib.pools.branches import BranchSpec

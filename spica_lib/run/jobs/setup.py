@@ -19,7 +19,7 @@ from typing import Any
 from spica_lib.base.artifacts import read_model, write_model
 from spica_lib.base.logs import stage_log
 from spica_lib.config.policies import PolicyFilter, apply_policy_filters
-from spica_lib.config.trace import keep_scan
+from spica_lib.traces.scan import keep_scan
 from spica_lib.config.validate import ValidatedConfig, build_validated_config
 from spica_lib.pools.branches import enumerate_branches
 from spica_lib.pools.table import write_pool

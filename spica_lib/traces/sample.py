@@ -5,7 +5,7 @@ The sample keeps the trace's shape over time. The trace's span is cut into `STRA
 contiguous stretch of the same share of the window's span (the sample's share of the trace's requests) is kept,
 starting at a seeded offset inside the window, and the stretches are laid end to end in the windows' order. Each
 stretch keeps its arrivals at their offsets, so the rate inside it is the trace's rate there: a day's quiet night
-and busy afternoon both appear, each at its own rate, where a block bootstrap (config/trace_resample.py) would
+and busy afternoon both appear, each at its own rate, where a block bootstrap (traces/resample.py) would
 draw 2.4-hour windows at random and lose the diurnal shape. Nothing is drawn twice, so no stretch repeats another's
 KV block ids. A stretch's first requests find a cache that the trace's earlier requests would have warmed empty:
 the sample is slightly pessimistic on prefix reuse.
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from spica_lib.config.trace import scan_trace
-from spica_lib.config.trace_resample import derived_trace
+from spica_lib.traces.scan import scan_trace
+from spica_lib.traces.resample import derived_trace
 
 SAMPLE_FORMAT = 1
 STRATA = 20

@@ -3,7 +3,7 @@
 The script is rendered from the deployment's own steps by the function `deploy/<rank>/slurm/deploy.sbatch` is
 rendered by (deploy/slurm_script.py), with each worker's engine command swapped for Dynamo's mocker and nothing
 else (deploy/live_plan.py `rehearsal_steps`): the same exports, ports, `srun` options and GPUs, readiness and
-teardown, in this machine's Python environment. Its traffic step is Spica's own client (deploy/traffic_step.py),
+teardown, in this machine's Python environment. Its traffic step is Spica's own client (rehearsal/traffic_step.py),
 which records every token's time beside the script (AIPerf's summary could not be held against the replay request
 by request). Everything lives in `deploy/<rank>/rehearsal/slurm/`, which the cluster's nodes
 must see (this machine's run folder). The job is cancelled if the rehearsal ends before it (a keeper cancels it
@@ -23,27 +23,28 @@ from pathlib import Path
 from typing import Any
 
 from spica_lib.base.lifetime import die_with_parent
-from spica_lib.deploy.live_plan import rehearsal_steps, role_workers
-from spica_lib.deploy.live_processes import RehearsalFailed
-from spica_lib.deploy.live_results import run_rows
-from spica_lib.deploy.model_folder import write_model_folder
-from spica_lib.deploy.rehearsal import ProcessLog, Rehearsal, RequestRow
-from spica_lib.deploy.rehearsal_traffic import RehearsalTraffic
+from spica_lib.deploy.live_plan import rehearsal_steps
+from spica_lib.rehearsal.processes import RehearsalFailed
+from spica_lib.rehearsal.results import run_rows
+from spica_lib.rehearsal.model_folder import write_model_folder
+from spica_lib.rehearsal.record import ProcessLog, Rehearsal, RequestRow
+from spica_lib.rehearsal.traffic import RehearsalTraffic
 from spica_lib.deploy.slurm_script import SlurmOptions, TrafficStep, slurm_script
-from spica_lib.deploy.traffic_step import read_runs
-from spica_lib.facts.hardware import system_facts
-from spica_lib.replay.plan import role_sku
+from spica_lib.rehearsal.traffic_step import read_runs
 from spica_lib.trial.spec import TrialRecord
 
 JOB_MINUTES = 15  # the rehearsal job's time limit
 POLL_SECONDS = 2.0
 # A pending job waits for these; any other reason (PartitionConfig, say) means it never starts as submitted.
-WAITING_REASONS = {"None", "Priority", "Resources", "BeginTime", "JobHeldUser", "Dependency"}
+# The node held by another partition's job reads as "Nodes required for job are DOWN, DRAINED or reserved for jobs in
+# higher priority partitions" (SLURM 22.05): a wait too, bounded by the job's own deadline.
+WAITING_REASONS = {"None", "Priority", "Resources", "BeginTime", "JobHeldUser", "Dependency", "ReqNodeNotAvail",
+                   "Nodes required for job are DOWN"}  # each as the reason begins, before its first comma
 
 
 def run_on_slurm(
     folder: Path, record: TrialRecord, dgd: dict[str, Any], runs: tuple[RehearsalTraffic, RehearsalTraffic],
-    speedup: float, found: Rehearsal, partition: str | None = None, gpus_per_node: int | None = None,
+    speedup: float, found: Rehearsal, gpus_per_node: int, partition: str | None = None,
 ) -> tuple[list[list[RequestRow]], Rehearsal]:  # fmt: skip
     """The rehearsal's steps through the deployment's own kind of sbatch script; its open then its closed run."""
     work = folder / "rehearsal" / "slurm"
@@ -52,7 +53,6 @@ def run_on_slurm(
     model = record.spec.sample["model_name"]
     write_model_folder(model, work / "model")
     plan = record.spec.replay.plan
-    roles = role_workers(plan)
     steps = rehearsal_steps(plan, dgd, str(record.spec.sample.get("backend")), model, speedup)
     for step in steps:
         if step.engine_args is not None:
@@ -60,16 +60,15 @@ def run_on_slurm(
     for traffic, file in zip(runs, ("open.json", "closed.json"), strict=True):
         (work / file).write_text(traffic.model_dump_json(), encoding="utf-8")
     step = TrafficStep(
-        argv=["python3", "-m", "spica_lib.deploy.traffic_step", "$HERE/open.json", "$HERE/closed.json",
+        argv=["python3", "-m", "spica_lib.rehearsal.traffic_step", "$HERE/open.json", "$HERE/closed.json",
               "http://$HEAD:$PORT", model, "$HERE/model", "$HERE/live.json", f"{speedup:g}"],
-        check=["python3", "-c", "import spica_lib.deploy.traffic_step"],
+        check=["python3", "-c", "import spica_lib.rehearsal.traffic_step"],
         check_fails="Spica's rehearsal client is not importable in this Python environment",
     )  # fmt: skip
     name = f"spica-rehearse-{found.rank}"
     options = SlurmOptions(python_env=sys.prefix, partition=partition, time=str(JOB_MINUTES))
-    sku = role_sku(record.spec.sample, next(iter(roles)))
     script = slurm_script(name=name, about=[f"Rehearsal of rank {found.rank}: {found.deployment}"], processes=steps,
-                          gpus_per_node=gpus_per_node or system_facts(str(sku)).gpus_per_node, options=options,
+                          gpus_per_node=gpus_per_node, options=options,
                           model=model, fetch=None, traffic=step, engine="mocker")  # fmt: skip
     (work / "rehearse.sbatch").write_text(script, encoding="utf-8")
     job = _submit(work)
@@ -100,13 +99,13 @@ def _submit(work: Path) -> str:
 def _wait(job: str, work: Path) -> None:
     """Until the job has left the queue; cancelled if this process ends first (or dies: the keeper)."""
     parent = os.getpid()
-    keeper = subprocess.Popen([sys.executable, "-m", "spica_lib.deploy.folder_keeper", "", job],
+    keeper = subprocess.Popen([sys.executable, "-m", "spica_lib.rehearsal.folder_keeper", "", job],
                               preexec_fn=lambda: die_with_parent(parent, signal.SIGTERM), stdin=subprocess.DEVNULL)  # fmt: skip
     try:
         deadline = time.monotonic() + JOB_MINUTES * 60 + 120
         while state := _state(job):
             status, _, reason = state.partition(" ")
-            if status == "PENDING" and reason not in WAITING_REASONS:
+            if status == "PENDING" and reason.split(",")[0] not in WAITING_REASONS:
                 raise RehearsalFailed(f"SLURM job {job} cannot start: pending ({reason}); cancelled")
             if time.monotonic() > deadline:
                 raise RehearsalFailed(f"SLURM job {job} is still queued or running after its time limit; cancelled")

@@ -1,5 +1,5 @@
-"""`python -m spica_lib.deploy.traffic_step OPEN CLOSED URL MODEL MODEL_DIR OUT SPEEDUP`: a rehearsal's traffic, its
-open loop then its closed loop, sent from a SLURM step (deploy/rehearse_slurm.py) once the deployment serves MODEL
+"""`python -m spica_lib.rehearsal.traffic_step OPEN CLOSED URL MODEL MODEL_DIR OUT SPEEDUP`: a rehearsal's traffic, its
+open loop then its closed loop, sent from a SLURM step (rehearsal/on_slurm.py) once the deployment serves MODEL
 (its tokenizer in MODEL_DIR); each run's timings and load, and the registered workers, go to OUT.
 """
 
@@ -12,9 +12,9 @@ import urllib.request
 from pathlib import Path
 
 from spica_lib.base.artifacts import atomic_write_text
-from spica_lib.deploy.live_client import ClientRun, LiveRequest, send_traffic, warm_up
-from spica_lib.deploy.model_folder import vocabulary_size
-from spica_lib.deploy.rehearsal_traffic import RehearsalTraffic
+from spica_lib.rehearsal.client import ClientRun, LiveRequest, send_traffic, warm_up
+from spica_lib.rehearsal.model_folder import vocabulary_size
+from spica_lib.rehearsal.traffic import RehearsalTraffic
 
 
 def main(open_path: str, closed_path: str, url: str, model: str, model_dir: str, out: str, speedup: str) -> None:

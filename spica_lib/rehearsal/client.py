@@ -1,6 +1,6 @@
 """Send a rehearsal's requests to a live frontend and time every token: Spica's own small client on aiohttp.
 
-Each request goes to `/v1/completions` (a prompt of n words is n tokens there: deploy/model_folder.py) with
+Each request goes to `/v1/completions` (a prompt of n words is n tokens there: rehearsal/model_folder.py) with
 `max_tokens` its output length, `ignore_eos`, streamed, and `nvext.extra_fields: [worker_id]` so every chunk
 names the prefill and decode worker that served it. Open-loop requests are sent at their arrival times
 divided by `speedup` (the mocker's steps run that much faster); a closed loop keeps its cap in flight.
@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from spica_lib.deploy.rehearsal_traffic import RehearsalTraffic, prompt
+from spica_lib.rehearsal.traffic import RehearsalTraffic, prompt
 
 REQUEST_TIMEOUT_SECONDS = 300.0
 

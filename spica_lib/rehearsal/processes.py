@@ -9,7 +9,7 @@ that exits (a setting its engine refuses), a frontend that never answers `/healt
 No process outlives its owner: each child asks the kernel for SIGKILL when this process dies, and leads its
 own process group, which `stop` signals. The folder the processes share (discovery, the model folder, their
 HOME, where the frontend caches model cards) is removed by `stop`, or, when this process is killed outright,
-by a keeper (`python -m spica_lib.deploy.folder_keeper`) that the kernel signals at its death.
+by a keeper (`python -m spica_lib.rehearsal.folder_keeper`) that the kernel signals at its death.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ class LiveDeployment:
     def __enter__(self) -> LiveDeployment:
         parent = os.getpid()
         self.keeper = subprocess.Popen(
-            [sys.executable, "-m", "spica_lib.deploy.folder_keeper", str(self.folder)],
+            [sys.executable, "-m", "spica_lib.rehearsal.folder_keeper", str(self.folder)],
             preexec_fn=lambda: die_with_parent(parent, signal.SIGTERM),
             stdin=subprocess.DEVNULL,
         )

@@ -39,7 +39,7 @@ from typing import NamedTuple
 import numpy as np
 
 from spica_lib.base.artifacts import atomic_write_text
-from spica_lib.config.trace import DEFAULT_SPLIT_ROOT, SPLIT_ROOT_ENV, scan_trace
+from spica_lib.traces.scan import DEFAULT_SPLIT_ROOT, SPLIT_ROOT_ENV, scan_trace
 
 RESAMPLES_ENV = "SPICA_TRACE_RESAMPLES"  # where a sweep keeps its resamples (set by the workflow)
 RESAMPLE_FORMAT = 2  # bumped when the rule changes, so an older resample is never reused (2: fresh copies)

@@ -1,6 +1,6 @@
 """Artifact `deploy/<rank>/rehearsal.json`: a deployment started for real (mocker workers) against its replay.
 
-The same traffic sample (deploy/rehearsal_traffic.py) is sent to the live frontend and replayed offline, and
+The same traffic sample (rehearsal/traffic.py) is sent to the live frontend and replayed offline, and
 the two are summarised by one function from per-request rows (`load_stats`), so every difference is the live
 system's: its frontend, router and network, which the replay does not simulate. Live times are scaled back by
 the speed-up the rehearsal ran at (the mocker's steps ran that much faster, the arrivals came that much

@@ -1,8 +1,8 @@
-"""`python -m spica_lib.deploy.folder_keeper FOLDER [JOB]`: when signalled, cancels SLURM job JOB (if given),
+"""`python -m spica_lib.rehearsal.folder_keeper FOLDER [JOB]`: when signalled, cancels SLURM job JOB (if given),
 removes FOLDER, and exits.
 
-A rehearsal starts it with the kernel's promise of SIGTERM at the rehearsal's death (deploy/live_processes.py,
-deploy/rehearse_slurm.py), so that neither the folder its processes shared nor the job it submitted outlives
+A rehearsal starts it with the kernel's promise of SIGTERM at the rehearsal's death (rehearsal/processes.py,
+rehearsal/on_slurm.py), so that neither the folder its processes shared nor the job it submitted outlives
 it, even when the rehearsal itself is killed outright.
 """
 

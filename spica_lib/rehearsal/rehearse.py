@@ -3,10 +3,10 @@
 Before anyone spends a GPU on `deploy/<rank>/`, the rehearsal starts what those files describe with Dynamo's
 own frontend, router and workers (deploy/live_plan.py: the DGD's frontend command, the replay's engine
 arguments in each mocker), waits until every worker has registered, sends a bounded sample of the trial's
-traffic (deploy/rehearsal_traffic.py) and replays the same sample offline. `deploy/<rank>/rehearsal.json`
+traffic (rehearsal/traffic.py) and replays the same sample offline. `deploy/<rank>/rehearsal.json`
 (`Rehearsal`) and `rehearsal.md` hold both side by side, and the logs of every process are kept in
 `deploy/<rank>/rehearsal/`. A deployment that does not start, register, route or serve is a clear failure
-naming the process and its log (deploy/live_processes.py), recorded in `rehearsal.json` → `error`.
+naming the process and its log (rehearsal/processes.py), recorded in `rehearsal.json` → `error`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import yaml
 
 from spica_lib.base.artifacts import atomic_write_text, write_model
 from spica_lib.base.versions import package_versions
-from spica_lib.deploy.live_client import send_traffic, warm_up
+from spica_lib.rehearsal.client import send_traffic, warm_up
 from spica_lib.deploy.live_plan import rehearsal_steps, role_workers
 from spica_lib.replay.plan import DeploymentPlan
-from spica_lib.deploy.live_processes import LiveDeployment, RehearsalFailed, free_ports
-from spica_lib.deploy.live_results import run_rows
-from spica_lib.deploy.model_folder import vocabulary_size, write_model_folder
-from spica_lib.deploy.rehearsal import (
+from spica_lib.rehearsal.processes import LiveDeployment, RehearsalFailed, free_ports
+from spica_lib.rehearsal.results import run_rows
+from spica_lib.rehearsal.model_folder import vocabulary_size, write_model_folder
+from spica_lib.rehearsal.record import (
     COMPARED,
     TOLERANCES,
     ProcessLog,
@@ -36,7 +36,8 @@ from spica_lib.deploy.rehearsal import (
     load_stats,
     replay_rows,
 )
-from spica_lib.deploy.rehearsal_traffic import (
+from spica_lib.run.layout import deployment_folder
+from spica_lib.rehearsal.traffic import (
     DEFAULT_REQUESTS,
     RehearsalTraffic,
     closed_loop,
@@ -59,7 +60,7 @@ def rehearse(
     partition: str | None = None,
 ) -> Rehearsal:
     """Rehearse `deploy/<rank>/` (see the module docstring); raises RehearsalFailed after writing the record."""
-    folder = Path(deploy_dir) / str(rank)
+    folder = Path(deployment_folder(deploy_dir, rank))
     if not (folder / "trial.json").is_file():
         raise RehearsalFailed(f"no deployment files at {folder} (the run ranks fewer, or its deploy stage has not run)")
     record = TrialRecord.model_validate_json((folder / "trial.json").read_text(encoding="utf-8"))
@@ -80,10 +81,10 @@ def rehearse(
         closed = closed_loop(traffic, found.closed_in_flight)
         closed_replayed = _replayed(record.spec, write_trace(closed, work / "closed.jsonl"), closed, work, "closed")
         if where == "slurm":
-            from spica_lib.deploy.rehearse_slurm import run_on_slurm
+            from spica_lib.rehearsal.on_slurm import run_on_slurm
 
-            (rows, closed_rows), found = run_on_slurm(folder, record, dgd, (traffic, closed), speedup, found, partition,
-                                                      gpus_per_node=_gpus_per_node(Path(deploy_dir)))  # fmt: skip
+            (rows, closed_rows), found = run_on_slurm(folder, record, dgd, (traffic, closed), speedup, found,
+                                                      _gpus_per_node(folder), partition)  # fmt: skip
         else:
             (rows, closed_rows), found = _run_locally(work, record, dgd, (traffic, closed), speedup, found)
         found.live, found.replay = load_stats(rows, sla), load_stats(replayed, sla)
@@ -124,7 +125,7 @@ def _replayed(spec: TrialSpec, trace: Path, traffic: RehearsalTraffic, work: Pat
     workers the live side runs: the planner's starting counts, held (the live mockers have no planner)."""
     import pandas as pd
 
-    from spica_lib.config.trace import scan_trace
+    from spica_lib.traces.scan import scan_trace
     from spica_lib.trial.evaluate import evaluate_trial
 
     workload = spec.replay.workload.model_copy(update={
@@ -155,15 +156,17 @@ def closed_in_flight(replayed: list[RequestRow], requests: int, plan: Deployment
     return max(1, cap)
 
 
-def _gpus_per_node(deploy_dir: Path) -> int | None:
-    """The run's node size (search_space.gpus_per_node), as its deploy stage wrote the script with (None: the
-    system's, or a deploy folder outside a run)."""
+def _gpus_per_node(folder: Path) -> int:
+    """The node the deployment's files were written for (deploy.json), which its script, and so its rehearsal,
+    asks for."""
     from spica_lib.base.artifacts import read_model
-    from spica_lib.config.validate import ValidatedConfig
-    from spica_lib.run.layout import RunFiles
+    from spica_lib.deploy.top import DeploymentFiles
 
-    path = Path(RunFiles(dir=str(deploy_dir.parent)).config_json)
-    return read_model(path, ValidatedConfig).config.search_space.gpus_per_node if path.is_file() else None
+    written = read_model(folder / "deploy.json", DeploymentFiles).gpus_per_node if (folder / "deploy.json").is_file() else None
+    if written is None:
+        raise RehearsalFailed(f"{folder / 'deploy.json'} does not say the node its files were written for: write them "
+                              "again (spica report RUN)")  # fmt: skip
+    return written
 
 
 HANDOFF_LIMIT = "handoff session limit"  # Dynamo 1.5.1's live mocker, refusing a prefill beyond its session slots

@@ -1,14 +1,14 @@
-"""What the live client saw, as the rows a rehearsal compares (deploy/rehearsal.py), and the check that every role
+"""What the live client saw, as the rows a rehearsal compares (rehearsal/record.py), and the check that every role
 was reached: a role none of whose workers served a request is a failure, whatever the latencies say."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from spica_lib.deploy.live_client import ClientRun, LiveRequest
+from spica_lib.rehearsal.client import ClientRun, LiveRequest
 from spica_lib.deploy.live_plan import COMPONENT, role_workers
-from spica_lib.deploy.live_processes import RehearsalFailed
-from spica_lib.deploy.rehearsal import MachineLoad, Rehearsal, RequestRow
+from spica_lib.rehearsal.processes import RehearsalFailed
+from spica_lib.rehearsal.record import MachineLoad, Rehearsal, RequestRow
 from spica_lib.replay.plan import DeploymentPlan
 
 
@@ -48,7 +48,7 @@ def unreached(rows: list[RequestRow], roles: dict, frontend_log: Path) -> None:
 
 
 def machine_load(run: ClientRun) -> MachineLoad:
-    """Whether the machine kept up with one traffic run (deploy/rehearsal.py: MachineLoad)."""
+    """Whether the machine kept up with one traffic run (rehearsal/record.py: MachineLoad)."""
     lags = sorted(run.loop_lag_ms) or [0.0]
     return MachineLoad(cores=run.cores, busy_share=run.busy_share, loop_lag_p90_ms=lags[int(0.9 * (len(lags) - 1))],
                        loop_lag_max_ms=lags[-1])  # fmt: skip
