@@ -137,6 +137,29 @@ def test_a_load_dependent_error_only_the_parts_can_express_is_kept_report_only()
     assert cv["parts"] < 1e-6 < cv[choice.applied]
 
 
+def test_a_scale_that_slows_decode_when_replayed_is_refused_on_the_fitting_rows():
+    """The cross-validation predicts TPOT as replayed; applied through the replay, a prefill scale also slows the
+    decode steps beside prefill chunks. A candidate whose fitting rows, replayed with its scales, come out worse than
+    the uncorrected default on TPOT is refused, and one without scales is kept."""
+    fitting, held = ids(True, 8), ids(False, 2)
+    runs = runs_for(fitting, held, lambda q, a: q + a, noisy_protocol_error=0.2)
+    only_fitting = {p: [c for c in run if fits(c.row)] for p, run in runs.items()}
+    asked = []
+
+    def slows_decode(protocol, correction, checks):
+        asked.append((protocol, correction.label))
+        return [c.model_copy(update={"replayed": c.replayed.model_copy(update={
+            "ttft_ms": c.measured.ttft_ms, "tpot_ms": c.replayed.tpot_ms * correction.prefill})}) for c in checks]  # fmt: skip
+
+    choice, fitted = choose(("h100_sxm", "vllm", "Qwen/Qwen3-32B"), only_fitting, "a", slows_decode)
+    assert asked and len(asked) <= 2  # MAX_REPLAY_CHECKS candidates with scales replayed, in order
+    refused = [c for c in choice.candidates if c.replay_admissible is False]
+    assert refused and all(c.fitting_replay["tpot_ms"] > 0 for c in refused)
+    assert choice.applied == "none" and not choice.decode_scaled and fitted["applied"].prefill == 1.0
+    # Without the check (no replay to ask), the same rows keep protocol b's scale, as the cross-validation alone says.
+    assert choose(("h100_sxm", "vllm", "Qwen/Qwen3-32B"), only_fitting, "a")[0].applied == "scale"
+
+
 def test_leave_one_out_predicts_each_row_from_the_others():
     fitting = ids(True, 5)
     checks = [check(r, LOADS[i], 150.0 * (i + 1), 0, 100.0 * (i + 1)) for i, r in enumerate(fitting)]
@@ -166,7 +189,12 @@ def test_the_fit_judges_the_held_out_half_only_after_choosing_and_writes_choices
     runs = {"aiconfigurator-benchmark": [c.model_copy(update={"protocol": "aiconfigurator-benchmark"}) for c in runs["a"]],
             "chunk-2048": [c.model_copy(update={"protocol": "chunk-2048"}) for c in runs["b"]]}  # fmt: skip
     outcome = fit_calibration(runs, "aiconfigurator-benchmark", named_fake_rescale, "test rows", {})
-    assert replays == [("chunk-2048", held)]  # only the held-out rows are replayed again, by the chosen protocol
+    # The fitting rows are replayed with the chosen scales before they are kept (system-wide, then the model's: a
+    # prefill scale also slows decode steps, which the cross-validation cannot see); the held-out rows once, after
+    # the choice, by the chosen protocol, as the test.
+    assert replays == [("chunk-2048", fitting)] * 2 + [("chunk-2048", held)]
+    assert all(c.replay_admissible for choice in outcome.calibration.choices for c in choice.candidates
+               if (c.protocol, c.correction) == (choice.protocol, choice.applied) and c.decode_scaled == choice.decode_scaled)  # fmt: skip
     file = CalibrationFile.model_validate_json(outcome.calibration.model_dump_json())
     assert {(c.model, c.protocol, c.applied) for c in file.choices} == {(None, "chunk-2048", "scale"),
                                                                         ("Qwen/Qwen3-32B", "chunk-2048", "scale")}

@@ -31,6 +31,7 @@ def fit_and_report(runs: dict[str, list[RowCheck]], default: ReplayProtocol, pat
           f"cross-validated TPOT and tokens/s/GPU errors are not above the uncorrected {default.name!r} protocol's; "
           "`parts` is a post-hoc prediction, report-only (docs/fidelity/load.md):\n")  # fmt: skip
     print(choice_table(calibration.choices, default.name))
+    print(replay_checks(calibration.choices, default.name))
     for s in calibration.scales:
         cost = f", +{s.ttft_overhead_ms:.0f} ms per request" if s.ttft_overhead_ms else ""
         print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: {s.fit}: prefill x{s.prefill:.3f}{cost}, "
@@ -99,6 +100,33 @@ def choice_table(choices: list[GroupChoice], default: str) -> str:
         lines.append(f"| {c.system} | {c.backend} | {c.model or 'every model'} | {c.fitting_rows} | {c.protocol} | "
                      f"{applied} | {only} | {_cv(kept)} | {_cv(plain)} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def replay_checks(choices: list[GroupChoice], default: str) -> str:
+    """Each candidate with scales the choice replayed on its group's fitting rows before keeping it (in sample): its
+    MAPE there beside the uncorrected default protocol's, and whether it was kept or refused for being worse on a
+    metric."""
+    lines = []
+    for choice in choices:
+        plain = _candidate(choice, default, "none")
+        for c in choice.candidates:
+            if c.replay_admissible is None:
+                continue
+            verdict = "kept" if c.replay_admissible else "refused"
+            lines.append(f"- {choice.system} / {choice.backend} / {choice.model or 'every model'}: {c.protocol}, "
+                         f"{label(c.correction, c.decode_scaled)}: {_cv_of(c.fitting_replay)} "
+                         f"(uncorrected {_cv_of(plain.cv if plain else {})}): {verdict}")  # fmt: skip
+    if not lines:
+        return ""
+    return ("\nCandidates with scales, replayed on the fitting rows before being kept (a prefill scale also slows the "
+            "decode steps beside prefill chunks, which the cross-validation cannot see): TTFT / TPOT / tok/s/GPU MAPE "
+            "there:\n\n" + "\n".join(lines))  # fmt: skip
+
+
+def _cv_of(errors: dict[str, float]) -> str:
+    if not errors:
+        return "no row replayed"
+    return f"{errors['ttft_ms']:.0f} / {errors['tpot_ms']:.0f} / {errors['tokens_per_second_per_gpu']:.0f} %"
 
 
 def _candidate(choice: GroupChoice, protocol: str | None, correction: str | None):

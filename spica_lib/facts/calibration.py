@@ -97,6 +97,12 @@ class CandidateError(BaseModel):
     decode_scaled: bool = False  # with a decode step-time scale (else TPOT as replayed)
     cv: dict[str, float]
     admissible: bool
+    # The fitting rows replayed with the fitted correction's scales (in sample), MAPE per metric, where the choice
+    # replayed them: a prefill scale also slows the decode steps that share a step with prefill chunks, which the
+    # post-hoc cross-validation cannot see (fidelity/choice.py). `replay_admissible`: not worse than the uncorrected
+    # default protocol on any metric there.
+    fitting_replay: dict[str, float] = Field(default_factory=dict)
+    replay_admissible: bool | None = None
 
 
 class GroupChoice(BaseModel):

@@ -55,7 +55,7 @@ def fit_calibration(
         modes[group] = sorted({c.row.mode for c in fitting[default]})
         if modes[group] == ["disagg"]:  # a disagg row has one protocol of its own: nothing to choose among
             fitting = {default: fitting[default]}
-        found = choose(group, fitting, default)
+        found = choose(group, fitting, default, _verify(replay, group, modes[group]))
         if found is not None:
             choices[group] = found
     if not choices:
@@ -76,6 +76,22 @@ def fit_calibration(
     return FitOutcome(calibration=calibration, uncalibrated=before, calibrated=after, report_only=report_only)
 
 
+def _verify(replay: Replay, group: Group, modes: list[str]):
+    """The group's fitting rows replayed by a protocol with a correction's scales, its per-request cost added, as a
+    sweep applies it (fidelity/choice.py checks a candidate with scales on them before keeping it)."""
+
+    def replayed(protocol: str, correction: Correction, checks: list[RowCheck]) -> list[RowCheck]:
+        system, backend, model = group
+        scale = StepScale(system=system, backend=backend, model=model, prefill=correction.prefill,
+                          decode=correction.decode, fit_rows=len(checks), modes=modes, fit=_fit_name(correction),
+                          ttft_overhead_ms=correction.cost_ms)  # fmt: skip
+        rows = [c.row for c in checks]
+        return [_with_cost(c, correction.cost_ms) if c.replayed is not None else c
+                for c in replay(rows, PROTOCOLS[protocol], lambda _: scale)]  # fmt: skip
+
+    return replayed
+
+
 def _groups(checks: list[RowCheck]) -> list[Group]:
     systems = sorted({(c.row.system, c.row.backend) for c in checks})
     models = sorted({(c.row.system, c.row.backend, c.row.model) for c in checks})
@@ -93,7 +109,7 @@ def _choice_for(choices: dict[Group, tuple[GroupChoice, dict[str, Correction]]],
 
 
 def _step_scale(choice: GroupChoice, correction: Correction, modes: list[str]) -> StepScale:
-    fit = {"none": "none", "scale": "scale", "affine": "affine"}[correction.kind]
+    fit = _fit_name(correction)
     return StepScale(system=choice.system, backend=choice.backend, model=choice.model, prefill=correction.prefill,
                      decode=correction.decode, fit_rows=choice.fitting_rows, modes=modes, fit=fit,
                      ttft_overhead_ms=correction.cost_ms)  # fmt: skip
@@ -122,6 +138,14 @@ def _calibrated(
             scale = calibration.scale_for(check.row.system, check.row.backend, check.row.model)
             out.append(_with_cost(check, scale.ttft_overhead_ms if scale is not None else 0.0))
     return out
+
+
+def _fit_name(correction: Correction) -> str:
+    """The StepScale's `fit`: "none" only where both scales are 1 (a replay as it is); `none + decode` scales decode
+    steps alone, so it is a "scale" fit of prefill x1 (a "none" fit is never applied: _scaled)."""
+    if correction.kind == "none":
+        return "scale" if correction.decode_scaled else "none"
+    return correction.kind
 
 
 def _scaled(scale: StepScale | None) -> StepScale | None:

@@ -30,6 +30,14 @@ MIN_DECODE_ROWS fitting rows and where the 90 % bootstrap upper bound over those
 default's is not above 0 for either: the fitting rows must support it, not merely allow it. Among the kept ones the least cross-validated
 TTFT MAPE wins, then the least TPOT MAPE, ties to the simpler (the order above, no decode scale first). The correction a sweep applies is the best replay-applicable one (`none`, `scale`, `affine`); where
 `parts` beats it, it is recorded beside it as report-only.
+
+The cross-validation predicts a correction post hoc from the uncalibrated replay, with TPOT moved by the decode scale
+only. A sweep applies it through the replay, where a prefill scale also slows the decode steps that carry prefill
+chunks beside them: on the shipped rows, a x3 prefill scale without a decode scale tripled the replayed TPOT
+(docs/fidelity/load.md). So, given `verify`, a candidate with scales is kept for a sweep only after the group's fitting
+rows are replayed with its scales (in sample, never the held-out half) and come out not worse than the uncorrected
+default protocol on any of TTFT, TPOT and tokens/s/GPU; at most MAX_REPLAY_CHECKS candidates are replayed, in the
+order above, and where none passes the best candidate without scales (the replay as it is, by its protocol) is kept.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ THROUGHPUT = ("tpot_ms", "tokens_per_second_per_gpu")  # what a kept correction 
 MIN_DECODE_ROWS = 5  # as a measured stress band needs (config/calibration.py MIN_BAND_ROWS)
 NOT_WORSE_POINTS = 1.0  # percentage points of MAPE a TTFT-only correction may move tokens/s/GPU by
 BOOTSTRAP, BOOTSTRAP_SEED = 400, 71
+MAX_REPLAY_CHECKS = 2  # candidates with scales replayed on the fitting rows before falling back to one without
 # The fitting rows each correction needs to be judged: leave one out and still fit its parameters on the rest
 # (a scale on one row, the affine line on two, the parts' three coefficients on three).
 MIN_FIT_ROWS = {"none": 1, "scale": 2, "affine": 3, "parts": 4}
@@ -138,12 +147,20 @@ def usable(kind: str, checks: list[RowCheck], decode_scaled: bool) -> bool:
     return kind != "parts" or all(c.parts is not None for c in checks)
 
 
+Verify = Callable[[str, Correction, list[RowCheck]], list[RowCheck]]
+
+
 def choose(
-    group: tuple[str, str, str | None], runs: dict[str, list[RowCheck]], default_protocol: str
+    group: tuple[str, str, str | None],
+    runs: dict[str, list[RowCheck]],
+    default_protocol: str,
+    verify: Verify | None = None,
 ) -> tuple[GroupChoice, dict[str, Correction]] | None:
     """Per group: `runs` maps each protocol to the group's fitting rows replayed uncalibrated by it (the rows every
     protocol replayed, in one order). The choice, and the chosen protocol's corrections fitted on every fitting row
-    ("applied", and "report_only" where one is kept). None: no fitting row."""
+    ("applied", and "report_only" where one is kept). None: no fitting row. `verify(protocol, correction, checks)`
+    replays the fitting rows of `checks` by `protocol` with the correction applied as a sweep applies it (see the
+    module's docstring); without it, candidates are judged by cross-validation only."""
     common = set.intersection(*({c.row.id for c in run if c.replayed is not None} for run in runs.values()))
     runs = {p: [c for c in run if c.row.id in common] for p, run in runs.items()}
     rows = len(common)
@@ -165,7 +182,9 @@ def choose(
     kept = [c for c in candidates if c.admissible]
     order: Callable[[CandidateError], tuple] = lambda c: (  # noqa: E731
         round(c.cv["ttft_ms"], 6), round(c.cv["tpot_ms"], 6), CORRECTIONS.index(c.correction), c.decode_scaled)
-    applied = min((c for c in kept if c.correction in APPLIED), key=order)
+    applied = _replay_checked(sorted((c for c in kept if c.correction in APPLIED), key=order), candidates, runs,
+                              floor, verify)  # fmt: skip
+    kept = [c for c in candidates if c.admissible and c.replay_admissible is not False]
     best = min(kept, key=order)
     fitted = {"applied": fit_correction(applied.correction, runs[applied.protocol], applied.decode_scaled)}
     if best.correction not in APPLIED and best.cv["ttft_ms"] < applied.cv["ttft_ms"]:
@@ -179,6 +198,36 @@ def choose(
                          report_only_parameters=report_only.parameters() if report_only else {},
                          candidates=candidates)  # fmt: skip
     return choice, fitted
+
+
+def _replay_checked(
+    ordered: list[CandidateError],
+    candidates: list[CandidateError],
+    runs: dict[str, list[RowCheck]],
+    floor: list[RowCheck],
+    verify: Verify | None,
+) -> CandidateError:
+    """The first of `ordered` a sweep may apply: one without scales as it is, one with scales once the fitting rows
+    replayed with them are not worse than `floor` on any metric (at most MAX_REPLAY_CHECKS replayed; each replayed
+    candidate's in-sample errors are written back into `candidates`)."""
+    checked = 0
+    for candidate in ordered:
+        if verify is None or (candidate.correction == "none" and not candidate.decode_scaled):
+            return candidate
+        if checked == MAX_REPLAY_CHECKS:
+            continue
+        checked += 1
+        correction = fit_correction(candidate.correction, runs[candidate.protocol], candidate.decode_scaled)
+        replayed = {c.row.id: c for c in verify(candidate.protocol, correction, runs[candidate.protocol])
+                    if c.replayed is not None}  # fmt: skip
+        base = [c for c in floor if c.row.id in replayed]
+        mine = mape(replayed[c.row.id] for c in base) if base else {}
+        ok = bool(base) and all(mine[m] <= value for m, value in mape(base).items())
+        updated = candidate.model_copy(update={"fitting_replay": mine, "replay_admissible": ok})
+        candidates[candidates.index(candidate)] = updated
+        if ok:
+            return updated
+    raise AssertionError("the default protocol uncorrected is always admissible and needs no replay")
 
 
 def not_worse(predicted: list[RowCheck], floor: list[RowCheck], metric: str, supported: bool = False) -> bool:
