@@ -100,7 +100,7 @@ class CandidateError(BaseModel):
     # The fitting rows replayed with the fitted correction's scales (in sample), MAPE per metric, where the choice
     # replayed them: a prefill scale also slows the decode steps that share a step with prefill chunks, which the
     # post-hoc cross-validation cannot see (fidelity/choice.py). `replay_admissible`: not worse than the uncorrected
-    # default protocol on any metric there.
+    # default protocol there on TPOT and tokens/s/GPU, nor by more than a point on TTFT.
     fitting_replay: dict[str, float] = Field(default_factory=dict)
     replay_admissible: bool | None = None
 
