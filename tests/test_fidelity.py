@@ -8,9 +8,10 @@ from conftest import build, config_data
 from spica_lib.cli.main import main
 from spica_lib.config import ConfigError
 from spica_lib.facts.calibration import StepScale, read_calibration
-from spica_lib.fidelity.check import METRICS, check_row, group_errors, unsupported_reason
+from spica_lib.fidelity.check import METRICS, check_row, unsupported_reason
+from spica_lib.fidelity.tables import group_errors
 from spica_lib.fidelity.fit import SPLIT, fits
-from spica_lib.fidelity.protocol import CHUNK_2048, MEASURED, SEARCH_DEFAULT
+from spica_lib.fidelity.protocol import CHUNK_2048, FIT_PROTOCOLS, MEASURED, SEARCH_DEFAULT
 from spica_lib.fidelity.silicon import aggregated_rows, tokens_per_second_per_gpu
 from spica_lib.trial.evaluate import prepare_trial
 
@@ -65,7 +66,8 @@ def test_a_row_is_replayed_as_measured_and_its_errors_are_relative_to_the_measur
 def test_protocols_set_the_engine_as_the_measurement_did_and_the_default_one_reproduces_the_row_s_ttft(
     tmp_path, capsys
 ):
-    long = next(r for r in aggregated_rows() if r.id.startswith("qwen_qwen3_32b") and r.isl == 4096 and r.concurrency == 64)
+    long = next(r for r in aggregated_rows() if r.id.startswith("qwen_qwen3_32b") and r.backend == "vllm" and r.isl == 4096
+                and r.concurrency == 64)
     # aiconfigurator's benchmark rule for vLLM agg: batch size + ISL + 1500 tokens per step, batch capped at c.
     assert MEASURED.settings(long) == {"max_num_batched_tokens": 64 + 4096 + 1500, "max_num_seqs": 64}
     assert CHUNK_2048.settings(long) == {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
@@ -89,7 +91,8 @@ def test_protocols_set_the_engine_as_the_measurement_did_and_the_default_one_rep
     assert "By replay protocol" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B | 1 | " in printed
     assert "| h100_sxm | vllm | Qwen/Qwen3-32B | 1024/128 | 1 | " in printed  # and per ISL/OSL
     saved = json.loads(out.read_text())
-    assert sorted(c["protocol"] for c in saved) == ["aiconfigurator-benchmark", "chunk-2048", "search-default"]
+    assert sorted(c["protocol"] for c in saved) == ["aiconfigurator-benchmark", "chunk-2048", "engine-defaults",
+                                                   "search-default"]
     capsys.readouterr()
     assert main([*argv, "--from-json", str(out), "--protocol", "search-default"]) == 0  # every run read back, no replay
     assert "'search-default' protocol: max_num_batched_tokens 8192" in capsys.readouterr().out
@@ -146,6 +149,7 @@ def test_fit_writes_scales_a_config_can_opt_into_and_every_trial_records_them(tm
     code = main(["fidelity", "--system", "h100_sxm", "--model", "Qwen/Qwen3-32B", "--limit", "10", "--fit", str(path)])
     printed = capsys.readouterr().out
     assert code == 0 and "Held-out rows" in printed and "| h100_sxm | vllm | Qwen/Qwen3-32B |" in printed
+    assert "Held-out rows per concurrency band" in printed and "Held-out rows per isl band" in printed
     written = read_calibration(path)
     system_wide, scale = sorted(written.scales, key=lambda s: s.model is not None)  # fitted on one model: both
     assert (system_wide.system, system_wide.backend, system_wide.model) == ("h100_sxm", "vllm", None)
@@ -153,7 +157,12 @@ def test_fit_writes_scales_a_config_can_opt_into_and_every_trial_records_them(tm
     assert written.scale_for("h100_sxm", "vllm", "Qwen/Qwen3-32B") == scale
     assert written.scale_for("h100_sxm", "vllm", "openai/gpt-oss-120b") == system_wide  # no rows of its own
     assert written.split == SPLIT and "silicon_sample.csv" in written.source
-    assert written.protocol == MEASURED.name  # the rows were replayed by the default protocol
+    # The protocol and the correction are chosen per group within the fitting half, among the documented set.
+    assert {c.model for c in written.choices} == {None, "Qwen/Qwen3-32B"}
+    assert all(c.protocol in [p.name for p in FIT_PROTOCOLS] for c in written.choices)
+    assert written.protocol == written.choices[0].protocol or written.protocol == "per group: see choices"
+    assert {c.correction for c in written.choices[0].candidates} >= {"none", "scale", "affine"}
+    assert sum(b.rows for b in written.bands_for("h100_sxm", "vllm", "Qwen/Qwen3-32B")) == written.held_out[0].rows
     data = config_data(search_space={"hardware_sku": "h100_sxm", "backend": ["vllm"]})
     data["calibration"] = path.name  # relative to the config's folder
     config = build(data, base_dir=tmp_path)

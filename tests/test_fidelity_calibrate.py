@@ -11,6 +11,7 @@ from conftest import build, config_data
 from spica_lib.cli.main import main
 from spica_lib.facts.calibration import read_calibration
 from spica_lib.fidelity.check import check_row
+from spica_lib.fidelity.choice import MIN_DECODE_ROWS
 from spica_lib.fidelity.fit import fits
 from spica_lib.fidelity.silicon import SiliconRow
 
@@ -18,11 +19,14 @@ PREFILL, DECODE = 1.3, 0.8  # the true step-time scales the constructed measurem
 
 
 def constructed_rows():
-    """Qwen3-32B on H100 as the replay times it, at several loops: ids chosen so each half has rows."""
+    """Qwen3-32B on H100 as the replay times it, at several loops: ids chosen so each half has rows. The fitting half
+    has MIN_DECODE_ROWS rows: a decode scale is kept only where that many fitting rows support it (fidelity/choice.py),
+    and without one a prefill scale alone would make tokens/s/GPU worse, so fewer rows would keep no correction."""
     ids = [f"r{i}" for i in range(40)]
-    fitting = [i for i in ids if fits(SiliconRow(id=i, **BASE))][:3]
+    fitting = [i for i in ids if fits(SiliconRow(id=i, **BASE))][:MIN_DECODE_ROWS]
     held = [i for i in ids if not fits(SiliconRow(id=i, **BASE))][:3]
-    return [SiliconRow(**{**BASE, "id": i, "concurrency": c}) for i, c in zip(fitting + held, (2, 4, 8, 2, 4, 8), strict=True)]
+    loops = (1, 2, 4, 8, 16, 2, 4, 8)
+    return [SiliconRow(**{**BASE, "id": i, "concurrency": c}) for i, c in zip(fitting + held, loops, strict=True)]
 
 
 BASE = dict(system="h100_sxm", backend="vllm", measured_version="0.12.0", model="Qwen/Qwen3-32B", precision="",
@@ -45,7 +49,7 @@ def test_a_fit_on_rows_with_known_scales_recovers_them_and_the_held_out_error_dr
     written = read_calibration(cal)
     assert yaml.safe_load(cal.read_text())["source"] == f"your rows: {rows}"  # written as YAML, by its name
     scale = written.scale_for("h100_sxm", "vllm", "Qwen/Qwen3-32B")
-    assert scale.model == "Qwen/Qwen3-32B" and scale.modes == ["agg"] and scale.fit_rows == 3
+    assert scale.model == "Qwen/Qwen3-32B" and scale.modes == ["agg"] and scale.fit_rows == MIN_DECODE_ROWS
     assert scale.prefill == pytest.approx(PREFILL, rel=0.03) and scale.decode == pytest.approx(DECODE, rel=0.03)
     (error,) = written.held_out
     assert (error.system, error.backend, error.model, error.rows) == ("h100_sxm", "vllm", "Qwen/Qwen3-32B", 3)
@@ -72,9 +76,9 @@ def test_a_fit_on_rows_with_known_scales_recovers_them_and_the_held_out_error_dr
     assert "calibrated vllm: prefill x1.3" in summary and "held-out error on 3 rows" in summary
 
 
-def calibration_file(tmp_path, rows, ttft=(40.0, 8.0), tpot=(30.0, 6.0)):
+def calibration_file(tmp_path, rows, ttft=(40.0, 8.0), tpot=(30.0, 6.0), bands=()):
     from spica_lib.base.versions import package_versions
-    from spica_lib.facts.calibration import CalibrationFile, HeldOutError, StepScale, write_calibration
+    from spica_lib.facts.calibration import BandError, CalibrationFile, HeldOutError, StepScale, write_calibration
 
     scale = StepScale(system="h100_sxm", backend="vllm", model="Qwen/Qwen3-32B", prefill=1.2, decode=0.9, fit_rows=6,
                       modes=["agg"])  # fmt: skip
@@ -82,8 +86,11 @@ def calibration_file(tmp_path, rows, ttft=(40.0, 8.0), tpot=(30.0, 6.0)):
                          uncalibrated={"ttft_ms": ttft[0], "tpot_ms": tpot[0], "tokens_per_second_per_gpu": 20.0},
                          calibrated={"ttft_ms": ttft[1], "tpot_ms": tpot[1], "tokens_per_second_per_gpu": 5.0})  # fmt: skip
     path = tmp_path / "cal.yaml"
+    held = [BandError(system="h100_sxm", backend="vllm", model="Qwen/Qwen3-32B", kind="concurrency", low=low, high=high,
+                      rows=2, uncalibrated={"ttft_ms": 50.0 + low, "tpot_ms": 30.0},
+                      calibrated={"ttft_ms": 10.0 + low, "tpot_ms": 5.0}) for low, high in bands]  # fmt: skip
     write_calibration(path, CalibrationFile(source="your rows: mine.csv", split="test", scales=[scale],
-                                            held_out=[error], versions=package_versions()))  # fmt: skip
+                                            held_out=[error], versions=package_versions(), bands=held))  # fmt: skip
     return path
 
 
@@ -116,11 +123,13 @@ def test_a_disagg_fit_recovers_each_roles_scale_from_its_own_signal(tmp_path, ca
                 precision="fp8", isl=1024, osl=256, ttft_ms=1.0, tpot_ms=1.0, mode="disagg")  # fmt: skip
     ids = [f"d{i}" for i in range(40)]
     probe = lambda i: SiliconRow(id=i, concurrency=4, prefill=role, decode=role, **base)  # noqa: E731
-    chosen = [i for i in ids if fits(probe(i))][:2] + [i for i in ids if not fits(probe(i))][:2]
+    # MIN_DECODE_ROWS fitting rows: fewer could not support the decode scale (fidelity/choice.py), and the prefill
+    # scale alone would make tokens/s/GPU worse, so no correction would be kept.
+    chosen = [i for i in ids if fits(probe(i))][:MIN_DECODE_ROWS] + [i for i in ids if not fits(probe(i))][:2]
     head = ("id,system,backend,backend_version,model,precision,mode,isl,osl,concurrency,ttft_ms,tpot_ms,"
             "prefill_workers,prefill_tp,prefill_moe_ep,decode_workers,decode_tp,decode_moe_ep")  # fmt: skip
     lines = [head]
-    for i, c in zip(chosen, (2, 4, 2, 4), strict=True):
+    for i, c in zip(chosen, (1, 2, 3, 4, 6, 2, 4), strict=True):
         replayed = check_row(SiliconRow(id=i, concurrency=c, prefill=role, decode=role, **base)).replayed
         lines.append(f"{i},b200_sxm,sglang,0.5.8,deepseek-ai/DeepSeek-V3,fp8,disagg,1024,256,{c},"
                      f"{replayed.ttft_ms * PREFILL},{replayed.tpot_ms * DECODE},1,8,8,1,8,8")  # fmt: skip
@@ -131,7 +140,7 @@ def test_a_disagg_fit_recovers_each_roles_scale_from_its_own_signal(tmp_path, ca
     assert "Disagg rows replayed by the 'disagg-measured' protocol" in capsys.readouterr().out
     written = read_calibration(cal)
     scale = written.scale_for("b200_sxm", "sglang", "deepseek-ai/DeepSeek-V3")
-    assert scale.modes == ["disagg"] and scale.fit_rows == 2
+    assert scale.modes == ["disagg"] and scale.fit_rows == MIN_DECODE_ROWS
     assert scale.prefill == pytest.approx(PREFILL, rel=0.05) and scale.decode == pytest.approx(DECODE, rel=0.02)
     (error,) = written.held_out
     assert error.rows == 2 and error.calibrated["tpot_ms"] < 2 and error.calibrated["ttft_ms"] < error.uncalibrated["ttft_ms"] / 3
@@ -150,7 +159,7 @@ def test_spica_run_with_a_calibration_names_it_its_held_out_error_and_the_bands_
                                     deployment_mode=["agg"], router_mode=["round_robin"],
                                     planner_scaling_policy=["disabled"])  # fmt: skip
     data["sweep"].update(max_rounds=1, candidates_per_round=3, stress_top=2)
-    data["calibration"] = calibration_file(tmp_path, rows=6).name
+    data["calibration"] = calibration_file(tmp_path, rows=6, bands=[(1, 8), (9, 32), (33, None)]).name
     path = write_yaml(tmp_path, data)
     done = subprocess.run([sys.executable, "-m", "spica_lib.cli", "run", str(path)], cwd=tmp_path,
                           capture_output=True, text=True, check=False, timeout=900)  # fmt: skip
@@ -161,3 +170,13 @@ def test_spica_run_with_a_calibration_names_it_its_held_out_error_and_the_bands_
     assert "held-out error on 6 rows: TTFT 40 % -> 8 %, TPOT 30 % -> 6 % (MAPE)" in text
     assert "8 % slower or faster than simulated" in text
     assert "The band: the calibration's measured held-out step-time error: prefill (TTFT) 8 % MAPE on 6" in text
+    # The winner's load, from its own replay, and the calibration's held-out error in the band that holds it.
+    from spica_lib.fidelity.bands import LOAD_BANDS, band_label, band_of
+    from spica_lib.report.load_band import engine_load
+    from spica_lib.run.view import RunView
+
+    view = RunView(report.parents[1])
+    load = engine_load(view.records[view.ranked[0].key])
+    low, high = band_of(max(1, int(load)), LOAD_BANDS)
+    assert f"It ran at {load:.1f} requests in flight per engine" in text
+    assert f"held-out rows of this model with {band_label(low, high)} requests in flight: TTFT {10 + low} % MAPE" in text

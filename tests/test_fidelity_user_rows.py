@@ -170,7 +170,8 @@ def test_an_aiperf_export_of_a_disagg_deployment_reads_each_role(tmp_path):
 
 
 def test_percentiles_are_judged_beside_the_means_where_rows_measured_them():
-    from spica_lib.fidelity.check import Point, RowCheck, percentile_table
+    from spica_lib.fidelity.check import Point, RowCheck
+    from spica_lib.fidelity.tables import percentile_table
     from spica_lib.fidelity.silicon import SiliconRow
 
     row = SiliconRow(id="a", system="h100_sxm", backend="vllm", measured_version="0.12.0", model="Qwen/Qwen3-32B",

@@ -7,31 +7,24 @@ import sys
 from pathlib import Path
 
 from spica_lib.base.artifacts import atomic_write_text
-from spica_lib.base.versions import package_versions
-from spica_lib.facts.calibration import CalibrationFile, HeldOutError, StepScale, write_calibration
 from spica_lib.fidelity.cap import DISAGG_CAP, RowCap, capped
-from spica_lib.fidelity.check import (
-    RowCheck,
-    check_rows,
-    group_errors,
-    held_out_table,
-    markdown_table,
-    percentile_table,
-    protocol_name,
-    unsupported_reason,
-)
-from spica_lib.fidelity.fit import SPLIT, affine_checks, fit_scales, fits, under_p90
+from spica_lib.fidelity.check import RowCheck, check_rows, protocol_name, unsupported_reason
+from spica_lib.fidelity.attribution import attribution_rows, regression_table
+from spica_lib.fidelity.bands import band_errors, band_overview, band_table
 from spica_lib.fidelity.protocol import (
     DISAGG_DESCRIPTION,
     DISAGG_PROTOCOL,
+    FIT_PROTOCOLS,
     MEASURED,
     PROTOCOLS,
     SEARCH_DEFAULT,
     ReplayProtocol,
 )
+from spica_lib.fidelity.replay_cache import ReplayCache
 from spica_lib.fidelity.protocol_study import protocol_choice_table, protocol_table
 from spica_lib.fidelity.ranking import MIN_ROWS, ranking_groups, ranking_table
 from spica_lib.fidelity.silicon import SiliconRow, UnreadRow, aggregated_rows, disaggregated_rows, silicon_source
+from spica_lib.fidelity.tables import group_errors, markdown_table, percentile_table
 
 DEFAULT_SYSTEMS = {"agg": "h100_sxm,h200_sxm", "disagg": None}  # None: every system
 DEFAULT_BACKENDS = {"agg": "vllm", "disagg": "sglang,vllm,trtllm"}
@@ -51,6 +44,9 @@ def fidelity_command(
     jobs: int = 1,
     mode: str = "agg",
     cap: RowCap | None = None,
+    *,
+    cache_dir: str | None = None,
+    attribution: bool = False,
 ) -> int:
     """The shipped rows of one mode (silicon_sample.csv), selected, capped, replayed and reported."""
     systems = systems if systems is not None else DEFAULT_SYSTEMS[mode]
@@ -65,7 +61,8 @@ def fidelity_command(
     rows = [r for r in read if isinstance(r, SiliconRow) and _wanted(r, *wanted)]
     return fidelity_report(rows, unread, json_path, fit_path, ranking, from_json, protocol, compare_protocols, jobs,
                            limit=limit, cap=cap, source=silicon_source(), what=f"{mode} silicon row for systems "
-                           f"{systems or 'all'}, backends {backends}")  # fmt: skip
+                           f"{systems or 'all'}, backends {backends}", cache_dir=cache_dir,
+                           attribution=attribution)  # fmt: skip
 
 
 def user_rows_command(
@@ -79,6 +76,9 @@ def user_rows_command(
     protocol: str,
     compare_protocols: bool,
     jobs: int,
+    *,
+    cache_dir: str | None = None,
+    attribution: bool = False,
 ) -> int:
     """`spica fidelity --rows FILE`: your own measured rows, replayed and reported as the shipped ones are."""
     from spica_lib.fidelity.user_rows import RowsError, read_rows
@@ -95,7 +95,7 @@ def user_rows_command(
             return 2
     return fidelity_report(rows, unread, json_path, fit_path, ranking, from_json, protocol, compare_protocols, jobs,
                            limit=limit, source=f"your rows: {path}" + (f" with {deployment}" if deployment else ""),
-                           what=f"row in {path}")  # fmt: skip
+                           what=f"row in {path}", cache_dir=cache_dir, attribution=attribution)  # fmt: skip
 
 
 def _field_of(reason: str) -> str:
@@ -128,8 +128,12 @@ def fidelity_report(
     cap: RowCap | None = None,
     source: str,
     what: str = "row",
+    cache_dir: str | None = None,
+    attribution: bool = False,
 ) -> int:
-    """Replay (or read back) the rows and print the tables; `unread` are counted with the refusals."""
+    """Replay (or read back) the rows and print the tables; `unread` are counted with the refusals. With `cache_dir`,
+    replays are kept and read back there (fidelity/replay_cache.py); with `attribution`, every row's TTFT is printed
+    in its two parts beside the measured one."""
     left_out: dict[str, str] = {}
     if limit is not None:
         rows = _first_per_group(rows, limit)
@@ -145,7 +149,9 @@ def fidelity_report(
         raise SystemExit("--compare-protocols compares the agg replay protocols; disagg rows have one "
                          f"({DISAGG_PROTOCOL}): leave it out for them")  # fmt: skip
     chosen = PROTOCOLS[protocol]
-    checks = _read_checks(from_json, rows, chosen) if from_json else _replay_rows(rows, chosen, jobs)
+    cache = ReplayCache(cache_dir) if cache_dir else None
+    replay = lambda p: _read_checks(from_json, rows, p) if from_json else _replay_rows(rows, p, jobs, cache)  # noqa: E731
+    checks = replay(chosen)
     if "agg" in modes:
         print(f"Agg rows replayed by the {chosen.name!r} protocol: {chosen.describe()}.")
     if "disagg" in modes:
@@ -159,10 +165,12 @@ def fidelity_report(
         print("\nThe tails, where the rows measured p90s (MAPE, signed bias):\n")
         print(percentiles)
     compared: list[RowCheck] = []
+    by_name: dict[str, list[RowCheck]] = {chosen.name: checks}
     if compare_protocols:
         others = [p for p in PROTOCOLS.values() if p != chosen]
-        runs = [_read_checks(from_json, rows, p) if from_json else _replay_rows(rows, p, jobs) for p in others]
+        runs = [replay(p) for p in others]
         compared = [check for run in runs for check in run]
+        by_name.update({p.name: run for p, run in zip(others, runs, strict=True)})
         order = " -> ".join(p.name for p in [*others, chosen])
         print(f"\nBy replay protocol: MAPE (signed bias), {order}; the opening-wave column is {chosen.name} "
               "without each loop's first `concurrency` requests (a client that discards its warm-up), and "
@@ -175,6 +183,9 @@ def fidelity_report(
         print(protocol_table([*runs, checks], by_shape=True))
         print("\nTTFT by the protocol of least error on each group's fitting half, and on its held-out half:\n")
         print(protocol_choice_table({p.name: run for p, run in zip([*others, chosen], [*runs, checks], strict=True)}))
+    if any(c.replayed is not None for c in checks):
+        _by_load(checks)
+    _attribution(checks, attribution)
     if ranking:
         print("\nRanking, per group of rows measured alike (tokens/s/GPU; then goodput under TTFT <= 2000 ms, "
               "TPOT <= 50 ms):\n")  # fmt: skip
@@ -188,15 +199,53 @@ def fidelity_report(
         skipped[reason] = skipped.get(reason, 0) + 1
     for reason, count in sorted(skipped.items(), key=lambda item: -item[1]):
         print(f"skipped {count}: {reason}")
+    fitting: dict[str, list[RowCheck]] = {chosen.name: checks}
+    if fit_path and "agg" in modes:  # every candidate protocol, for the choice by cross-validation
+        for candidate in FIT_PROTOCOLS:
+            if candidate != chosen:
+                fitting[candidate.name] = by_name.get(candidate.name) or replay(candidate)
     if json_path:
-        kept = [c.model_dump(mode="json") for c in [*checks, *compared]]
-        atomic_write_text(json_path, json.dumps(kept, indent=1))
+        runs_kept = [*checks, *compared, *(c for name, run in fitting.items() if name != chosen.name for c in run)]
+        unique = {(c.protocol, c.row.id): c for c in runs_kept}
+        atomic_write_text(json_path, json.dumps([c.model_dump(mode="json") for c in unique.values()], indent=1))
     if fit_path:
-        return _fit(checks, fit_path, chosen, jobs, source)
+        from spica_lib.cli.fidelity_fit import fit_and_report
+
+        rescale = lambda rs, p, scale_for: check_rows(rs, p, scale_for, jobs, cache=cache)  # noqa: E731
+        return fit_and_report(fitting, chosen, fit_path, rescale, source)
     return 0
 
 
-def _replay_rows(rows: list, protocol: ReplayProtocol, jobs: int) -> list[RowCheck]:
+def _by_load(checks: list[RowCheck]) -> None:
+    """The uncalibrated error per concurrency band and per ISL band: over every row, then per group."""
+    for kind in ("concurrency", "isl"):
+        print(f"\nThe error by {kind} band, every replayed row (MAPE, signed bias; docs/fidelity/load.md):\n")
+        print(band_overview(checks, kind))
+        print(f"\nPer group and {kind} band (rows: TTFT, TPOT MAPE):\n")
+        print(band_table(band_errors(checks, checks, kind), calibrated=False))
+
+
+def _attribution(checks: list[RowCheck], per_row: bool) -> None:
+    """Where each replayed row's TTFT goes, and the regression of the measured TTFT on those parts per group."""
+    split = [(c.row, c.parts, c.measured.ttft_ms) for c in checks if c.replayed is not None and c.parts is not None]
+    if not split:
+        return
+    if per_row:
+        print("\nEach replayed row's mean TTFT in two parts, from the replay's per-request records (arrival, first "
+              "admit, first token), beside the measured mean TTFT:\n")  # fmt: skip
+        print(attribution_rows(split))
+    groups: dict[tuple[str, str, str], list] = {}
+    for row, parts, measured in split:
+        groups.setdefault((row.system, row.backend, row.model), []).append((parts, measured))
+    print("\nWhere the TTFT error goes. The rows measure TTFT only, not its parts, so this is a regression over each "
+          "group's rows (every row, as replayed uncalibrated): measured TTFT ~ a x queue wait + b x admit-to-first-"
+          "token + c, relative least squares, coefficients >= 0, 90 % bootstrap intervals over the rows. a and b near "
+          "1: the replay's part is right; b > 1: silicon's prefill (and the steps it shares) slower; a < 1: the "
+          "replay queues where silicon did not (docs/fidelity/load.md):\n")  # fmt: skip
+    print(regression_table(groups))
+
+
+def _replay_rows(rows: list, protocol: ReplayProtocol, jobs: int, cache: ReplayCache | None = None) -> list[RowCheck]:
     ended = 0
 
     def tell(check: RowCheck) -> None:
@@ -205,7 +254,7 @@ def _replay_rows(rows: list, protocol: ReplayProtocol, jobs: int) -> list[RowChe
         state = f"skipped: {check.skipped}" if check.skipped else "replayed"
         print(f"[{ended}/{len(rows)}] {check.protocol} {check.row.id}: {state}", file=sys.stderr, flush=True)
 
-    return check_rows(rows, protocol, parallel=jobs, on_done=tell)
+    return check_rows(rows, protocol, parallel=jobs, on_done=tell, cache=cache)
 
 
 def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowCheck]:
@@ -219,95 +268,6 @@ def _read_checks(path: str, rows: list, protocol: ReplayProtocol) -> list[RowChe
     if missing:
         raise SystemExit(f"{path} has no {protocol.name} check of {len(missing)} selected row(s), e.g. {missing[0]}")
     return [kept[row.id] for row in rows]
-
-
-def _fit(checks: list[RowCheck], path: str, protocol: ReplayProtocol, jobs: int, source: str) -> int:
-    """Fit both ways (scale-only and affine), replay the held-out rows with the scale-only fit, predict them with
-    the affine one, and write per group the fit with the smaller held-out TTFT error, its errors and quantiles next
-    to it, and the other's errors: the errors and the ranking tables of the held-out half, all side by side."""
-    scaled, affine = fit_scales(checks), fit_scales(checks, affine=True)
-    if not scaled:
-        print("no replayed row in the fitting half: nothing to fit", file=sys.stderr)
-        return 1
-    calibration = CalibrationFile(source=source, split=SPLIT, protocol=protocol.name, scales=scaled,
-                                  versions=package_versions())  # fmt: skip
-    write_calibration(path, calibration)  # the scale-only fit stands until the held-out half has judged both
-    print(f"\nfitted on {SPLIT}; agg rows replayed by the {protocol.name!r} protocol, disagg rows by "
-          f"{DISAGG_PROTOCOL!r}; a disagg row's prefill scale is fitted on TTFT, its decode scale on TPOT:")  # fmt: skip
-    held_out = [c for c in checks if c.replayed is not None and not fits(c.row)]
-    rows = [c.row for c in held_out]
-    system_wide = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend), jobs)
-    own = check_rows(rows, protocol, lambda r: calibration.scale_for(r.system, r.backend, r.model), jobs)
-    kept = [(c, s, o) for c, s, o in zip(held_out, system_wide, own) if s.replayed is not None and o.replayed is not None]
-    if not kept:
-        print("no held-out row replayed: the file has no held-out error", file=sys.stderr)
-        return 0
-    before, wide, after = ([k[i] for k in kept] for i in range(3))
-    fitted = CalibrationFile(source=source, split=SPLIT, scales=affine)
-    affine_own = affine_checks(before, after, lambda r: fitted.scale_for(r.system, r.backend, r.model))
-    affine_wide = affine_checks(before, wide, lambda r: fitted.scale_for(r.system, r.backend))
-    chosen = choose_fits(scaled, affine, {"own": (after, affine_own), "wide": (wide, affine_wide)})
-    calibration.scales = chosen
-    best = [a if _fit_of(chosen, c.row) == "affine" else c for c, a in zip(after, affine_own, strict=True)]
-    other = [c if _fit_of(chosen, c.row) == "affine" else a for c, a in zip(after, affine_own, strict=True)]
-    calibration.held_out = held_out_errors(before, best, other)
-    write_calibration(path, calibration)
-    for s in chosen:
-        cost = f", +{s.ttft_overhead_ms:.0f} ms per request" if s.fit == "affine" else ""
-        print(f"- {s.system} / {s.backend} / {s.model or 'every model'}: {s.fit}: prefill x{s.prefill:.3f}{cost}, "
-              f"decode x{s.decode:.3f} ({s.fit_rows} {'+'.join(s.modes)} rows)")  # fmt: skip
-    print("\nHeld-out rows, replay MAPE (signed bias): uncalibrated -> system-wide scales -> the model's own scales "
-          "-> the model's own affine fit (scale and per-request cost):\n")  # fmt: skip
-    print(held_out_table(before, wide, after, affine_own))
-    for label, run in (("uncalibrated", before), ("with the fit the file keeps for each model (what a sweep uses)", best)):
-        print(f"\nRanking of the held-out rows, {label} (groups of at least {MIN_ROWS}):\n")
-        groups = ranking_groups(run)
-        print(ranking_table(groups) if groups else f"(no held-out group of at least {MIN_ROWS} rows measured alike)")
-    print(f"\nheld-out errors written to {path} (held_out: per system, backend and model)")
-    return 0
-
-
-def choose_fits(
-    scaled: list[StepScale], affine: list[StepScale], held: dict[str, tuple[list[RowCheck], list[RowCheck]]]
-) -> list[StepScale]:
-    """Per (system, backend[, model]): the affine fit where its held-out TTFT MAPE is smaller, else the scale-only
-    fit (a model's on its own rows, a system-wide one on every row of its system and backend)."""
-    chosen = []
-    for scale, line in zip(scaled, affine, strict=True):
-        scope = "own" if scale.model else "wide"
-        kept, predicted = held[scope]
-        mine = [i for i, c in enumerate(kept) if (c.row.system, c.row.backend) == (scale.system, scale.backend)
-                and (scale.model is None or c.row.model == scale.model)]  # fmt: skip
-        if mine and _ttft_mape([predicted[i] for i in mine]) < _ttft_mape([kept[i] for i in mine]):
-            chosen.append(line)
-        else:
-            chosen.append(scale)
-    return chosen
-
-
-def _ttft_mape(checks: list[RowCheck]) -> float:
-    return sum(abs(c.replayed.ttft_ms / c.measured.ttft_ms - 1) for c in checks) / len(checks)
-
-
-def _fit_of(scales: list[StepScale], row: SiliconRow) -> str:
-    found = CalibrationFile(source="", split="", scales=scales).scale_for(row.system, row.backend, row.model)
-    return found.fit if found is not None else "scale"
-
-
-def held_out_errors(before: list[RowCheck], after: list[RowCheck], other: list[RowCheck] | None = None) -> list[HeldOutError]:
-    """Per (system, backend, model): the held-out rows' MAPE uncalibrated and calibrated (and by the other fit), and
-    the 90th percentile of how much slower silicon was than the calibrated prediction."""
-    calibrated = {(g.system, g.backend, g.model): g for g in group_errors(after)}
-    others = {(g.system, g.backend, g.model): g for g in group_errors(other or [])}
-    out = []
-    for g in group_errors(before):
-        group = (g.system, g.backend, g.model)
-        mine = [c for c in after if (c.row.system, c.row.backend, c.row.model) == group]
-        out.append(HeldOutError(system=g.system, backend=g.backend, model=g.model, rows=g.rows,
-                                uncalibrated=g.replay_mape, calibrated=calibrated[group].replay_mape,
-                                other_fit=others[group].replay_mape if group in others else {},
-                                under_p90=under_p90(mine)))  # fmt: skip
-    return out
 
 
 def _wanted(row: SiliconRow | UnreadRow, systems: list[str] | None, backends: list[str], models: list[str] | None) -> bool:

@@ -139,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         "--protocol",
         choices=sorted(PROTOCOLS),
         default="aiconfigurator-benchmark",
-        help="the engine settings rows are replayed with (default: aiconfigurator-benchmark, what aiconfigurator's "
-        "generator writes for a vLLM agg benchmark; chunk-2048: a 2048-token prefill budget; search-default: the "
-        "search's first max_num_batched_tokens, 8192)",
+        help="the engine scheduler settings agg rows are replayed with (default: aiconfigurator-benchmark, what "
+        "aiconfigurator's generator writes for an agg benchmark of the row's backend; engine-defaults: each engine's "
+        "documented defaults; chunk-2048: 2048-token prefill chunks; search-default: the search's first "
+        "max_num_batched_tokens, 8192); with --fit, the one an uncalibrated row is judged by",
     )
     fidelity.add_argument(
         "--compare-protocols",
@@ -152,8 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     fidelity.add_argument(
         "--fit",
         metavar="FILE",
-        help="fit step-time scales per (system, backend) on half the rows, write them to FILE (a config's "
-        "`calibration:`) and report the other half's errors with and without them",
+        help="choose per (system, backend[, model]) a replay protocol and a correction by cross-validation within "
+        "half the rows, write them to FILE (a config's `calibration:`) and report the other half's errors with and "
+        "without them, per group and per concurrency and ISL band (docs/fidelity/load.md)",
+    )
+    fidelity.add_argument(
+        "--attribution",
+        action="store_true",
+        help="also print every replayed row's TTFT split into queue wait and admit-to-first-token beside the measured one",
+    )
+    fidelity.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="keep each row's replay in DIR by its trial and the replay's versions, and read it back from there",
     )
     argv = list(sys.argv[1:] if argv is None else argv)
     # Split off Snakemake's arguments ourselves: argparse's REMAINDER would also swallow our own options
@@ -213,11 +225,12 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error("--rows replays every row of your file: leave out --mode, --system, --backend, --model")
             return user_rows_command(
                 args.rows, args.deployment, args.limit, args.json, args.fit, args.ranking, args.from_json,
-                args.protocol, args.compare_protocols, args.jobs,
+                args.protocol, args.compare_protocols, args.jobs, cache_dir=args.cache, attribution=args.attribution,
             )  # fmt: skip
         return fidelity_command(
             args.system, args.backend, args.model, args.limit, args.json, args.fit, args.ranking, args.from_json,
-            args.protocol, args.compare_protocols, args.jobs, args.mode,
+            args.protocol, args.compare_protocols, args.jobs, args.mode, cache_dir=args.cache,
+            attribution=args.attribution,
         )  # fmt: skip
     if args.command in ("status", "show", "report"):
         from spica_lib.cli.runs import run_command

@@ -21,6 +21,23 @@ OFF = "none"  # `calibration: none`: no correction at all, the prior included
 PRIOR_FILE = Path(__file__).resolve().parents[2] / "config" / "calibration" / "prior.json"
 
 
+class LoadBand(BaseModel):
+    """The held-out error of the config's model in one concurrency band (fidelity/bands.py), in percent (MAPE)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    low: int = Field(ge=1)
+    high: int | None = None  # None: open above
+    rows: int = Field(ge=1)
+    ttft_mape: float = Field(ge=0)
+    tpot_mape: float = Field(ge=0)
+    uncalibrated_ttft_mape: float = Field(ge=0)
+    uncalibrated_tpot_mape: float = Field(ge=0)
+
+    def label(self) -> str:
+        return f"{self.low}+" if self.high is None else f"{self.low}–{self.high}"
+
+
 class HeldOut(BaseModel):
     """The calibration's measured error on held-out rows of the config's model (fidelity `--fit`), in percent."""
 
@@ -35,11 +52,18 @@ class HeldOut(BaseModel):
     # written before it): what `goal.sla_safety: measured` tightens the TTFT and ITL bounds by.
     ttft_under_p90: float | None = None
     tpot_under_p90: float | None = None
+    # Per concurrency band of the held-out rows (a file written by `--fit` since issue 71; empty before).
+    load_bands: list[LoadBand] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _without_unset_quantiles(self, handler: Any) -> dict[str, Any]:
-        # A calibration read before quantiles were measured hashes as it did.
-        return without_defaults(handler(self), self, ttft_under_p90=None, tpot_under_p90=None)
+        # A calibration read before quantiles (or bands) were measured hashes as it did.
+        return without_defaults(handler(self), self, ttft_under_p90=None, tpot_under_p90=None, load_bands=[])
+
+    def band_for(self, load: float) -> LoadBand | None:
+        """The band holding `load` requests in flight per engine (a load under 1 is the first band's)."""
+        load = max(1.0, load)
+        return next((b for b in self.load_bands if b.low <= load and (b.high is None or load < b.high + 1)), None)
 
     @property
     def step_error(self) -> float:
@@ -182,10 +206,15 @@ def resolve_calibration(
         else:
             fitted_on = scale.model or "every model"
             error = found.held_out_for(sku, backend, model)
+            bands = [LoadBand(low=b.low, high=b.high, rows=b.rows, ttft_mape=b.calibrated["ttft_ms"],
+                              tpot_mape=b.calibrated["tpot_ms"], uncalibrated_ttft_mape=b.uncalibrated["ttft_ms"],
+                              uncalibrated_tpot_mape=b.uncalibrated["tpot_ms"])
+                     for b in found.bands_for(sku, backend, model, "concurrency")]  # fmt: skip
             held_out = None if error is None else HeldOut(
                 rows=error.rows, ttft_mape=error.calibrated["ttft_ms"], tpot_mape=error.calibrated["tpot_ms"],
                 uncalibrated_ttft_mape=error.uncalibrated["ttft_ms"], uncalibrated_tpot_mape=error.uncalibrated["tpot_ms"],
                 ttft_under_p90=error.under_p90.get("ttft_ms"), tpot_under_p90=error.under_p90.get("tpot_ms"),
+                load_bands=bands,
             )  # fmt: skip
             scales[backend] = BackendScale(prefill=scale.prefill, decode=scale.decode, fitted_on=fitted_on,
                                            held_out=held_out, ttft_overhead_ms=scale.ttft_overhead_ms)  # fmt: skip

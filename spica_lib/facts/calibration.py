@@ -36,7 +36,8 @@ class StepScale(BaseModel):
     # A fixed cost every request's TTFT carries beyond the prefill steps (the frontend, tokenisation, scheduling,
     # the network): 0 for a scale-only fit ("scale"); fitted with the prefill scale by the affine fit ("affine").
     ttft_overhead_ms: float = Field(default=0.0, ge=0)
-    fit: Literal["scale", "affine"] = "scale"
+    # "none": the cross-validation kept no correction (both scales 1); "scale" and "affine" as above.
+    fit: Literal["none", "scale", "affine"] = "scale"
 
 
 class HeldOutError(BaseModel):
@@ -62,6 +63,68 @@ class HeldOutError(BaseModel):
     def step_error(self) -> float:
         """The larger of the calibrated TTFT and TPOT MAPE, as a fraction: the step-time band it measures."""
         return max(self.calibrated["ttft_ms"], self.calibrated["tpot_ms"]) / 100.0
+
+
+class BandError(BaseModel):
+    """The held-out rows of one (system, backend, model) in one band of concurrency or ISL (fidelity/bands.py):
+    how many, and their MAPE in percent (ttft_ms, tpot_ms) without and with the calibration a sweep would use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str
+    backend: str
+    model: str
+    kind: Literal["concurrency", "isl"]
+    low: int = Field(ge=1)
+    high: int | None = None  # None: open above
+    rows: int = Field(ge=1)
+    uncalibrated: dict[str, float]
+    calibrated: dict[str, float]
+
+    def holds(self, value: float) -> bool:
+        return self.low <= value and (self.high is None or value < self.high + 1)
+
+
+class CandidateError(BaseModel):
+    """One (replay protocol, correction) judged by cross-validation within a group's fitting half: its MAPE in
+    percent per metric (ttft_ms, tpot_ms, tokens_per_second_per_gpu), and whether it may be kept (its TPOT and
+    tokens/s/GPU errors not worse than the uncorrected default protocol's on the same rows: fidelity/choice.py)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    protocol: str
+    correction: str  # of TTFT: none | scale | affine | parts
+    decode_scaled: bool = False  # with a decode step-time scale (else TPOT as replayed)
+    cv: dict[str, float]
+    admissible: bool
+    # The fitting rows replayed with the fitted correction's scales (in sample), MAPE per metric, where the choice
+    # replayed them: a prefill scale also slows the decode steps that share a step with prefill chunks, which the
+    # post-hoc cross-validation cannot see (fidelity/choice.py). `replay_admissible`: not worse than the uncorrected
+    # default protocol there on TPOT and tokens/s/GPU, nor by more than a point on TTFT.
+    fitting_replay: dict[str, float] = Field(default_factory=dict)
+    replay_admissible: bool | None = None
+
+
+class GroupChoice(BaseModel):
+    """What `spica fidelity --fit` chose for one (system, backend, model) (model None: every model of the system),
+    by cross-validation within the fitting half (fidelity/choice.py): the replay protocol and the correction a
+    sweep applies through the replay (`applied`: its scales are this file's StepScale for the group), and where a
+    correction only a post-hoc prediction can make did better, that one (`report_only`, with its parameters), which
+    no sweep applies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system: str
+    backend: str
+    model: str | None = None
+    fitting_rows: int = Field(ge=1)
+    protocol: str
+    applied: str  # of TTFT: none | scale | affine
+    decode_scaled: bool = False  # the applied correction scales decode steps too
+    report_only: str | None = None  # e.g. "parts": measured TTFT = a x queue + b x admit-to-first-token + cost
+    report_only_protocol: str | None = None
+    report_only_parameters: dict[str, float] = Field(default_factory=dict)
+    candidates: list[CandidateError] = Field(default_factory=list)
 
 
 class CrossValidated(BaseModel):
@@ -100,6 +163,12 @@ class CalibrationFile(BaseModel):
     # A prior's verdicts (config/calibration/prior.json): every (system, backend) judged, kept or not.
     cross_validated: list[CrossValidated] = Field(default_factory=list)
     versions: dict[str, str] = Field(default_factory=dict)
+    # What the fit chose per group by cross-validation within the fitting half (empty: a file written before).
+    choices: list[GroupChoice] = Field(default_factory=list)
+    bands: list[BandError] = Field(default_factory=list)  # held-out errors per concurrency and ISL band
+
+    def bands_for(self, system: str, backend: str, model: str, kind: str = "concurrency") -> list[BandError]:
+        return [b for b in self.bands if (b.system, b.backend, b.model, b.kind) == (system, backend, model, kind)]
 
     def verdict_for(self, system: str, backend: str) -> CrossValidated | None:
         return next((v for v in self.cross_validated if (v.system, v.backend) == (system, backend)), None)

@@ -5,12 +5,15 @@ The disaggregated rows reach a concurrency of 15,000 and deployments of 144 GPUs
 rows measured alike (system, backend, measured version, model, precision, ISL/OSL: the ranking's
 groups), rows above `max_concurrency` are not replayed, and of the rest at most `rows_per_group` are,
 picked evenly along the group's order by (concurrency, GPUs, id), so both ends and the middle of the
-group's range stay. Every row left out is counted with its reason, as the refusals are.
+group's range stay. Every row left out is counted with its reason, as the refusals are. With `per="model"`
+the group is (system, backend, model) and its order (concurrency, ISL, OSL, GPUs, id): the rows kept then
+spread over the model's loads and prompt lengths (the agg benches' selection, bench/fidelity_load.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,12 +27,16 @@ class RowCap(BaseModel):
 
     rows_per_group: int | None = Field(default=None, ge=2)
     max_concurrency: int | None = Field(default=None, ge=1)
+    per: Literal["shape", "model"] = "shape"  # a group: rows measured alike, or every row of one model
 
     def describe(self) -> str:
         parts = []
         if self.max_concurrency is not None:
             parts.append(f"concurrency <= {self.max_concurrency}")
-        if self.rows_per_group is not None:
+        if self.rows_per_group is not None and self.per == "model":
+            parts.append(f"at most {self.rows_per_group} rows per (system, backend, model), evenly along its "
+                         "(concurrency, ISL, OSL) order")  # fmt: skip
+        elif self.rows_per_group is not None:
             parts.append(f"at most {self.rows_per_group} rows per group, evenly along its (concurrency, GPUs) order")
         return ", ".join(parts) or "no cap"
 
@@ -50,14 +57,19 @@ def capped(rows: Iterable[SiliconRow], cap: RowCap) -> tuple[list[SiliconRow], d
         if cap.max_concurrency is not None and row.concurrency > cap.max_concurrency:
             left_out[row.id] = f"over the replay cap: concurrency above {cap.max_concurrency}"
         else:
-            groups.setdefault(group_key(row), []).append(row)
+            key = (row.system, row.backend, row.model) if cap.per == "model" else group_key(row)
+            groups.setdefault(key, []).append(row)
     for members in groups.values():
         if cap.rows_per_group is None or len(members) <= cap.rows_per_group:
             continue
-        ordered = sorted(members, key=lambda r: (r.concurrency, r.gpus, r.id))
+        if cap.per == "model":
+            ordered = sorted(members, key=lambda r: (r.concurrency, r.isl, r.osl, r.gpus, r.id))
+        else:
+            ordered = sorted(members, key=lambda r: (r.concurrency, r.gpus, r.id))
         last, picks = len(ordered) - 1, cap.rows_per_group - 1
         chosen = {round(i * last / picks) for i in range(cap.rows_per_group)}
         for index, row in enumerate(ordered):
             if index not in chosen:
-                left_out[row.id] = f"over the replay cap: more than {cap.rows_per_group} rows in its group"
+                where = "of its model" if cap.per == "model" else "in its group"
+                left_out[row.id] = f"over the replay cap: more than {cap.rows_per_group} rows {where}"
     return [row for row in rows if row.id not in left_out], left_out

@@ -13,8 +13,9 @@ out. Per (system, backend), and per (system, backend, model), two fits:
   cost dominates TTFT, and heavy load, where queueing does; a scale and a cost can. The fit needs no replay
   beyond the uncalibrated one: a closed loop's TTFT scales with the prefill steps, and the cost is added.
 
-The held-out half judges both (`affine_checks` predicts the affine one's held-out rows the same way), and the
-file keeps, per group, the one with the smaller held-out TTFT error.
+`affine_checks` predicts the affine fit's held-out rows the same way. The prior (fidelity/prior.py) and the earlier
+fit kept for comparison (fidelity/earlier_fit.py) use these; `spica fidelity --fit` now chooses its protocol and
+correction by cross-validation within the fitting half (fidelity/choice.py, fidelity/calibrate.py).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def execute_call(
     from dynamo.replay import run_synthetic_trace_replay, run_trace_replay
 
     kwargs = {**call["kwargs"], **call["load"]}
-    kwargs.update({name: MockEngineArgs(**args) for name, args in call["engines"].items()})
+    kwargs.update({name: MockEngineArgs(**_engine_kwargs(args)) for name, args in call["engines"].items()})
     router = call.get("router_config")
     kwargs["router_config"] = KvRouterConfig(**router) if router is not None else None
     kwargs["capture_per_request"] = per_request_path is not None
@@ -79,6 +79,18 @@ def execute_call(
     outcome = _plain_outcome(report, seconds)
     outcome["checkpoint"] = stops.checkpoint if stops is not None else None
     return outcome
+
+
+def _engine_kwargs(args: dict[str, Any]) -> dict[str, Any]:
+    """MockEngineArgs keyword arguments from plain data: an engine's own scheduler settings (`sglang`: chunked
+    prefill size, prefill token budget, ...; `trtllm`: the capacity scheduler policy) are objects of their own."""
+    nested = {"sglang", "trtllm"} & {key for key, value in args.items() if isinstance(value, dict)}
+    if not nested:
+        return args
+    from dynamo.mocker import SglangArgs, TrtllmArgs
+
+    kinds = {"sglang": SglangArgs, "trtllm": TrtllmArgs}
+    return {**args, **{key: kinds[key](**args[key]) for key in nested}}
 
 
 def _plain_outcome(report: Any, seconds: float) -> dict[str, Any]:

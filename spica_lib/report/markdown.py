@@ -11,6 +11,7 @@ from spica_lib.config.calibration import prior_verdicts
 from spica_lib.pools.branches import BranchSpec
 from spica_lib.pools.knobs import combinations
 from spica_lib.report.dgdr_section import dgdr_section
+from spica_lib.report.load_band import load_band_lines
 from spica_lib.results.merge import CandidateRow, same_result_as
 from spica_lib.results.stress import StressedScore
 from spica_lib.results.summary import held_out_text, stops_text
@@ -400,6 +401,7 @@ def _winner(view: RunView) -> str:
     lines = ["## The winner", "", f"`{describe(record.spec)}` — trial `{row.key[:12]}` (branch {row.branch}, "
              f"round {row.round}).", ""]  # fmt: skip
     lines += [f"- note: {note}" for note in record.spec.notes]
+    lines += load_band_lines(view.config, record)
     lines += _per_workload(view, record.result)
     events = record.result.scaling_events
     if events:
