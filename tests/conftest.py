@@ -48,6 +48,18 @@ def plain_selection(mode: str = "agg", **knobs: Any) -> dict[str, Any]:
             "planner_scaling_policy": "disabled", **knobs}  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def _trace_folders_restored():
+    """Each test starts with the trace folders of a process outside any sweep: a job run in the test's own process
+    (the host's tests) names its run's folders process-wide, as a job's process does, and they must not leak into
+    the next test."""
+    from spica_lib.traces.folders import TraceFolders, use_trace_folders
+
+    before = use_trace_folders(TraceFolders())
+    yield
+    use_trace_folders(before)
+
+
 def config_data(**sections: dict[str, Any]) -> dict[str, Any]:
     """A valid config dict with each given section's keys merged over the base (None deletes a key)."""
     data = copy.deepcopy(BASE)
