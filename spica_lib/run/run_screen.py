@@ -43,7 +43,8 @@ def run_on_screen(command: list[str], run_dir: Path, verbose: bool, run_child, c
     # must not erase the log of the run that did the work.
     start = log.stat().st_size if log.is_file() else 0
     with open(log, "a", encoding="utf-8") as written:
-        written.write(f"{'' if start == 0 else chr(10)}=== spica run {run_dir.name}, started {_now()} ===\n")
+        gap = "\n" if start else ""  # a blank line between one invocation's log and the next
+        written.write(f"{gap}=== spica run {run_dir.name}, started {_now()} ===\n")
         written.flush()
         follower = threading.Thread(target=_follow, args=(log, stop, start), daemon=True) if verbose else None
         if follower is not None:
