@@ -5,6 +5,8 @@ scripts `FakeSlurm` (tests/test_pilot_faults.py) puts first on PATH.
 - `sbatch --wrap CMD`: runs CMD at once on this machine in a session of its own, with SLURM_JOB_ID set and
   stdout/stderr to `--output` (`%j` the job id). The pilot command's `-m spica_lib.pilot.node` is run as
   `tests/fake_host.py pilot` (the fake jobs). Refuses when STATE/sbatch_refuses exists (its text the error).
+  When STATE/sbatch_seconds exists, it waits that long after the job is accepted before printing its id (a
+  slow slurmctld reply: the job exists in SLURM while its submitter does not know its id yet).
 - `squeue -h -o %i -j IDS`: the jobs with a process left in their session (as SLURM lists a job until
   every process of it is gone; a job accepted pending, when STATE/pending_reason exists, is listed as
   PENDING with that reason by `-o "%i %T %r"` until it is scancelled); `squeue -h -j ID -o %L`: its time left as `M:SS`, from `--time` and its
@@ -70,6 +72,7 @@ def sbatch(state: Path, args: list[str]) -> int:
     if pending.exists():  # accepted, never started
         record = {"pid": None, "pending": pending.read_text().strip(), "minutes": float(option(args, "--time") or 60)}
         (state / "jobs" / f"{job}.json").write_text(json.dumps(record))
+        _reply_late(state)
         print(job)
         return 0
     with open(output, "ab") as log:
@@ -79,8 +82,16 @@ def sbatch(state: Path, args: list[str]) -> int:
         )  # fmt: skip
     record = {"pid": process.pid, "minutes": float(option(args, "--time") or 60), "started": time.time()}
     (state / "jobs" / f"{job}.json").write_text(json.dumps(record))
+    _reply_late(state)
     print(job)
     return 0
+
+
+def _reply_late(state: Path) -> None:
+    delay = state / "sbatch_seconds"
+    if delay.exists():
+        (state / "sbatch_accepted").touch()
+        time.sleep(float(delay.read_text()))
 
 
 def squeue(state: Path, args: list[str]) -> int:

@@ -339,6 +339,20 @@ def test_a_pilot_slurm_keeps_pending_for_a_limit_it_exceeds_is_cancelled_and_its
     assert fake.calls("scancel") == [["1000"]] and len(fake.calls("sbatch")) == 1
 
 
+def test_a_keeper_stopped_while_sbatch_is_answering_still_cancels_the_pilot_it_submitted(cluster, tmp_path):
+    """The sweep's end (SIGTERM from the dying Snakemake) can come while SLURM has accepted a pilot and sbatch has
+    not yet printed its id: the keeper must learn the id and scancel that pilot, not leave it queued."""
+    fake = cluster()
+    (fake.state / "pending_reason").write_text("Resources")  # stays queued until scancelled, as on a busy cluster
+    (fake.state / "sbatch_seconds").write_text("3")
+    hand_over(fake.spool, "waiting", fake_job("sleep", tmp_path, seconds=1))
+    until(lambda: (fake.state / "sbatch_accepted").exists(), what="SLURM's accepting a pilot")
+    fake.keeper.terminate()
+    fake.keeper.wait(timeout=60)
+    assert list(fake.jobs()) == ["1000"] and fake.calls("scancel") == [["1000"]], fake.keeper_log.read_text()
+    assert not fake.spool.root.exists()
+
+
 # -- a pilot's lifetime --------------------------------------------------------------------------
 
 

@@ -156,6 +156,15 @@ def cancel_all() -> None:
         time.sleep(0.5)
 
 
+@pytest.fixture(autouse=True)
+def _queue_left_empty(request):
+    """Each cluster test starts on an empty queue: a job an earlier test left (a failure of its own, or a pilot
+    SLURM still lists for a few seconds after it ended) must not be counted as this test's."""
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster")
+        cancel_all()
+
+
 @pytest.fixture(scope="module")
 def local_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("local")

@@ -75,6 +75,12 @@ class _Stop(BaseException):
     pass
 
 
+# SIGTERM (the dying Snakemake's, or the launcher's stop) is only noted, and the keeper stops between steps:
+# raised inside a step it could cut an sbatch that SLURM has already accepted, and the pilot whose id the keeper
+# never read would stay queued after the sweep.
+_stop_asked = False
+
+
 class Keeper:
     def __init__(
         self, spool: Spool, settings: PilotSettings, log_dir: Path, snakemake: int = 0, sweep_owner: int | None = None
@@ -102,6 +108,8 @@ class Keeper:
         while True:
             now = time.monotonic()
             for step in steps:
+                if _stop_asked:
+                    raise _Stop()
                 try:
                     step(now)
                 except OSError as error:
@@ -353,8 +361,9 @@ def _started(pid: int) -> float | None:
         return None
 
 
-def _raise_stop(signum: int, frame: object) -> None:
-    raise _Stop()
+def _ask_stop(signum: int, frame: object) -> None:
+    global _stop_asked
+    _stop_asked = True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -365,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-dir", required=True)
     parser.add_argument("--sweep-owner", type=int, help="the pid of `spica run`, when it started the sweep")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _raise_stop)
+    signal.signal(signal.SIGTERM, _ask_stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent(args.owner, signal.SIGTERM)
     settings = PilotSettings.model_validate_json(args.settings)
