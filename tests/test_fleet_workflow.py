@@ -120,7 +120,18 @@ def test_a_fleet_run_killed_after_one_model_resumes_without_sweeping_it_again(tm
 
     resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"Sweeping model {first}" not in resumed.stderr  # its done marker stands: not swept again
+    # The screen: the fleet's stages, then the plan; Snakemake's records are in the fleet's log (each invocation
+    # under its header), each model sweep's in its own.
+    said = resumed.stdout
+    assert f"Sweeping model {first}" not in said  # its done marker stands: not swept again
+    assert "s] Splitting the inventory" in said and "spica fleet done: 2 model(s)" in said
+    assert "report: results/f/report.md" in said and "Finished job" not in said and len(said.splitlines()) < 20, said
+    fleet_log = (fleet / "logs" / "snakemake.log").read_text(encoding="utf-8")
+    killed_part = fleet_log.split("=== spica fleet f, started")[1]
+    assert fleet_log.count("=== spica fleet f, started") == 2 and "Finished job" in fleet_log
+    assert f"Sweeping model {first} (its own Snakemake; its log: results/f/models/{first}/logs/snakemake.log)" in killed_part
+    model_log = (fleet / "models" / first / "logs" / "snakemake.log").read_text(encoding="utf-8")
+    assert f"=== spica fleet, model {first}, started" in model_log and "Finished job" in model_log
     assert first_summary.stat().st_mtime_ns == swept_at
 
     plan = read_model(fleet / "fleet.json", FleetPlan)

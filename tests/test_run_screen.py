@@ -119,3 +119,32 @@ def test_verbose_shows_snakemakes_log_on_the_screen_and_still_ends_with_the_answ
     assert again.stdout.endswith(done.stdout[done.stdout.index("spica done:") :])
     refused = subprocess.run([*SPICA_RUN, "-v", "-n"], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "dry run" in refused.stderr  # -v would do nothing there: refused
+
+
+def test_a_fleet_shows_its_stages_not_snakemakes_records_and_a_failure_shows_its_logs_last_lines(tmp_path, capsys):
+    from spica_lib.fleet.launch import FLEET_VOICE
+    from spica_lib.run.run_screen import run_on_screen
+
+    fleet = tmp_path / "results" / "f"
+
+    def fake_snakemake(command, cwd, output, pass_fds):  # a fake (named so): Snakemake's records of a failing fleet
+        (fleet / "fleet_config.json").write_text("{}")  # its first job's output: the fleet folder stays
+        output.write(
+            "[Mon Dec  7 10:04:57 2026]\nJob 3: Sweeping model a (its own Snakemake; its log: results/f/models/a/x)\n"
+            "Reason: Missing output files: results/f/models/a.done.json\nFinished jobid: 3 (Rule: model_sweep)\n"
+            "Job 1: Splitting the inventory between the models; confirming the plan by replays\n"
+            "Error in rule fleet_plan:\n    jobid: 1\n"
+        )
+        output.flush()
+        return 1
+
+    code = run_on_screen(["python", "-m", "snakemake"], fleet, False, fake_snakemake, voice=FLEET_VOICE)
+    said = capsys.readouterr()
+    assert code == 1
+    stages = [line.split("] ", 1)[1] for line in said.out.splitlines() if line.startswith("[")]
+    assert stages == ["Sweeping model a (its own Snakemake; its log: results/f/models/a/x)",
+                      "Splitting the inventory between the models; confirming the plan by replays"]  # fmt: skip
+    assert not SNAKEMAKE_TEXT.search(said.out) and "Reason:" not in said.out
+    assert "spica fleet failed (Snakemake exit 1)" in said.err and "Error in rule fleet_plan:" in said.err
+    log = fleet / "logs" / "snakemake.log"
+    assert f"the whole log: {log}" in said.err and log.read_text().startswith("=== spica fleet f, started")

@@ -69,7 +69,7 @@ rule fleet_setup:
 
 rule model_sweep:
     message:
-        "Sweeping model {wildcards.model} (its own Snakemake, in the fleet's folder)"
+        "Sweeping model {wildcards.model} (its own Snakemake; its log: {params.sweep_log})"
     input:
         config=FLEET.model_config_yaml("{model}"),
     output:
@@ -79,6 +79,7 @@ rule model_sweep:
     threads: workflow.cores  # one model's sweep at a time uses every core (its own replays run in parallel)
     params:
         fleet_dir=FLEET.dir,
+        sweep_log=lambda wildcards: FLEET.model_run(wildcards.model).snakemake_log,
         profile=f"--profile {config['sweep_profile']}" if config.get("sweep_profile") else "",
     localrule: True  # it only waits: its sweep's jobs go where the sweep's profile sends them
     shell:

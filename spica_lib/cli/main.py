@@ -64,6 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     fleet.add_argument("--profile", help="a Snakemake profile folder for each model's sweep, e.g. profiles/slurm")
     fleet.add_argument("--run", dest="run_name", help="name the fleet's folder instead of using the config hash")
     fleet.add_argument("-n", "--dry-run", action="store_true", help="print the planned jobs; run nothing")
+    fleet.add_argument(
+        "-v", "--verbose", action="store_true",
+        help="show Snakemake's own log instead of the fleet's stages (it is in results/<fleet>/logs/snakemake.log "
+        "either way; each model's sweep logs to results/<fleet>/models/<model>/logs/snakemake.log)",
+    )  # fmt: skip
     status = commands.add_parser("status", help="per branch: rounds told, trials finished/running/failed, best")
     status.add_argument("run", help="a run folder (results/<run>) or a run name")
     show = commands.add_parser("show", help="one deployment of a run: spec, metrics, reason, scaling events")
@@ -187,17 +192,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("run", "fleet"):  # a fleet config under `spica run` is run as `spica fleet` runs it
         if extra:
             parser.error("arguments after `--` are for one sweep's Snakemake; a fleet runs one sweep per model")
-        from spica_lib.fleet.config import load_fleet_config
         from spica_lib.fleet.launch import run_fleet
 
-        try:  # the workflow checks it again while parsed; here the error is the user's, with exit 2
-            load_fleet_config(args.config)
-        except ConfigError as error:
-            print(error, file=sys.stderr)
-            return EXIT_CONFIG
+        if args.verbose and args.dry_run:
+            parser.error("-v shows a running fleet's Snakemake log; a dry run (-n) prints Snakemake's plan already")
         cores = args.cores if args.cores is not None else 2
         return run_fleet(args.config, cores=cores, profile=args.profile, run=args.run_name,
-                         extra=["--dry-run"] if args.dry_run else [])  # fmt: skip
+                         extra=["--dry-run"] if args.dry_run else [], verbose=args.verbose)  # fmt: skip
     if args.command == "evaluate":
         return _evaluate(args.config, args.candidate, args.json, args.per_request)
     if args.command == "schema":

@@ -24,6 +24,7 @@ from spica_lib.fleet.split import SplitChoice, SplitDemand
 from spica_lib.results.capacity import CONFIRM_SAMPLES, at_load
 from spica_lib.run.job_args import JobArgs
 from spica_lib.run.launcher import clear_stale_lock, run_forwarding_signals, snakemake_command
+from spica_lib.run.run_screen import appended_log, failure_text
 
 # Fresh samples of the confirming replays: past the finish's and the capacity bisection's (0, 1, 2, ...).
 CONFIRM_SAMPLE_OFFSET = 1000
@@ -48,11 +49,14 @@ def sweep_model(files: FleetFiles, model: str, cores: int | None, profile: str |
     problem = clear_stale_lock(folder, command)
     if problem:
         raise RuntimeError(f"model {model}: {problem}")
-    print(f"model {model}: sweeping in {files.model_run(model).dir}", file=sys.stderr)
-    code = run_forwarding_signals(command, cwd=folder)
-    if code != 0:
-        raise RuntimeError(f"model {model}: its sweep exited {code}; see {files.model_run(model).logs_dir}/")
     run = files.model_run(model)
+    log = Path(run.snakemake_log)
+    print(f"model {model}: sweeping in {run.dir}; its Snakemake's log is {log}", file=sys.stderr)
+    # Its own log, as `spica run` keeps one: the fleet's log (and screen) stays the fleet's.
+    with appended_log(log, f"spica fleet, model {model}") as (written, start):
+        code = run_forwarding_signals(command, cwd=folder, output=written)
+    if code != 0:
+        raise RuntimeError(failure_text(log, code, start, f"model {model}'s sweep"))
     sha = read_model(run.config_json, _validated()).config_sha256
     write_model(files.model_done(model), ModelSweepDone(model=model, run_dir=run.dir, config_sha256=sha))
 
