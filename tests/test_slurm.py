@@ -32,7 +32,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 SPICA = [sys.executable, "-m", "spica_lib.cli", "run"]
 PROFILE = str(REPO / "profiles" / "slurm")
 # The shipped profile, made quicker for a one-node cluster that answers at once.
-FAST = ["--slurm-init-seconds-before-status-checks", "2", "--max-status-checks-per-second", "2", "--latency-wait", "10"]
+FAST = [
+    "--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "1",
+    "--max-status-checks-per-second", "2", "--latency-wait", "10",
+]  # fmt: skip
 
 
 
