@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -80,3 +81,33 @@ def test_an_orphaned_process_writes_its_output_nowhere_instead_of_to_a_closed_pi
         time.sleep(0.1)
     assert report.exists(), "the orphan's write to its closed pipe failed"
     assert report.read_text() == "/dev/null /dev/null"
+
+
+def test_snakemakes_sigterm_handler_does_not_wait_for_the_lock_its_own_thread_holds():
+    """Snakemake's SIGTERM handler runs in its main thread, which holds the scheduler's lock while it finishes jobs;
+    a handler that took that lock waited on itself for ever (a sweep left running, seen on a stack dump)."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    from spica_lib.run.snakemake_main import stop_without_deadlock
+
+    stop_without_deadlock()  # what `spica run`, `spica fleet` and the Python API do before Snakemake starts
+    scheduler = JobScheduler.__new__(JobScheduler)  # only the fields the handler and the lock involve
+    scheduler._lock, scheduler._open_jobs, scheduler._user_kill = threading.Lock(), threading.Semaphore(0), None
+    handled = threading.Event()
+
+    def finishing_jobs_when_the_signal_comes() -> None:
+        with scheduler._lock:
+            scheduler.exit_gracefully(signal.SIGTERM, None)
+        handled.set()
+
+    threading.Thread(target=finishing_jobs_when_the_signal_comes, daemon=True).start()
+    assert handled.wait(5), "the handler waits for the lock its own thread holds"
+    assert scheduler._user_kill == "graceful" and scheduler._open_jobs.acquire(timeout=0)  # the loop is woken
+
+
+def test_spica_starts_every_snakemake_of_its_own_through_the_entry_that_frees_the_handler():
+    from spica_lib.fleet.launch import fleet_snakemake_command
+    from spica_lib.run.launcher import snakemake_command
+
+    for command in (snakemake_command("c.yaml", 2, None, None, []), fleet_snakemake_command("f.yaml", 2, None, None, [])):
+        assert command[1:3] == ["-m", "spica_lib.run.snakemake_main"]

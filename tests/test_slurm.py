@@ -262,6 +262,7 @@ def test_a_sigkill_of_spica_run_while_its_pilots_wait_in_the_queue_ends_the_swee
     cpus = subprocess.run(["sinfo", "-h", "-N", "-o", "%c"], capture_output=True, text=True, check=True).stdout.split()[0]
     holder = subprocess.run(["sbatch", "--parsable", "-p", "cpu", f"--cpus-per-task={cpus}", "-o", "/dev/null",
                              "--wrap", "sleep 600"], capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    process = None
     try:
         config = write_yaml(tmp_path, sweep_config())
         process = subprocess.Popen([*SPICA, str(config), "--profile", PROFILE, "--", *FAST], cwd=tmp_path,
@@ -282,6 +283,9 @@ def test_a_sigkill_of_spica_run_while_its_pilots_wait_in_the_queue_ends_the_swee
         assert queued.split() == [holder]  # its pilots and its own SLURM job (aiconfigurator's pick) cancelled
         assert not list(tmp_path.glob("results/*/.pilot"))
     finally:
+        if process is not None and process.poll() is None:  # a failed check above: its sweep must not run on
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
         subprocess.run(["scancel", holder], check=False)
 
 

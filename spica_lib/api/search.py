@@ -79,7 +79,7 @@ def run_smart_search(
         problem = clear_stale_lock(Path.cwd().resolve(), command)
         if problem:
             raise SearchFailed(run_dir, 1) from RuntimeError(problem)
-        code = _run_snakemake(command[3:])  # without "python -m snakemake"
+        code = _run_snakemake(command[3:])  # without "python -m <Snakemake's main>"
         if code != 0:
             raise SearchFailed(run_dir, code)
         view = RunView(run_dir)
@@ -92,6 +92,9 @@ def run_smart_search(
 def _run_snakemake(arguments: list[str]) -> int:
     from snakemake.cli import args_to_api, parse_args
 
+    from spica_lib.run.snakemake_main import stop_without_deadlock
+
+    stop_without_deadlock()
     with _run_environment():
         try:
             parser, args = parse_args(arguments)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from spica_lib.config import ConfigError
-from spica_lib.run.launcher import DRY_RUN_FLAGS, SNAKEFILE, clear_stale_lock, run_forwarding_signals
+from spica_lib.run.launcher import DRY_RUN_FLAGS, SNAKEFILE, SNAKEMAKE_MAIN, clear_stale_lock, run_forwarding_signals
 from spica_lib.run.run_screen import Voice
 
 FLEET_SNAKEFILE = SNAKEFILE.parent / "fleet.smk"
@@ -24,7 +24,7 @@ def fleet_snakemake_command(
     config: str, cores: int | None, profile: str | None, run: str | None, extra: list[str]
 ) -> list[str]:
     """The fleet's Snakemake command; `profile` goes to each model's sweep (the fleet's own jobs only wait or plan)."""
-    command = [sys.executable, "-m", "snakemake", "--snakefile", str(FLEET_SNAKEFILE), "--rerun-incomplete"]
+    command = [sys.executable, "-m", SNAKEMAKE_MAIN, "--snakefile", str(FLEET_SNAKEFILE), "--rerun-incomplete"]
     if cores is not None:
         command += ["--cores", str(cores)]
     command += extra

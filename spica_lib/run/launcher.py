@@ -57,6 +57,8 @@ def has_lock(directory: Path) -> bool:
 
 HOST_AT_PARSE_VARIABLE = "SPICA_HOST_AT_PARSE"  # read (and removed) by the Snakefile of the sweep's main Snakemake
 DRY_RUN_FLAGS = {"-n", "--dry-run", "--dryrun"}
+# Snakemake's own command line, its SIGTERM handler freed of a deadlock and Spica's logger plugin registered.
+SNAKEMAKE_MAIN = "spica_lib.run.snakemake_main"
 
 
 def snakemake_command(
@@ -65,7 +67,7 @@ def snakemake_command(
     """The Snakemake command of one sweep; `root` puts its run folder there instead of results/ (a fleet's models)."""
     # --force-use-threads: the stages before round 0 run in Snakemake's own process (spica_lib/run/jobs/setup.py)
     command = [
-        sys.executable, "-m", "snakemake", "--snakefile", str(SNAKEFILE), "--rerun-incomplete", "--force-use-threads"
+        sys.executable, "-m", SNAKEMAKE_MAIN, "--snakefile", str(SNAKEFILE), "--rerun-incomplete", "--force-use-threads"
     ]  # fmt: skip
     if profile:
         command += ["--profile", profile]

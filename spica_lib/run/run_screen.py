@@ -63,8 +63,9 @@ def run_on_screen(
     command: list[str], run_dir: Path, verbose: bool, run_child, cwd: str | Path | None = None,
     voice: Voice = SWEEP_VOICE,
 ) -> int:  # fmt: skip
-    """Run Snakemake's `command` (`python -m snakemake ...`) for the run in `run_dir`; show its progress, then
-    its answer. `run_child(command, cwd, stdout, pass_fds)` starts it and returns its exit code."""
+    """Run Snakemake's `command` (launcher.py's: `python -m spica_lib.run.snakemake_main ...`) for the run in
+    `run_dir`; show its progress, then its answer. `run_child(command, cwd, stdout, pass_fds)` starts it and
+    returns its exit code."""
     log = Path(RunFiles(dir=str(run_dir)).snakemake_log)
     # What this call creates to hold the log: a run refused before any job (the Snakefile's memory check) goes
     # again, so a refused config still writes nothing under results/.
@@ -72,7 +73,6 @@ def run_on_screen(
     print(f"{voice.command} {run_dir.name}: Snakemake's log is {log}", flush=True)
     terminal = os.dup(_screen().fileno()) if voice.view and not verbose else None
     if terminal is not None:
-        command = [*command[:1], "-m", "spica_lib.run.snakemake_main", *command[3:]]  # with the plugin registered
         command += ["--logger", "spica", "--logger-spica-run-dir", str(run_dir), "--logger-spica-fd", str(terminal)]
     stop = threading.Event()
     with appended_log(log, f"{voice.command} {run_dir.name}") as (written, start):
